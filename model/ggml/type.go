@@ -115,7 +115,10 @@ func F16ToF32(h uint16) float32 {
 }
 
 // F32ToF16 converts f to half precision, rounding to nearest even, as the
-// F16C instruction VCVTPS2PH does with rounding mode 0.
+// F16C instruction VCVTPS2PH does with rounding mode 0 (which is what ggml's
+// CPU backend uses on x86 to convert activations). A NaN keeps its sign and
+// the top 10 bits of its payload and is made quiet, as VCVTPS2PH does; ggml's
+// software GGML_FP32_TO_FP16 differs only there (it gives sign|0x7e00).
 func F32ToF16(f float32) uint16 {
 	b := math.Float32bits(f)
 	sign := uint16(b>>16) & 0x8000
@@ -123,7 +126,7 @@ func F32ToF16(f float32) uint16 {
 	mant := b & 0x7fffff
 	if exp == 0xff { // Inf or NaN
 		if mant != 0 {
-			return sign | 0x7e00
+			return sign | 0x7e00 | uint16(mant>>13)
 		}
 		return sign | 0x7c00
 	}

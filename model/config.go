@@ -1,0 +1,197 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/strata-llm/strata/model/gguf"
+)
+
+// ErrUnsupportedArch is returned for a general.architecture strata cannot run.
+var ErrUnsupportedArch = errors.New("model: unsupported architecture")
+
+// RopeStyle says how RoPE pairs the dimensions of a head.
+type RopeStyle int
+
+const (
+	// RopeNormal rotates adjacent pairs (x[2i], x[2i+1]), as Llama files use.
+	RopeNormal RopeStyle = iota
+	// RopeNeoX rotates x[i] with x[i+d/2], as Qwen2 files use.
+	RopeNeoX
+)
+
+// Limits on what a file may claim, checked before anything is sized by them.
+const (
+	MaxLayers  = 1024
+	MaxEmbd    = 1 << 16
+	MaxHeads   = 1024
+	MaxFF      = 1 << 18
+	MaxVocab   = 1 << 22
+	MaxContext = 1 << 24
+)
+
+// Config is a model's architecture as its GGUF metadata describes it.
+type Config struct {
+	Arch      string // general.architecture
+	Layers    int    // transformer blocks
+	Embd      int    // hidden size
+	Heads     int    // query heads
+	HeadsKV   int    // key/value heads (grouped-query attention when < Heads)
+	HeadDim   int    // Embd / Heads
+	FF        int    // feed-forward hidden size
+	Vocab     int    // rows of the embedding matrix
+	Context   int    // training context length in tokens
+	NormEps   float32
+	RopeBase  float32   // rope_freq_base
+	RopeScale float32   // linear scaling factor (1 = none); positions are divided by it
+	RopeDims  int       // dimensions of a head that RoPE rotates
+	Rope      RopeStyle // pairing layout
+	// NoRopeEvery, when > 0, skips RoPE on every NoRopeEvery-th layer
+	// (layer l with (l+1) % NoRopeEvery == 0), as SmolLM3 does.
+	NoRopeEvery int
+	QKVBias     bool // attention projections carry biases (Qwen2)
+	TiedOutput  bool // no output.weight: the head reuses token_embd
+}
+
+// KVDim is the width of one position's keys (and values) in one layer.
+func (c Config) KVDim() int { return c.HeadsKV * c.HeadDim }
+
+// archInfo holds what differs between the supported architectures.
+type archInfo struct {
+	rope    RopeStyle
+	qkvBias bool
+}
+
+var archs = map[string]archInfo{
+	"llama":   {rope: RopeNormal},
+	"mistral": {rope: RopeNormal},
+	"qwen2":   {rope: RopeNeoX, qkvBias: true},
+	"smollm3": {rope: RopeNormal},
+}
+
+// ConfigFromGGUF reads the architecture keys of f. Errors name the key.
+func ConfigFromGGUF(f *gguf.File) (Config, error) {
+	arch, err := f.Architecture()
+	if err != nil {
+		return Config{}, err
+	}
+	info, ok := archs[arch]
+	if !ok {
+		return Config{}, fmt.Errorf("%w %q (general.architecture); supported: llama, mistral, qwen2, smollm3", ErrUnsupportedArch, arch)
+	}
+	c := Config{Arch: arch, Rope: info.rope, QKVBias: info.qkvBias, RopeBase: 10000, RopeScale: 1}
+	key := func(s string) string { return arch + "." + s }
+	geti := func(k string, limit int, dst *int) error {
+		v, err := f.Uint(key(k))
+		if err != nil {
+			return err
+		}
+		if v == 0 || v > uint64(limit) {
+			return fmt.Errorf("model: %s = %d, want 1..%d", key(k), v, limit)
+		}
+		*dst = int(v)
+		return nil
+	}
+	for _, g := range []struct {
+		k     string
+		limit int
+		dst   *int
+	}{
+		{"block_count", MaxLayers, &c.Layers},
+		{"embedding_length", MaxEmbd, &c.Embd},
+		{"feed_forward_length", MaxFF, &c.FF},
+		{"attention.head_count", MaxHeads, &c.Heads},
+		{"context_length", MaxContext, &c.Context},
+	} {
+		if err := geti(g.k, g.limit, g.dst); err != nil {
+			return Config{}, err
+		}
+	}
+	c.HeadsKV = c.Heads
+	if f.Has(key("attention.head_count_kv")) {
+		if err := geti("attention.head_count_kv", MaxHeads, &c.HeadsKV); err != nil {
+			return Config{}, err
+		}
+	}
+	if c.Embd%c.Heads != 0 {
+		return Config{}, fmt.Errorf("model: %s %d is not a multiple of %s %d", key("embedding_length"), c.Embd, key("attention.head_count"), c.Heads)
+	}
+	if c.Heads%c.HeadsKV != 0 {
+		return Config{}, fmt.Errorf("model: %s %d is not a multiple of %s %d", key("attention.head_count"), c.Heads, key("attention.head_count_kv"), c.HeadsKV)
+	}
+	c.HeadDim = c.Embd / c.Heads
+	if f.Has(key("attention.key_length")) {
+		v, err := f.Uint(key("attention.key_length"))
+		if err != nil {
+			return Config{}, err
+		}
+		if int(v) != c.HeadDim {
+			return Config{}, fmt.Errorf("model: %s = %d differs from embedding_length/head_count = %d; unsupported", key("attention.key_length"), v, c.HeadDim)
+		}
+	}
+	c.RopeDims = c.HeadDim
+	if f.Has(key("rope.dimension_count")) {
+		if err := geti("rope.dimension_count", c.HeadDim, &c.RopeDims); err != nil {
+			return Config{}, err
+		}
+		if c.RopeDims%2 != 0 {
+			return Config{}, fmt.Errorf("model: %s = %d must be even", key("rope.dimension_count"), c.RopeDims)
+		}
+	}
+	eps, err := f.Float(key("attention.layer_norm_rms_epsilon"))
+	if err != nil {
+		return Config{}, err
+	}
+	if !(eps > 0 && eps < 1) {
+		return Config{}, fmt.Errorf("model: %s = %g, want 0 < eps < 1", key("attention.layer_norm_rms_epsilon"), eps)
+	}
+	c.NormEps = float32(eps)
+	if f.Has(key("rope.freq_base")) {
+		v, err := f.Float(key("rope.freq_base"))
+		if err != nil {
+			return Config{}, err
+		}
+		if !(v > 1) {
+			return Config{}, fmt.Errorf("model: %s = %g, want > 1", key("rope.freq_base"), v)
+		}
+		c.RopeBase = float32(v)
+	}
+	if f.Has(key("rope.scaling.type")) {
+		typ, err := f.String(key("rope.scaling.type"))
+		if err != nil {
+			return Config{}, err
+		}
+		switch typ {
+		case "none":
+		case "linear":
+			v, err := f.Float(key("rope.scaling.factor"))
+			if err != nil {
+				return Config{}, err
+			}
+			if !(v >= 1) {
+				return Config{}, fmt.Errorf("model: %s = %g, want >= 1", key("rope.scaling.factor"), v)
+			}
+			c.RopeScale = float32(v)
+		default:
+			return Config{}, fmt.Errorf("model: %s %q is not supported (none, linear)", key("rope.scaling.type"), typ)
+		}
+	} else if f.Has(key("rope.scale_linear")) {
+		v, err := f.Float(key("rope.scale_linear"))
+		if err != nil {
+			return Config{}, err
+		}
+		if !(v >= 1) {
+			return Config{}, fmt.Errorf("model: %s = %g, want >= 1", key("rope.scale_linear"), v)
+		}
+		c.RopeScale = float32(v)
+	}
+	if arch == "smollm3" {
+		c.NoRopeEvery = 4
+		if f.Has(key("no_rope_layer_step")) {
+			if err := geti("no_rope_layer_step", MaxLayers, &c.NoRopeEvery); err != nil {
+				return Config{}, err
+			}
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,231 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// VecDot computes the dot product of one weight row (n elements of the weight
+// type, raw bytes from the GGUF mapping) with one activation row already
+// converted to the weight type's VecDotType (raw bytes).
+//
+// n must be a multiple of the weight type's block size, and w and x must hold
+// at least the row bytes of n elements of their types; shorter slices panic.
+// The result depends only on n and the bytes of w and x: the reduction order
+// of every kernel is fixed (see the kernel's comment) so that a SIMD
+// implementation can reproduce it bit for bit.
+type VecDot func(n int, w, x []byte) float32
+
+// VecDotFor returns the dot-product kernel for weights of type t.
+func VecDotFor(t ggml.Type) (VecDot, error) {
+	switch t {
+	case ggml.F32:
+		return dotF32Bytes, nil
+	case ggml.F16:
+		return dotF16, nil
+	case ggml.BF16:
+		return dotBF16, nil
+	case ggml.Q4_0:
+		return dotQ40Q80, nil
+	case ggml.Q8_0:
+		return dotQ80Q80, nil
+	case ggml.Q4_K:
+		return dotQ4KQ8K, nil
+	case ggml.Q6_K:
+		return dotQ6KQ8K, nil
+	}
+	return nil, fmt.Errorf("cpu: no dot product for weights of type %s", t)
+}
+
+// ConvertActivation converts the activation row src to t.VecDotType() in dst,
+// the way ggml's CPU backend converts activations on x86-64 with AVX2/AVX-512
+// (ggml.QuantizeActivationRow). dst must be exactly the row bytes of len(src)
+// elements of t.VecDotType(); a mismatch, or a type without a dot product,
+// panics: the caller sizes buffers from the model's dimensions once.
+func ConvertActivation(t ggml.Type, src []float32, dst []byte) {
+	if err := ggml.QuantizeActivationRow(t.VecDotType(), src, dst); err != nil {
+		panic(fmt.Sprintf("cpu: convert activation for %s weights: %v", t, err))
+	}
+}
+
+// lanes is the number of float32 accumulators of the float kernels: one
+// AVX-512 register.
+const lanes = 16
+
+// reduceLanes folds the 16 lane accumulators in a fixed tree: for w = 8, 4, 2,
+// 1 in turn, lane[j] += lane[j+w] for j < w; the result is lane[0]. Every
+// addition is a float32 addition, rounded.
+func reduceLanes(acc *[lanes]float32) float32 {
+	for w := lanes / 2; w >= 1; w /= 2 {
+		for j := range w {
+			acc[j] += acc[j+w]
+		}
+	}
+	return acc[0]
+}
+
+// DotF32 returns the dot product of a and b (len(a) elements; b must be at
+// least as long). This is the f32·f32 scheme, also used for attention.
+//
+// Order: 16 float32 lane accumulators start at +0; element i is added to lane
+// i%16, in increasing i, as acc = fma(a[i], b[i], acc) with a single rounding
+// to float32 (VFMADD231PS; a tail shorter than 16 is a masked FMA on lanes
+// 0..r-1). Then the lanes are folded as in reduceLanes: lane[j] += lane[j+8]
+// for j < 8, then +4, +2, +1; the result is lane[0].
+func DotF32(a, b []float32) float32 {
+	b = b[:len(a)]
+	var acc [lanes]float32
+	i := 0
+	for ; i+lanes <= len(a); i += lanes {
+		aa, bb := (*[lanes]float32)(a[i:]), (*[lanes]float32)(b[i:])
+		for l := range lanes {
+			p := float64(aa[l]) * float64(bb[l]) // fma32, inlined
+			if s := p + float64(acc[l]); fma32Fast(s) {
+				acc[l] = float32(s)
+			} else {
+				acc[l] = fma32Slow(p, float64(acc[l]), s)
+			}
+		}
+	}
+	for l := 0; i < len(a); i, l = i+1, l+1 {
+		acc[l] = fma32(a[i], b[i], acc[l])
+	}
+	return reduceLanes(&acc)
+}
+
+// dotF32Bytes is DotF32 on little-endian float32 rows.
+func dotF32Bytes(n int, w, x []byte) float32 {
+	w, x = w[:4*n], x[:4*n]
+	var acc [lanes]float32
+	i := 0
+	for ; i+lanes <= n; i += lanes {
+		ww, xx := (*[4 * lanes]byte)(w[4*i:]), (*[4 * lanes]byte)(x[4*i:])
+		for l := range lanes {
+			a := math.Float32frombits(binary.LittleEndian.Uint32(ww[4*l:]))
+			b := math.Float32frombits(binary.LittleEndian.Uint32(xx[4*l:]))
+			p := float64(a) * float64(b) // fma32, inlined
+			if s := p + float64(acc[l]); fma32Fast(s) {
+				acc[l] = float32(s)
+			} else {
+				acc[l] = fma32Slow(p, float64(acc[l]), s)
+			}
+		}
+	}
+	for l := 0; i < n; i, l = i+1, l+1 {
+		a := math.Float32frombits(binary.LittleEndian.Uint32(w[4*i:]))
+		b := math.Float32frombits(binary.LittleEndian.Uint32(x[4*i:]))
+		acc[l] = fma32(a, b, acc[l])
+	}
+	return reduceLanes(&acc)
+}
+
+// dotF16 is the f16·f16 kernel. Order as DotF32, with each element converted
+// to float32 exactly first. The product of two f16 values is exact in
+// float32, so acc + float32(a*b) rounds once and equals the FMA.
+func dotF16(n int, w, x []byte) float32 {
+	w, x = w[:2*n], x[:2*n]
+	t := f16Table
+	var acc [lanes]float32
+	i := 0
+	for ; i+lanes <= n; i += lanes {
+		ww, xx := (*[2 * lanes]byte)(w[2*i:]), (*[2 * lanes]byte)(x[2*i:])
+		for l := range lanes {
+			a := t[uint16(ww[2*l])|uint16(ww[2*l+1])<<8]
+			b := t[uint16(xx[2*l])|uint16(xx[2*l+1])<<8]
+			acc[l] += float32(a * b)
+		}
+	}
+	for l := 0; i < n; i, l = i+1, l+1 {
+		a := t[binary.LittleEndian.Uint16(w[2*i:])]
+		b := t[binary.LittleEndian.Uint16(x[2*i:])]
+		acc[l] += float32(a * b)
+	}
+	return reduceLanes(&acc)
+}
+
+// dotBF16 is the bf16·bf16 kernel. Order as DotF32, but each product is
+// rounded to float32 before it is added (VMULPS then VADDPS). The product of
+// two bf16 values is exact in float32 unless it overflows or falls below
+// float32's normal range, so this equals an FMA for all ordinary inputs.
+func dotBF16(n int, w, x []byte) float32 {
+	w, x = w[:2*n], x[:2*n]
+	var acc [lanes]float32
+	i := 0
+	for ; i+lanes <= n; i += lanes {
+		ww, xx := (*[2 * lanes]byte)(w[2*i:]), (*[2 * lanes]byte)(x[2*i:])
+		for l := range lanes {
+			a := math.Float32frombits(uint32(ww[2*l])<<16 | uint32(ww[2*l+1])<<24)
+			b := math.Float32frombits(uint32(xx[2*l])<<16 | uint32(xx[2*l+1])<<24)
+			acc[l] += float32(a * b)
+		}
+	}
+	for l := 0; i < n; i, l = i+1, l+1 {
+		a := math.Float32frombits(uint32(binary.LittleEndian.Uint16(w[2*i:])) << 16)
+		b := math.Float32frombits(uint32(binary.LittleEndian.Uint16(x[2*i:])) << 16)
+		acc[l] += float32(a * b)
+	}
+	return reduceLanes(&acc)
+}
+
+// f16Table maps every half-precision bit pattern to its float32 value.
+var f16Table = func() *[1 << 16]float32 {
+	var t [1 << 16]float32
+	for i := range t {
+		t[i] = ggml.F16ToF32(uint16(i))
+	}
+	return &t
+}()
+
+// fma32 returns a*b+c rounded once to float32 (round to nearest even), as
+// VFMADD231PS computes it.
+//
+// The product of two float32 values is exact in float64, so only the sum can
+// round. s = p+c in float64 rounds correctly to float32 unless s lands
+// exactly on a float32 rounding boundary (a midpoint) while the exact sum did
+// not, or the result is a float32 subnormal. Those cases take the slow path:
+// the float64 sum is redone with round-to-odd (TwoSum gives the exact error),
+// after which rounding to float32 is correct, since float64 carries more than
+// 24+2 bits.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	if fma32Fast(s) {
+		return float32(s)
+	}
+	return fma32Slow(p, float64(c), s)
+}
+
+// fma32Fast reports whether rounding the float64 sum s to float32 rounds the
+// exact sum correctly. The low 29 bits of a float64 mantissa are what float32
+// rounding drops; the pattern 1 followed by zeros is a float32 midpoint, which
+// may hide a rounding of the float64 sum. |s| < 2^-126 (but non-zero) is the
+// float32 subnormal range, where more bits are dropped.
+func fma32Fast(s float64) bool {
+	bits := math.Float64bits(s)
+	return bits&(1<<29-1) != 1<<28 && (bits&^(1<<63) >= 0x3810000000000000 || s == 0)
+}
+
+func fma32Slow(p, c, s float64) float32 {
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return float32(s)
+	}
+	// TwoSum: s+e == p+c exactly.
+	bb := s - p
+	e := (p - (s - bb)) + (c - bb)
+	if e == 0 {
+		return float32(s)
+	}
+	bits := math.Float64bits(s)
+	if bits&1 == 0 { // round to odd: step one float64 ulp toward the exact sum
+		if (e > 0) == (s > 0) {
+			bits++
+		} else {
+			bits--
+		}
+		s = math.Float64frombits(bits)
+	}
+	return float32(s)
+}

@@ -1,0 +1,212 @@
+package model
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+
+	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/model/gguf"
+)
+
+// RandomSpec describes a random-weight Llama model. Weights' values do not
+// change speed, so such files stand in for real models in benchmarks.
+type RandomSpec struct {
+	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
+	Type                                             ggml.Type // matrices; norms stay F32
+	Tied                                             bool      // no output.weight
+	Seed                                             uint64
+}
+
+// DemoSpec is the built-in demo model: small enough to generate in memory in
+// well under a second and to run fast on one core, big enough to exercise
+// grouped-query attention, several layers and multi-block KV.
+func DemoSpec() RandomSpec {
+	return RandomSpec{Layers: 4, Embd: 128, Heads: 8, HeadsKV: 4, FF: 384, Vocab: 1024, Context: 2048, Type: ggml.F32, Seed: 1}
+}
+
+// Validate names the first field out of range.
+func (s RandomSpec) Validate() error {
+	switch {
+	case s.Layers <= 0 || s.Layers > MaxLayers:
+		return fmt.Errorf("model: random spec Layers must be 1..%d, got %d", MaxLayers, s.Layers)
+	case s.Heads <= 0 || s.HeadsKV <= 0 || s.Heads%s.HeadsKV != 0:
+		return fmt.Errorf("model: random spec Heads %d must be a positive multiple of HeadsKV %d", s.Heads, s.HeadsKV)
+	case s.Embd <= 0 || s.Embd%s.Heads != 0 || (s.Embd/s.Heads)%2 != 0:
+		return fmt.Errorf("model: random spec Embd %d must be a positive multiple of 2×Heads (%d)", s.Embd, 2*s.Heads)
+	case s.FF <= 0:
+		return fmt.Errorf("model: random spec FF must be > 0, got %d", s.FF)
+	case s.Vocab < 259+4 || s.Vocab > MaxVocab:
+		return fmt.Errorf("model: random spec Vocab must be %d..%d, got %d", 263, MaxVocab, s.Vocab)
+	case s.Context <= 0:
+		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
+	}
+	switch s.Type {
+	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0:
+	default:
+		return fmt.Errorf("model: random spec Type must be F32, F16, BF16, Q8_0 or Q4_0, got %v", s.Type)
+	}
+	return nil
+}
+
+// WriteRandom writes a GGUF file of a Llama model with random weights and a
+// synthetic SentencePiece vocabulary (control tokens, 256 byte tokens, then
+// characters and character pairs). The same spec always gives the same bytes.
+func WriteRandom(w io.Writer, s RandomSpec) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
+	toks, scores, types := syntheticVocab(s.Vocab)
+	kvs := []gguf.KV{
+		{Key: "general.architecture", Value: "llama"},
+		{Key: "general.name", Value: fmt.Sprintf("strata-random-%dL-%d", s.Layers, s.Embd)},
+		{Key: "llama.context_length", Value: uint32(s.Context)},
+		{Key: "llama.embedding_length", Value: uint32(s.Embd)},
+		{Key: "llama.feed_forward_length", Value: uint32(s.FF)},
+		{Key: "llama.block_count", Value: uint32(s.Layers)},
+		{Key: "llama.attention.head_count", Value: uint32(s.Heads)},
+		{Key: "llama.attention.head_count_kv", Value: uint32(s.HeadsKV)},
+		{Key: "llama.rope.dimension_count", Value: uint32(s.Embd / s.Heads)},
+		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
+		{Key: "llama.rope.freq_base", Value: float32(10000)},
+		{Key: "tokenizer.ggml.model", Value: "llama"},
+		{Key: "tokenizer.ggml.tokens", Value: toks},
+		{Key: "tokenizer.ggml.scores", Value: scores},
+		{Key: "tokenizer.ggml.token_type", Value: types},
+		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
+		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
+		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
+	}
+	var ts []gguf.WriteTensor
+	add := func(name string, t ggml.Type, rows, cols int, scale float32) error {
+		if t != ggml.F32 && cols%t.BlockSize() != 0 {
+			t = ggml.F16 // as llama.cpp's quantizer does for rows that are not whole blocks
+		}
+		vals := make([]float32, cols)
+		rb, err := t.RowBytes(cols)
+		if err != nil {
+			return err
+		}
+		data := make([]byte, rows*rb)
+		for r := 0; r < rows; r++ {
+			for i := range vals {
+				vals[i] = float32(rng.NormFloat64()) * scale
+			}
+			if err := ggml.QuantizeRow(t, vals, data[r*rb:(r+1)*rb]); err != nil {
+				return err
+			}
+		}
+		dims := []uint64{uint64(cols), uint64(rows)}
+		if rows == 1 {
+			dims = dims[:1]
+		}
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: data})
+		return nil
+	}
+	norm := func(name string) error {
+		data := make([]byte, 4*s.Embd)
+		vals := make([]float32, s.Embd)
+		for i := range vals {
+			vals[i] = 1 + 0.1*float32(rng.NormFloat64())
+		}
+		if err := ggml.QuantizeRow(ggml.F32, vals, data); err != nil {
+			return err
+		}
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: ggml.F32, Dims: []uint64{uint64(s.Embd)}, Data: data})
+		return nil
+	}
+	kvDim := s.HeadsKV * (s.Embd / s.Heads)
+	in := 1 / float32(math.Sqrt(float64(s.Embd)))
+	steps := []func() error{
+		func() error { return add("token_embd.weight", s.Type, s.Vocab, s.Embd, 1) },
+		func() error { return norm("output_norm.weight") },
+	}
+	if !s.Tied {
+		steps = append(steps, func() error { return add("output.weight", s.Type, s.Vocab, s.Embd, in) })
+	}
+	for l := 0; l < s.Layers; l++ {
+		p := fmt.Sprintf("blk.%d.", l)
+		steps = append(steps,
+			func() error { return norm(p + "attn_norm.weight") },
+			func() error { return add(p+"attn_q.weight", s.Type, s.Embd, s.Embd, in) },
+			func() error { return add(p+"attn_k.weight", s.Type, kvDim, s.Embd, in) },
+			func() error { return add(p+"attn_v.weight", s.Type, kvDim, s.Embd, in) },
+			func() error { return add(p+"attn_output.weight", s.Type, s.Embd, s.Embd, in) },
+			func() error { return norm(p + "ffn_norm.weight") },
+			func() error { return add(p+"ffn_gate.weight", s.Type, s.FF, s.Embd, in) },
+			func() error { return add(p+"ffn_up.weight", s.Type, s.FF, s.Embd, in) },
+			func() error {
+				return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))
+			},
+		)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return gguf.Write(w, kvs, ts)
+}
+
+// RandomFile writes a random model to memory and parses it.
+func RandomFile(s RandomSpec) (*gguf.File, error) {
+	var buf bytes.Buffer
+	if err := WriteRandom(&buf, s); err != nil {
+		return nil, err
+	}
+	return gguf.Parse(buf.Bytes())
+}
+
+// syntheticVocab builds a SentencePiece vocabulary of n tokens: <unk>, <s>,
+// </s>, the 256 byte tokens, then single characters with and without the
+// word-start mark, then pairs, with scores falling so earlier pieces merge
+// first.
+func syntheticVocab(n int) ([]string, []float32, []int32) {
+	const (
+		normal  = 1
+		unknown = 2
+		control = 3
+		byteTok = 6
+	)
+	toks := []string{"<unk>", "<s>", "</s>"}
+	types := []int32{unknown, control, control}
+	for b := 0; b < 256; b++ {
+		toks = append(toks, fmt.Sprintf("<0x%02X>", b))
+		types = append(types, byteTok)
+	}
+	seen := map[string]bool{}
+	push := func(s string) {
+		if len(toks) < n && !seen[s] {
+			seen[s] = true
+			toks = append(toks, s)
+			types = append(types, normal)
+		}
+	}
+	chars := []string{"▁"}
+	for _, r := range "etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLCUMWFGYPBVKJXQZ0123456789.,!?'\"-:;()" {
+		chars = append(chars, string(r))
+	}
+	for _, c := range chars {
+		push(c)
+	}
+	for _, c := range chars[1:] {
+		push("▁" + c)
+	}
+	for _, a := range chars[1:] {
+		for _, b := range chars[1:] {
+			push(a + b)
+			push("▁" + a + b)
+		}
+	}
+	for i := 0; len(toks) < n; i++ {
+		push(fmt.Sprintf("▁w%d", i))
+	}
+	scores := make([]float32, len(toks))
+	for i := 259; i < len(toks); i++ {
+		scores[i] = -float32(i - 259)
+	}
+	return toks, scores, types
+}

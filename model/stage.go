@@ -1,0 +1,345 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Row is one sequence's part of a batch: Tokens at positions Pos, Pos+1, ….
+type Row struct {
+	Seq    uint64  // sequence ID (the coordinator's)
+	Pos    int     // position of Tokens[0] in the sequence
+	First  bool    // the sequence's first chunk (Pos == 0)
+	Tokens []int32 // token IDs; at least one
+	Blocks []int32 // block table covering positions [0, Pos+len(Tokens))
+	Logits bool    // on the last stage: return logits for the row's last token
+}
+
+// Backend computes the heavy products of a forward pass.
+type Backend interface {
+	// MatMul sets out[r*w.Rows+o] to the dot product of weight row o with
+	// activation row x[r*w.Cols:(r+1)*w.Cols], for r < rows. Each output's
+	// reduction order depends only on w.Cols.
+	MatMul(w *Weight, x []float32, rows int, out []float32)
+	// Parallel calls fn(worker, i) for every i in [0, n) on the backend's
+	// workers and returns when all calls have returned. worker is in
+	// [0, Workers()) and no two concurrent calls share one.
+	Parallel(n int, fn func(worker, i int))
+	// Workers is the number of workers Parallel uses.
+	Workers() int
+}
+
+// KV stores keys and values for the layers of one stage, in blocks of
+// BlockSize positions addressed by the block IDs rows carry.
+type KV interface {
+	// BlockSize is the number of positions in a block.
+	BlockSize() int
+	// Blocks is the number of blocks in the pool; valid IDs are [0, Blocks()).
+	Blocks() int
+	// Store writes position pos's keys and values (KVDim each) for the
+	// stage-local layer, in the block that blocks names for pos.
+	Store(layer int, blocks []int32, pos int, k, v []float32)
+	// Attend writes to out (Heads*HeadDim) causal attention of q (Heads*HeadDim)
+	// over positions 0..pos of the stage-local layer. scratch has at least
+	// pos+1 elements. It may be called concurrently for different outputs.
+	Attend(layer int, blocks []int32, pos int, q, out, scratch []float32)
+}
+
+// ErrBadBatch wraps every error about a batch's shape or contents.
+var ErrBadBatch = errors.New("model: bad batch")
+
+// Stage runs layers [First, Last) of a model.
+type Stage struct {
+	m           *Model
+	first, last int
+	be          Backend
+	kv          KV
+
+	// Scratch, grown to the largest batch seen; reused across calls.
+	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
+	pos                                                 []int // position of each token
+	rowOf                                               []int // row of each token
+	attnScratch                                         [][]float32
+}
+
+// NewStage prepares layers [first, last) of m on be with kv.
+func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
+	if first < 0 || last > m.Layers || first >= last {
+		return nil, fmt.Errorf("model: layer range [%d, %d) is not inside [0, %d)", first, last, m.Layers)
+	}
+	return &Stage{m: m, first: first, last: last, be: be, kv: kv, attnScratch: make([][]float32, be.Workers())}, nil
+}
+
+// First reports whether the stage embeds tokens (it starts at layer 0).
+func (s *Stage) First() bool { return s.first == 0 }
+
+// Last reports whether the stage ends the model (applies the head).
+func (s *Stage) Last() bool { return s.last == s.m.Layers }
+
+// Model returns the model the stage runs.
+func (s *Stage) Model() *Model { return s.m }
+
+// Tokens is the number of token positions in rows.
+func Tokens(rows []Row) int {
+	n := 0
+	for i := range rows {
+		n += len(rows[i].Tokens)
+	}
+	return n
+}
+
+// Forward runs rows through the stage's layers. A first stage embeds the
+// rows' tokens and ignores in; any other takes in, the previous stage's hidden
+// states (Tokens(rows)×Embd). A last stage returns logits (Vocab each) for the
+// rows with Logits set, in row order; any other returns hidden states. The
+// returned slice belongs to the Stage and is valid until the next call.
+//
+// Forward writes each token's keys and values into kv before any token of the
+// batch attends, so a row may attend to keys written by an earlier row of the
+// same sequence in the same batch.
+func (s *Stage) Forward(rows []Row, in []float32) ([]float32, error) {
+	m := s.m
+	E := m.Embd
+	T, err := s.check(rows, in)
+	if err != nil {
+		return nil, err
+	}
+	if T == 0 {
+		return nil, nil
+	}
+	s.grow(T)
+	x := s.x[:T*E]
+	t := 0
+	for r := range rows {
+		for j := range rows[r].Tokens {
+			s.pos[t] = rows[r].Pos + j
+			s.rowOf[t] = r
+			t++
+		}
+	}
+	if s.First() {
+		s.be.Parallel(T, func(_, t int) {
+			tok := rows[s.rowOf[t]].Tokens[s.pos[t]-rows[s.rowOf[t]].Pos]
+			dequantizeRow(m.Embed, int(tok), x[t*E:(t+1)*E])
+		})
+	} else {
+		copy(x, in)
+	}
+	for l := s.first; l < s.last; l++ {
+		s.layer(l, rows, T)
+	}
+	if !s.Last() {
+		return x, nil
+	}
+	return s.head(rows, T), nil
+}
+
+// check validates a batch and returns its token count.
+func (s *Stage) check(rows []Row, in []float32) (int, error) {
+	m := s.m
+	bs := s.kv.BlockSize()
+	T := 0
+	for i := range rows {
+		r := &rows[i]
+		if len(r.Tokens) == 0 {
+			return 0, fmt.Errorf("%w: row %d (sequence %d) has no tokens", ErrBadBatch, i, r.Seq)
+		}
+		if r.Pos < 0 || r.First != (r.Pos == 0) {
+			return 0, fmt.Errorf("%w: row %d (sequence %d) has position %d with first=%v", ErrBadBatch, i, r.Seq, r.Pos, r.First)
+		}
+		end := r.Pos + len(r.Tokens)
+		if end > len(r.Blocks)*bs {
+			return 0, fmt.Errorf("%w: row %d (sequence %d) reaches position %d but its %d blocks hold %d", ErrBadBatch, i, r.Seq, end-1, len(r.Blocks), len(r.Blocks)*bs)
+		}
+		for j, b := range r.Blocks[:(end+bs-1)/bs] {
+			if b < 0 || int(b) >= s.kv.Blocks() {
+				return 0, fmt.Errorf("%w: row %d (sequence %d) block %d is %d, pool has %d", ErrBadBatch, i, r.Seq, j, b, s.kv.Blocks())
+			}
+		}
+		if s.First() {
+			for _, tok := range r.Tokens {
+				if tok < 0 || int(tok) >= m.Vocab {
+					return 0, fmt.Errorf("%w: row %d (sequence %d) token %d outside vocabulary of %d", ErrBadBatch, i, r.Seq, tok, m.Vocab)
+				}
+			}
+		}
+		T += len(r.Tokens)
+	}
+	if !s.First() && len(in) != T*m.Embd {
+		return 0, fmt.Errorf("%w: %d hidden values for %d tokens of width %d", ErrBadBatch, len(in), T, m.Embd)
+	}
+	return T, nil
+}
+
+func (s *Stage) grow(T int) {
+	m := s.m
+	E, KVD := m.Embd, m.KVDim()
+	g := func(b *[]float32, n int) {
+		if cap(*b) < n {
+			*b = make([]float32, n)
+		}
+		*b = (*b)[:n]
+	}
+	g(&s.x, T*E)
+	g(&s.h, T*E)
+	g(&s.q, T*E)
+	g(&s.k, T*KVD)
+	g(&s.v, T*KVD)
+	g(&s.att, T*E)
+	g(&s.gate, T*m.FF)
+	g(&s.up, T*m.FF)
+	g(&s.out, T*E)
+	if cap(s.pos) < T {
+		s.pos = make([]int, T)
+		s.rowOf = make([]int, T)
+	}
+	s.pos, s.rowOf = s.pos[:T], s.rowOf[:T]
+}
+
+// layer runs transformer block l over the batch's T tokens in s.x.
+func (s *Stage) layer(l int, rows []Row, T int) {
+	m := s.m
+	L := &m.LayerWeights[l]
+	E, KVD, FF := m.Embd, m.KVDim(), m.FF
+	x, h := s.x[:T*E], s.h[:T*E]
+	q, k, v := s.q[:T*E], s.k[:T*KVD], s.v[:T*KVD]
+
+	s.be.Parallel(T, func(_, t int) { rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], L.AttnNorm, m.NormEps) })
+	s.be.MatMul(L.Q, h, T, q)
+	s.be.MatMul(L.K, h, T, k)
+	s.be.MatMul(L.V, h, T, v)
+	rope := m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
+	s.be.Parallel(T, func(_, t int) {
+		qt, kt, vt := q[t*E:(t+1)*E], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD]
+		if L.QBias != nil {
+			addTo(qt, L.QBias)
+			addTo(kt, L.KBias)
+			addTo(vt, L.VBias)
+		}
+		if rope {
+			ropeHeads(qt, m.Heads, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
+			ropeHeads(kt, m.HeadsKV, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
+		}
+	})
+	ll := l - s.first
+	for t := 0; t < T; t++ {
+		s.kv.Store(ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
+	}
+	att := s.att[:T*E]
+	s.be.Parallel(T, func(w, t int) {
+		n := s.pos[t] + 1
+		if cap(s.attnScratch[w]) < n {
+			s.attnScratch[w] = make([]float32, n+n/2)
+		}
+		s.kv.Attend(ll, rows[s.rowOf[t]].Blocks, s.pos[t], q[t*E:(t+1)*E], att[t*E:(t+1)*E], s.attnScratch[w][:n])
+	})
+	out := s.out[:T*E]
+	s.be.MatMul(L.O, att, T, out)
+	addTo(x, out)
+
+	s.be.Parallel(T, func(_, t int) { rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], L.FFNNorm, m.NormEps) })
+	gate, up := s.gate[:T*FF], s.up[:T*FF]
+	s.be.MatMul(L.Gate, h, T, gate)
+	s.be.MatMul(L.Up, h, T, up)
+	s.be.Parallel(T, func(_, t int) { swiGLU(gate[t*FF:(t+1)*FF], up[t*FF:(t+1)*FF]) })
+	s.be.MatMul(L.Down, gate, T, out)
+	addTo(x, out)
+}
+
+// head applies the final norm and the output head to the last token of each
+// row that asks for logits.
+func (s *Stage) head(rows []Row, T int) []float32 {
+	m := s.m
+	E := m.Embd
+	n := 0
+	for i := range rows {
+		if rows[i].Logits {
+			n++
+		}
+	}
+	if n == 0 {
+		return s.logits[:0]
+	}
+	if cap(s.logitsIn) < n*E {
+		s.logitsIn = make([]float32, n*E)
+	}
+	if cap(s.logits) < n*m.Vocab {
+		s.logits = make([]float32, n*m.Vocab)
+	}
+	in, logits := s.logitsIn[:n*E], s.logits[:n*m.Vocab]
+	t, j := 0, 0
+	for i := range rows {
+		t += len(rows[i].Tokens)
+		if rows[i].Logits {
+			rmsNorm(in[j*E:(j+1)*E], s.x[(t-1)*E:t*E], m.OutputNorm, m.NormEps)
+			j++
+		}
+	}
+	s.be.MatMul(m.Output, in, n, logits)
+	return logits
+}
+
+// rmsNorm sets dst = x / sqrt(mean(x²) + eps) * w, computing as ggml does:
+// squares summed in float64, the scale in float32.
+func rmsNorm(dst, x, w []float32, eps float32) {
+	var sum float64
+	for _, v := range x {
+		sum += float64(v * v)
+	}
+	mean := sum / float64(len(x))
+	scale := 1 / float32(math.Sqrt(float64(float32(mean+float64(eps)))))
+	for i, v := range x {
+		dst[i] = (v * scale) * w[i]
+	}
+}
+
+func addTo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// swiGLU sets gate = silu(gate) * up.
+func swiGLU(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+	}
+}
+
+// ropeHeads rotates the first dims dimensions of each of n heads of width hd
+// by position pos, as ggml's rope does (theta advanced by repeated
+// multiplication in float32, positions divided by the linear scale).
+func ropeHeads(x []float32, n, hd, dims, pos int, base, scale float32, style RopeStyle) {
+	thetaScale := float32(math.Pow(float64(base), float64(-2/float32(dims))))
+	freqScale := 1 / scale
+	var cs [2 * 256]float32 // cos, sin per pair; head dims above 512 fall back to the heap
+	var cache []float32
+	if dims <= 512 {
+		cache = cs[:dims]
+	} else {
+		cache = make([]float32, dims)
+	}
+	theta := float32(pos)
+	for i := 0; i < dims; i += 2 {
+		th := freqScale * theta
+		cache[i] = float32(math.Cos(float64(th)))
+		cache[i+1] = float32(math.Sin(float64(th)))
+		theta *= thetaScale
+	}
+	for h := 0; h < n; h++ {
+		v := x[h*hd : (h+1)*hd]
+		for i := 0; i < dims; i += 2 {
+			c, s := cache[i], cache[i+1]
+			a, b := i, i+1
+			if style == RopeNeoX {
+				a, b = i/2, i/2+dims/2
+			}
+			x0, x1 := v[a], v[b]
+			v[a] = x0*c - x1*s
+			v[b] = x0*s + x1*c
+		}
+	}
+}
