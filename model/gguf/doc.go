@@ -17,7 +17,8 @@
 // bytes, not copies: for Open, of the read-only mapping (writing to them
 // faults); for Parse, of the caller's slice, which must stay unmodified while
 // the File is used. Close unmaps the file and sets every Tensor.Data to nil;
-// views taken before Close must not be used after it. On platforms other than
+// views taken before Close must not be used after it. A mapped file must not
+// be truncated or rewritten while it is open. On platforms other than
 // Linux and Darwin, Open reads the whole file into memory instead.
 //
 // # Validation

@@ -112,6 +112,15 @@ func (d *decoder) count(what string, limit int, limitName string, minBytes int) 
 	return int(n), nil
 }
 
+// prefixed adds context to the message of an *Error. Building the context
+// only on failure keeps the per-item cost of parsing low.
+func prefixed(err error, format string, args ...any) error {
+	if e, ok := err.(*Error); ok {
+		e.Msg = fmt.Sprintf(format, args...) + e.Msg
+	}
+	return err
+}
+
 // str reads a string of at most limit bytes. The bytes are copied.
 func (d *decoder) str(what string, limit int) (string, error) {
 	off := d.off
@@ -325,12 +334,12 @@ func (d *decoder) readKVs(f *File, n int) error {
 	for i := range n {
 		d.key = ""
 		keyOff := d.off
-		key, err := d.str(fmt.Sprintf("key %d of %d", i, n), MaxNameLen)
+		key, err := d.str("key", MaxNameLen)
 		if err != nil {
-			return err
+			return prefixed(err, "kv %d of %d: ", i, n)
 		}
 		if key == "" {
-			return d.errAt(keyOff, ErrCorrupt, "key %d of %d is empty", i, n)
+			return d.errAt(keyOff, ErrCorrupt, "kv %d of %d: empty key", i, n)
 		}
 		d.key = key
 		if _, dup := f.kvIndex[key]; dup {
@@ -392,9 +401,9 @@ func (d *decoder) readTensorInfos(f *File, n int) ([]int, error) {
 	for i := range n {
 		d.tensor = ""
 		nameOff := d.off
-		name, err := d.str(fmt.Sprintf("tensor %d of %d: name", i, n), MaxNameLen)
+		name, err := d.str("name", MaxNameLen)
 		if err != nil {
-			return nil, err
+			return nil, prefixed(err, "tensor %d of %d: ", i, n)
 		}
 		if name == "" {
 			return nil, d.errAt(nameOff, ErrCorrupt, "tensor %d of %d: empty name", i, n)

@@ -26,7 +26,7 @@ type WriteTensor struct {
 // anything beyond the package's limits.
 func Write(w io.Writer, kvs []KV, tensors []WriteTensor) error {
 	for _, t := range tensors {
-		if _, err := infoSize(t); err != nil {
+		if _, err := infoSize(t, true); err != nil {
 			return err
 		}
 	}
@@ -58,9 +58,9 @@ func invalid(key, tensor, format string, args ...any) error {
 	return &Error{Offset: -1, Key: key, Tensor: tensor, Msg: fmt.Sprintf(format, args...), Err: ErrInvalidArgs}
 }
 
-// infoSize validates a tensor description, and len(Data) unless it is nil,
-// and returns its size in bytes.
-func infoSize(t WriteTensor) (uint64, error) {
+// infoSize validates a tensor description, and len(Data) if checkData is
+// set, and returns its size in bytes.
+func infoSize(t WriteTensor, checkData bool) (uint64, error) {
 	if t.Name == "" {
 		return 0, invalid("", "", "empty tensor name")
 	}
@@ -77,7 +77,7 @@ func infoSize(t WriteTensor) (uint64, error) {
 	if msg != "" {
 		return 0, invalid("", t.Name, "%s", msg)
 	}
-	if t.Data != nil && uint64(len(t.Data)) != size {
+	if checkData && uint64(len(t.Data)) != size {
 		return 0, invalid("", t.Name, "%d bytes of data, want %d for %s %v", len(t.Data), size, t.Type, t.Dims)
 	}
 	return size, nil
@@ -122,8 +122,7 @@ func NewEncoder(w io.Writer, kvs []KV, tensors []WriteTensor) (*Encoder, error) 
 			return nil, invalid("", t.Name, "duplicate tensor name")
 		}
 		seen[t.Name] = true
-		t.Data = nil
-		size, err := infoSize(t)
+		size, err := infoSize(t, false)
 		if err != nil {
 			return nil, err
 		}

@@ -225,6 +225,7 @@ func TestWriteInvalid(t *testing.T) {
 		{"zero dim", nil, []WriteTensor{{Name: "x", Type: ggml.F32, Dims: []uint64{1, 0}, Data: []byte{}}}, "dimension 1 is 0"},
 		{"block", nil, []WriteTensor{{Name: "x", Type: ggml.Q4_0, Dims: []uint64{33}, Data: make([]byte, 18)}}, "not a multiple"},
 		{"size", nil, []WriteTensor{{Name: "x", Type: ggml.F16, Dims: []uint64{4}, Data: make([]byte, 4)}}, "4 bytes of data, want 8"},
+		{"nil data", nil, []WriteTensor{{Name: "x", Type: ggml.F32, Dims: []uint64{2}}}, "0 bytes of data, want 8"},
 		{"overflow", nil, []WriteTensor{{Name: "x", Type: ggml.F32, Dims: []uint64{1 << 32, 1 << 32}, Data: []byte{}}}, "overflow"},
 	} {
 		var buf bytes.Buffer
