@@ -1,0 +1,740 @@
+package sched
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/strata-llm/strata/kv"
+)
+
+type state uint8
+
+const (
+	waiting state = iota + 1
+	running
+	ended // ended, its Update not yet returned by Step
+)
+
+// lost is the internal reason for lost work: the sequence's tombstone says
+// Failed and the request is requeued, or fails after MaxRetries.
+const lost Reason = 255
+
+// request is a request's state for its whole life.
+type request struct {
+	id        RequestID
+	tokens    []int32 // prompt, then generated tokens
+	prompt    int
+	maxTokens int
+	stop      []int32
+	order     uint64 // Add order; the waiting list is sorted by it
+
+	queueDue    time.Time // first admission deadline, while hasQueueDue
+	hasQueueDue bool
+	deadline    time.Time
+	hasDeadline bool
+	heapIdx     int // position in the deadline heap, -1 when absent
+
+	state    state
+	seq      *sequence // live sequence while running
+	tries    int       // sequences lost with their batch
+	reason   Reason    // when ended
+	reported int       // tokens[:reported] were returned in Updates
+	dirty    bool      // in Scheduler.dirty
+	tomb     int       // index in Scheduler.tombs of the tombstone its ending emitted, or -1
+
+	prev, next *request // waiting list links
+}
+
+// sequence is one admission of a request.
+type sequence struct {
+	id        SeqID
+	req       *request
+	scheduled int  // positions dispatched: r.tokens[:scheduled]
+	computed  int  // positions whose results came back
+	capacity  int  // positions its block table covers
+	dead      bool // ended; rows and queue entries naming it are ignored
+	prefill   bool // in Scheduler.prefill
+	seen      int  // scratch for CheckInvariants
+
+	prev, next *sequence // running list links
+}
+
+// recRow is the scheduler's record of one dispatched row.
+type recRow struct {
+	seq    *sequence
+	pos, n int
+	first  bool
+	sample bool
+}
+
+// batchRec is the record of one batch being built or in flight.
+type batchRec struct {
+	id   BatchID
+	sent time.Time
+	rows []recRow
+}
+
+// Scheduler decides what the pipeline computes. See the package
+// documentation for the calling contract.
+type Scheduler struct {
+	cfg         Config
+	maxInFlight int
+	kv          *kv.Allocator
+
+	reqs map[RequestID]*request
+
+	// Waiting list, sorted by Add order: requeued requests go back ahead of
+	// newer ones.
+	waitHead, waitTail *request
+	nWaiting           int
+	waitingTokens      int
+
+	// Running list: live sequences by ascending ID (admission order), so the
+	// tail is the youngest.
+	runHead, runTail *sequence
+	nRunning         int
+
+	decode  []*sequence // FIFO of sequences whose next token arrived (dead ones skipped)
+	decHead int
+	prefill []*sequence // sequences with prompt left to dispatch, admission order
+
+	deadlines []*request // min-heap by due()
+
+	building []*batchRec
+	inflight []*batchRec // dispatched, by ascending ID
+	spare    []*batchRec
+
+	tombs []Tombstone
+	dirty []*request
+
+	nextSeq   SeqID
+	nextBatch BatchID
+	nextOrder uint64
+	blocked   bool // admission failed in this Step: FCFS admits no one behind the head
+
+	stats Stats
+}
+
+// New returns an empty scheduler with its own block allocator.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a, err := kv.New(cfg.KV)
+	if err != nil {
+		return nil, fmt.Errorf("sched: %w", err)
+	}
+	return &Scheduler{
+		cfg:         cfg,
+		maxInFlight: cfg.inFlight(),
+		kv:          a,
+		reqs:        make(map[RequestID]*request),
+		nextSeq:     cfg.FirstSeq,
+		nextBatch:   1,
+	}, nil
+}
+
+// Add queues a request. It refuses, changing nothing, a request that can
+// never run (*LimitError wrapping ErrNeverFits), one that finds the waiting
+// queue full (*LimitError wrapping ErrQueueFull), a duplicate ID
+// (ErrDuplicate) and a malformed request (ErrInvalid).
+func (s *Scheduler) Add(req Request) error {
+	switch {
+	case len(req.Prompt) == 0:
+		return fmt.Errorf("%w: request %d has an empty prompt", ErrInvalid, req.ID)
+	case req.MaxTokens < 1:
+		return fmt.Errorf("%w: request %d: max_tokens must be >= 1, got %d", ErrInvalid, req.ID, req.MaxTokens)
+	case req.Arrival.IsZero():
+		return fmt.Errorf("%w: request %d has no arrival time", ErrInvalid, req.ID)
+	}
+	if _, ok := s.reqs[req.ID]; ok {
+		return fmt.Errorf("%w: %d", ErrDuplicate, req.ID)
+	}
+	p, m := len(req.Prompt), req.MaxTokens
+	what := fmt.Sprintf("prompt %d + max_tokens %d", p, m)
+	if p+m > s.cfg.MaxModelLen {
+		return &LimitError{Err: ErrNeverFits, What: what, Limit: "max_model_len", Got: p + m, Max: s.cfg.MaxModelLen}
+	}
+	// The last token is never fed back, so it needs no KV position.
+	if pool := s.cfg.KV.Blocks * s.cfg.KV.BlockSize; p+m-1 > pool {
+		return &LimitError{Err: ErrNeverFits, What: what + " - 1", Limit: "kv_positions", Got: p + m - 1, Max: pool}
+	}
+	if p > s.cfg.MaxWaitingTokens {
+		return &LimitError{Err: ErrNeverFits, What: fmt.Sprintf("prompt %d", p), Limit: "max_waiting_tokens", Got: p, Max: s.cfg.MaxWaitingTokens}
+	}
+	if s.nWaiting+1 > s.cfg.MaxWaiting {
+		return &LimitError{Err: ErrQueueFull, What: fmt.Sprintf("waiting %d + 1", s.nWaiting), Limit: "max_waiting", Got: s.nWaiting + 1, Max: s.cfg.MaxWaiting}
+	}
+	if s.waitingTokens+p > s.cfg.MaxWaitingTokens {
+		return &LimitError{Err: ErrQueueFull, What: fmt.Sprintf("waiting tokens %d + prompt %d", s.waitingTokens, p), Limit: "max_waiting_tokens", Got: s.waitingTokens + p, Max: s.cfg.MaxWaitingTokens}
+	}
+
+	tokens := make([]int32, p, p+m)
+	copy(tokens, req.Prompt)
+	r := &request{
+		id:        req.ID,
+		tokens:    tokens,
+		prompt:    p,
+		maxTokens: m,
+		stop:      slices.Clone(req.Stop),
+		order:     s.nextOrder,
+		heapIdx:   -1,
+		tomb:      -1,
+		reported:  p,
+	}
+	s.nextOrder++
+	if s.cfg.QueueTimeout > 0 {
+		r.queueDue, r.hasQueueDue = req.Arrival.Add(s.cfg.QueueTimeout), true
+	}
+	switch {
+	case !req.Deadline.IsZero():
+		r.deadline, r.hasDeadline = req.Deadline, true
+	case s.cfg.RequestTimeout > 0:
+		r.deadline, r.hasDeadline = req.Arrival.Add(s.cfg.RequestTimeout), true
+	}
+	s.reqs[r.id] = r
+	s.enqueue(r)
+	s.heapUpdate(r)
+	s.stats.Added++
+	return nil
+}
+
+// Abort ends a request wherever it is, with reason Aborted, Timeout, Failed,
+// or Stop (the HTTP layer matched a stop string). Its live sequence, if any,
+// is removed from every structure, its blocks are freed and one tombstone is
+// emitted. Aborting an unknown or ended request does nothing, except that an
+// abort wins over a natural finish (Stop or Length) not yet returned by Step:
+// the request's and the tombstone's reason become the abort's. Any other
+// reason returns ErrInvalid.
+func (s *Scheduler) Abort(id RequestID, reason Reason) error {
+	switch reason {
+	case Stop, Aborted, Timeout, Failed:
+	default:
+		return fmt.Errorf("%w: abort reason %v", ErrInvalid, reason)
+	}
+	r, ok := s.reqs[id]
+	if !ok {
+		return nil
+	}
+	if r.state == ended {
+		if r.reason.Finished() && !reason.Finished() {
+			r.reason = reason
+			if r.tomb >= 0 {
+				s.tombs[r.tomb].Reason = reason
+			}
+		}
+		return nil
+	}
+	s.end(r, reason)
+	return nil
+}
+
+// Complete takes a batch's result: every stage has computed its rows, and
+// each row that asked carries a sampled token. The tokens are appended to
+// their requests, which finish on a stop token or on their length; a request
+// past its deadline at now ends with Timeout instead. Rows of dead sequences
+// are ignored, and so is a result for a batch that was already retired
+// (failed, reclaimed or completed). A sampled row missing its token counts as
+// lost work.
+func (s *Scheduler) Complete(res Result, now time.Time) {
+	b := s.retire(res.Batch)
+	if b == nil {
+		s.stats.Ignored++
+		return
+	}
+	j := 0
+	for _, row := range b.rows {
+		seq := row.seq
+		var tok int32
+		got := false
+		if row.sample {
+			tok, got, j = findSample(res.Samples, j, seq.id)
+		}
+		if seq.dead {
+			if got {
+				s.stats.Ignored++
+			}
+			continue
+		}
+		r := seq.req
+		if end := row.pos + row.n; end > seq.computed {
+			seq.computed = end
+			s.kv.Commit(seq.id, r.tokens[:end])
+		}
+		if !row.sample {
+			continue
+		}
+		switch {
+		case !got:
+			s.end(r, lost)
+			continue
+		case r.hasDeadline && !now.Before(r.deadline):
+			s.end(r, Timeout)
+			continue
+		}
+		r.tokens = append(r.tokens, tok)
+		s.markDirty(r)
+		switch {
+		case slices.Contains(r.stop, tok):
+			s.end(r, Stop)
+		case len(r.tokens)-r.prompt >= r.maxTokens || len(r.tokens) >= s.cfg.MaxModelLen:
+			s.end(r, Length)
+		default:
+			s.decode = append(s.decode, seq)
+		}
+	}
+	s.recycle(b)
+}
+
+// findSample finds seq's token, looking at samples[j] first (results come in
+// row order) and then everywhere.
+func findSample(samples []Sample, j int, seq SeqID) (int32, bool, int) {
+	if j < len(samples) && samples[j].Seq == seq {
+		return samples[j].Token, true, j + 1
+	}
+	for _, sm := range samples {
+		if sm.Seq == seq {
+			return sm.Token, true, j
+		}
+	}
+	return 0, false, j
+}
+
+// BatchFailed takes a report of lost work. The sequences named (all of the
+// batch's when f.Seqs is empty, which also retires the batch) are tombstoned
+// with reason Failed and their requests requeued, or failed after
+// MaxRetries. Nothing is retried in place. A report for a retired batch or a
+// dead sequence is ignored.
+func (s *Scheduler) BatchFailed(f Failure) {
+	var b *batchRec
+	if len(f.Seqs) == 0 {
+		b = s.retire(f.Batch)
+	} else if i := s.findInflight(f.Batch); i >= 0 {
+		b = s.inflight[i]
+	}
+	if b == nil {
+		s.stats.Ignored++
+		return
+	}
+	for _, row := range b.rows {
+		if row.seq.dead {
+			continue
+		}
+		if len(f.Seqs) == 0 || slices.Contains(f.Seqs, row.seq.id) {
+			s.end(row.seq.req, lost)
+		}
+	}
+	if len(f.Seqs) == 0 {
+		s.recycle(b)
+	}
+}
+
+// Step judges deadlines and reclaims lost batches at now, forms the
+// micro-batches the in-flight limit allows, and returns them with every
+// tombstone and update recorded since the previous Step. The Output is new
+// and belongs to the caller.
+func (s *Scheduler) Step(now time.Time) Output {
+	var out Output
+	s.StepInto(now, &out)
+	return out
+}
+
+// StepInto is Step writing into out, reusing the memory of out's previous
+// contents: a loop that hands back each Output once it has sent it allocates
+// almost nothing per Step. The caller must not use out's previous contents
+// any more; out still belongs to the caller, and the scheduler keeps no
+// reference to it.
+func (s *Scheduler) StepInto(now time.Time, out *Output) {
+	s.expire(now)
+	s.reclaim(now)
+	s.blocked = false
+	s.building = s.building[:0]
+	for len(s.inflight)+len(s.building) < s.maxInFlight {
+		b := s.newBatch()
+		s.fill(b)
+		if len(b.rows) == 0 {
+			s.recycle(b)
+			break
+		}
+		s.building = append(s.building, b)
+	}
+	s.emit(now, out)
+}
+
+// end is the one way anything ends. It removes r's live sequence from every
+// structure, frees its blocks and records its tombstone; then it requeues r
+// (Preempted, or lost work within MaxRetries) or ends it and records its
+// final Update.
+func (s *Scheduler) end(r *request, reason Reason) {
+	r.tomb = -1
+	if seq := r.seq; seq != nil {
+		tr := reason
+		if tr == lost {
+			tr = Failed
+		}
+		seq.dead = true
+		s.removeRunning(seq)
+		s.kv.End(seq.id)
+		r.seq = nil
+		r.tomb = len(s.tombs)
+		s.tombs = append(s.tombs, Tombstone{Seq: seq.id, Reason: tr})
+		s.stats.Tombstones[tr]++
+	}
+	if r.state == waiting {
+		s.unlink(r)
+	}
+	switch reason {
+	case Preempted:
+		s.stats.Preemptions++
+		s.enqueue(r)
+		return
+	case lost:
+		r.tries++
+		if r.tries <= s.cfg.MaxRetries {
+			s.stats.Retries++
+			s.enqueue(r)
+			return
+		}
+		reason = Failed
+	}
+	r.state = ended
+	r.reason = reason
+	s.heapRemove(r)
+	s.markDirty(r)
+	s.stats.Ended++
+}
+
+// expire ends every request whose queue timeout or deadline has passed.
+func (s *Scheduler) expire(now time.Time) {
+	for len(s.deadlines) > 0 {
+		r := s.deadlines[0]
+		if now.Before(r.due()) {
+			return
+		}
+		s.end(r, Timeout)
+	}
+}
+
+// reclaim fails the in-flight batches dispatched ReclaimTimeout or longer
+// ago: their results are taken as lost.
+func (s *Scheduler) reclaim(now time.Time) {
+	for i := 0; i < len(s.inflight); {
+		b := s.inflight[i]
+		if now.Before(b.sent.Add(s.cfg.ReclaimTimeout)) {
+			i++
+			continue
+		}
+		s.stats.Reclaimed++
+		s.BatchFailed(Failure{Batch: b.id, Reason: "reclaimed"})
+	}
+}
+
+// fill puts work into b: decodes first, then the next chunks of running
+// prefills, then admissions from the head of the waiting list.
+func (s *Scheduler) fill(b *batchRec) {
+	tokens, rows := s.cfg.MaxBatchTokens, s.cfg.MaxBatchRows
+	for rows > 0 && tokens > 0 && s.decHead < len(s.decode) {
+		seq := s.decode[s.decHead]
+		s.decode[s.decHead] = nil
+		s.decHead++
+		if seq.dead || !s.grow(seq, seq.scheduled+1) {
+			continue
+		}
+		b.rows = append(b.rows, recRow{seq: seq, pos: seq.scheduled, n: 1, sample: true})
+		seq.scheduled++
+		rows--
+		tokens--
+	}
+	if s.decHead == len(s.decode) {
+		s.decode, s.decHead = s.decode[:0], 0
+	} else if s.decHead > 256 && s.decHead > len(s.decode)/2 {
+		n := copy(s.decode, s.decode[s.decHead:])
+		clear(s.decode[n:])
+		s.decode, s.decHead = s.decode[:n], 0
+	}
+
+	for _, seq := range s.prefill {
+		if rows == 0 || tokens == 0 {
+			break
+		}
+		if seq.dead {
+			continue
+		}
+		tokens -= s.chunk(b, seq, tokens, false)
+		rows--
+	}
+	s.prefill = slices.DeleteFunc(s.prefill, func(seq *sequence) bool {
+		if seq.dead || seq.scheduled == len(seq.req.tokens) {
+			seq.prefill = false
+			return true
+		}
+		return false
+	})
+
+	for rows > 0 && tokens > 0 && !s.blocked && s.waitHead != nil {
+		seq := s.admit(s.waitHead)
+		if seq == nil {
+			s.blocked = true
+			break
+		}
+		tokens -= s.chunk(b, seq, tokens, true)
+		rows--
+		if seq.scheduled < len(seq.req.tokens) {
+			seq.prefill = true
+			s.prefill = append(s.prefill, seq)
+		}
+	}
+}
+
+// chunk adds seq's next prefill chunk, at most budget tokens, to b and
+// returns its length. The blocks were allocated at admission.
+func (s *Scheduler) chunk(b *batchRec, seq *sequence, budget int, first bool) int {
+	n := min(len(seq.req.tokens)-seq.scheduled, budget)
+	b.rows = append(b.rows, recRow{
+		seq:    seq,
+		pos:    seq.scheduled,
+		n:      n,
+		first:  first,
+		sample: seq.scheduled+n == len(seq.req.tokens),
+	})
+	seq.scheduled += n
+	return n
+}
+
+// grow makes seq's table cover positions, preempting the youngest running
+// sequences (seq itself last) until it does, and admitting no one else in
+// this Step once it had to. It reports whether seq lives.
+func (s *Scheduler) grow(seq *sequence, positions int) bool {
+	if positions <= seq.capacity {
+		return true
+	}
+	for {
+		if s.kv.Extend(seq.id, positions) == nil {
+			seq.capacity = s.kv.Len(seq.id) * s.cfg.KV.BlockSize
+			return true
+		}
+		victim := s.runTail
+		s.end(victim.req, Preempted)
+		s.blocked = true // admitting now would only feed the next preemption
+		if victim == seq {
+			return false
+		}
+	}
+}
+
+// admit gives r a new sequence with blocks for all its tokens, or returns nil
+// when the allocator cannot supply them (keeping WatermarkBlocks free while
+// others run). A prefix-cache hit starts the sequence past the cached
+// positions.
+func (s *Scheduler) admit(r *request) *sequence {
+	reserve := 0
+	if s.nRunning > 0 {
+		reserve = s.cfg.WatermarkBlocks
+	}
+	// Every admission needs at least one new block: the last token is never
+	// served from the cache. Checking first keeps a blocked head cheap.
+	if s.kv.Available() < 1+reserve {
+		return nil
+	}
+	var prefix []int32
+	if s.cfg.KV.PrefixCaching {
+		prefix = r.tokens[:len(r.tokens)-1]
+	}
+	cached, err := s.kv.Allocate(s.nextSeq, prefix, len(r.tokens), reserve)
+	if err != nil {
+		return nil
+	}
+	seq := &sequence{id: s.nextSeq, req: r, scheduled: cached, computed: cached,
+		capacity: s.kv.Len(s.nextSeq) * s.cfg.KV.BlockSize}
+	s.nextSeq++
+	s.unlink(r)
+	r.state = running
+	r.seq = seq
+	if r.hasQueueDue {
+		r.hasQueueDue = false
+		s.heapUpdate(r)
+	}
+	seq.prev = s.runTail
+	if s.runTail == nil {
+		s.runHead = seq
+	} else {
+		s.runTail.next = seq
+	}
+	s.runTail = seq
+	s.nRunning++
+	return seq
+}
+
+// emit turns the batches built in this Step into Output, with the pending
+// tombstones and updates. Rows of sequences that died while building (by
+// preemption) are dropped first.
+func (s *Scheduler) emit(now time.Time, out *Output) {
+	out.reset()
+	nb, nrows, ntok, nblk := 0, 0, 0, 0
+	for _, b := range s.building {
+		b.rows = slices.DeleteFunc(b.rows, func(row recRow) bool { return row.seq.dead })
+		if len(b.rows) == 0 {
+			s.recycle(b)
+			continue
+		}
+		s.building[nb] = b
+		nb++
+		nrows += len(b.rows)
+		for _, row := range b.rows {
+			ntok += row.n
+			nblk += s.kv.BlocksFor(row.pos + row.n)
+		}
+	}
+	clear(s.building[nb:])
+	s.building = s.building[:nb]
+	if nb > 0 {
+		out.Batches = grow(out.Batches, nb)
+		out.rows = grow(out.rows, nrows)
+		out.toks = grow(out.toks, ntok)
+		out.blks = grow(out.blks, nblk)[:0]
+		rows, toks, blks := out.rows, out.toks, out.blks
+		for i, b := range s.building {
+			b.id, b.sent = s.nextBatch, now
+			s.nextBatch++
+			s.inflight = append(s.inflight, b)
+			out.Batches[i] = Batch{ID: b.id, Rows: rows[:len(b.rows):len(b.rows)]}
+			for k, row := range b.rows {
+				seq := row.seq
+				t := toks[:row.n:row.n]
+				toks = toks[row.n:]
+				copy(t, seq.req.tokens[row.pos:row.pos+row.n])
+				start := len(blks)
+				blks = s.kv.AppendTable(blks, seq.id, s.kv.BlocksFor(row.pos+row.n))
+				rows[k] = Row{
+					Request: seq.req.id,
+					Seq:     seq.id,
+					Pos:     row.pos,
+					First:   row.first,
+					Tokens:  t,
+					Blocks:  blks[start:len(blks):len(blks)],
+					Sample:  row.sample,
+				}
+			}
+			rows = rows[len(b.rows):]
+		}
+		s.building = s.building[:0]
+	}
+	if len(s.tombs) > 0 {
+		out.Tombstones = append(out.Tombstones[:0], s.tombs...)
+		s.tombs = s.tombs[:0]
+	}
+	if len(s.dirty) > 0 {
+		n := 0
+		for _, r := range s.dirty {
+			n += len(r.tokens) - r.reported
+		}
+		out.updToks = grow(out.updToks, n)
+		toks := out.updToks
+		out.Updates = grow(out.Updates, len(s.dirty))
+		for i, r := range s.dirty {
+			k := copy(toks, r.tokens[r.reported:])
+			u := Update{Request: r.id, Tokens: toks[:k:k]}
+			toks = toks[k:]
+			if k == 0 {
+				u.Tokens = nil
+			}
+			r.reported = len(r.tokens)
+			r.dirty = false
+			r.tomb = -1
+			if r.state == ended {
+				u.Done, u.Reason = true, r.reason
+				delete(s.reqs, r.id)
+			}
+			out.Updates[i] = u
+		}
+		clear(s.dirty)
+		s.dirty = s.dirty[:0]
+	}
+}
+
+// grow returns a slice of length n, reusing buf when it is large enough.
+func grow[T any](buf []T, n int) []T {
+	if cap(buf) >= n {
+		return buf[:n]
+	}
+	return make([]T, n, n+n/4)
+}
+
+func (s *Scheduler) markDirty(r *request) {
+	if !r.dirty {
+		r.dirty = true
+		s.dirty = append(s.dirty, r)
+	}
+}
+
+func (s *Scheduler) removeRunning(seq *sequence) {
+	if seq.prev == nil && s.runHead != seq {
+		panic(fmt.Sprintf("sched: sequence %d of request %d is not running", seq.id, seq.req.id))
+	}
+	if seq.prev == nil {
+		s.runHead = seq.next
+	} else {
+		seq.prev.next = seq.next
+	}
+	if seq.next == nil {
+		s.runTail = seq.prev
+	} else {
+		seq.next.prev = seq.prev
+	}
+	seq.prev, seq.next = nil, nil
+	s.nRunning--
+}
+
+func (s *Scheduler) newBatch() *batchRec {
+	if n := len(s.spare); n > 0 {
+		b := s.spare[n-1]
+		s.spare = s.spare[:n-1]
+		return b
+	}
+	return &batchRec{}
+}
+
+func (s *Scheduler) recycle(b *batchRec) {
+	clear(b.rows)
+	b.rows = b.rows[:0]
+	b.id = 0
+	s.spare = append(s.spare, b)
+}
+
+func (s *Scheduler) findInflight(id BatchID) int {
+	for i, b := range s.inflight {
+		if b.id == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// retire removes batch id from the in-flight list and returns it, or nil.
+func (s *Scheduler) retire(id BatchID) *batchRec {
+	i := s.findInflight(id)
+	if i < 0 {
+		return nil
+	}
+	b := s.inflight[i]
+	s.inflight = slices.Delete(s.inflight, i, i+1)
+	return b
+}
+
+// Stats returns a snapshot of the scheduler and its allocator.
+func (s *Scheduler) Stats() Stats {
+	st := s.stats
+	st.Waiting = s.nWaiting
+	st.WaitingTokens = s.waitingTokens
+	st.Running = s.nRunning
+	st.InFlight = len(s.inflight)
+	st.KV = s.kv.Stats()
+	return st
+}
+
+// Pending reports whether any request is waiting or running, or any batch is
+// in flight: whether the caller should keep calling Step.
+func (s *Scheduler) Pending() bool {
+	return s.nWaiting > 0 || s.nRunning > 0 || len(s.inflight) > 0 || len(s.tombs) > 0 || len(s.dirty) > 0
+}
