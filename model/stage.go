@@ -28,6 +28,10 @@ type Backend interface {
 	Parallel(n int, fn func(worker, i int))
 	// Workers is the number of workers Parallel uses.
 	Workers() int
+	// SwiGLU sets gate[i] = silu(gate[i]) * up[i] = gate[i] / (1 +
+	// e^-gate[i]) * up[i] for i < len(gate). The result depends only on
+	// gate[i] and up[i].
+	SwiGLU(gate, up []float32)
 }
 
 // KV stores keys and values for the layers of one stage, in blocks of
@@ -242,7 +246,7 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	gate, up := s.gate[:T*FF], s.up[:T*FF]
 	s.be.MatMul(L.Gate, h, T, gate)
 	s.be.MatMul(L.Up, h, T, up)
-	s.be.Parallel(T, func(_, t int) { swiGLU(gate[t*FF:(t+1)*FF], up[t*FF:(t+1)*FF]) })
+	s.be.Parallel(T, func(_, t int) { s.be.SwiGLU(gate[t*FF:(t+1)*FF], up[t*FF:(t+1)*FF]) })
 	s.be.MatMul(L.Down, gate, T, out)
 	addTo(x, out)
 }
@@ -301,14 +305,6 @@ func addTo(dst, src []float32) {
 	}
 }
 
-// swiGLU sets gate = silu(gate) * up.
-func swiGLU(gate, up []float32) {
-	up = up[:len(gate)]
-	for i, g := range gate {
-		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
-	}
-}
-
 // ropeHeads rotates the first dims dimensions of each of n heads of width hd
 // by position pos, as ggml's rope does (theta advanced by repeated
 // multiplication in float32, positions divided by the linear scale).
@@ -343,3 +339,6 @@ func ropeHeads(x []float32, n, hd, dims, pos int, base, scale float32, style Rop
 		}
 	}
 }
+
+// Range returns the stage's layers [first, last).
+func (s *Stage) Range() (first, last int) { return s.first, s.last }

@@ -1,0 +1,420 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-llm/strata/kv"
+	"github.com/strata-llm/strata/model/sample"
+	"github.com/strata-llm/strata/sched"
+	"github.com/strata-llm/strata/transport"
+)
+
+// Errors Submit returns; the HTTP layer maps them to status codes.
+var (
+	ErrQueueFull = sched.ErrQueueFull                                // 429
+	ErrNeverFits = sched.ErrNeverFits                                // 400
+	ErrStopped   = errors.New("coordinator: not accepting requests") // 503
+)
+
+// EngineConfig configures the loop that owns the scheduler.
+type EngineConfig struct {
+	Sched sched.Config // KV and Stages are taken from the pipeline
+	Epoch uint64       // stamped on every batch
+	// StreamLimit is how many tokens a client may leave unread before its
+	// request is aborted, so the loop never waits for a reader.
+	StreamLimit int
+	// Tick is how often the loop steps with no other event, to judge
+	// deadlines and reclaim lost batches.
+	Tick time.Duration
+	Log  *slog.Logger
+}
+
+// DefaultEngineConfig returns the loop's defaults.
+func DefaultEngineConfig() EngineConfig {
+	return EngineConfig{
+		Sched: sched.DefaultConfig(),
+		// 4096 tokens: minutes of output for a streaming client; only a
+		// reader that has stopped reading falls that far behind.
+		StreamLimit: 4096,
+		// 20 ms: deadlines are judged within a fraction of an inter-token
+		// interval, at negligible cost for an idle loop.
+		Tick: 20 * time.Millisecond,
+		Log:  slog.New(slog.DiscardHandler),
+	}
+}
+
+// GenParams is a validated, tokenized request.
+type GenParams struct {
+	ID        string // request ID (X-Request-ID)
+	Prompt    []int32
+	MaxTokens int
+	Sample    sample.Params
+	Logprobs  bool    // report each token's logprob (and Sample.TopLogprobs alternatives)
+	Stop      []int32 // token IDs that end generation (the model's end-of-generation tokens)
+	Deadline  time.Time
+}
+
+// EngineStats is a snapshot of the loop for metrics and /v1/cluster.
+type EngineStats struct {
+	Running, Waiting, InFlight int
+	KV                         kv.Stats
+	Tombstones                 map[string]uint64
+	Preemptions                uint64
+	GeneratedTokens            uint64
+	PromptTokens               uint64
+	LastStep                   time.Time // when a batch last completed
+}
+
+type submission struct {
+	p     GenParams
+	s     *Stream
+	reply chan error // size 1: the loop never waits for the submitter
+}
+
+type abortMsg struct {
+	id     sched.RequestID
+	reason sched.Reason
+}
+
+type live struct {
+	s         *Stream
+	p         GenParams
+	promptLen int
+	delivered int           // tokens pushed to the stream
+	logprobs  map[int]Token // output index → token with logprobs, until delivered
+}
+
+type rowInfo struct {
+	req    sched.RequestID
+	seq    uint64
+	outIdx int // output index of the token this row samples
+}
+
+// Engine is the coordinator's loop: it owns the scheduler (and so the KV
+// allocator), turns requests, aborts and results into scheduler events, and
+// dispatches batches to the pipeline. Only Run's goroutine touches the
+// scheduler; everything else talks to it through channels.
+type Engine struct {
+	cfg  EngineConfig
+	pipe Pipeline
+	s    *sched.Scheduler
+
+	submit   chan submission
+	abort    chan abortMsg
+	draining atomic.Bool
+	stopped  chan struct{} // closed when Run returns
+	stats    atomic.Pointer[EngineStats]
+
+	// Loop-owned.
+	nextID    sched.RequestID
+	reqs      map[sched.RequestID]*live
+	inflight  map[uint64][]rowInfo
+	genTok    uint64
+	promptTok uint64
+	lastStep  time.Time
+}
+
+// NewEngine returns a loop over pipe; Run starts it.
+func NewEngine(cfg EngineConfig, pipe Pipeline) (*Engine, error) {
+	sc := cfg.Sched
+	sc.Stages = pipe.Stages()
+	sc.KV.Blocks = pipe.Blocks()
+	sc.KV.BlockSize = pipe.BlockSize()
+	s, err := sched.New(sc)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.StreamLimit <= 0 {
+		return nil, fmt.Errorf("coordinator: StreamLimit must be > 0, got %d", cfg.StreamLimit)
+	}
+	if cfg.Tick <= 0 {
+		return nil, fmt.Errorf("coordinator: Tick must be > 0, got %v", cfg.Tick)
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	cfg.Sched = sc
+	e := &Engine{
+		cfg: cfg, pipe: pipe, s: s,
+		submit:   make(chan submission),
+		abort:    make(chan abortMsg),
+		stopped:  make(chan struct{}),
+		nextID:   1,
+		reqs:     map[sched.RequestID]*live{},
+		inflight: map[uint64][]rowInfo{},
+	}
+	e.publish()
+	return e, nil
+}
+
+// Config returns the engine's configuration (with the pipeline's KV shape).
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// Drain stops admitting: Submit returns ErrStopped from now on, while
+// requests already admitted run to their end.
+func (e *Engine) Drain() { e.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (e *Engine) Draining() bool { return e.draining.Load() }
+
+// Stats returns the latest snapshot published by the loop.
+func (e *Engine) Stats() EngineStats { return *e.stats.Load() }
+
+// Submit hands a request to the loop and returns its token stream. It
+// returns a *sched.LimitError wrapping ErrQueueFull or ErrNeverFits when the
+// scheduler refuses, ErrStopped when the loop is not running.
+func (e *Engine) Submit(ctx context.Context, p GenParams) (*Stream, error) {
+	if e.draining.Load() {
+		return nil, ErrStopped
+	}
+	st := newStream(p.ID, e.cfg.StreamLimit)
+	sub := submission{p: p, s: st, reply: make(chan error, 1)}
+	select {
+	case e.submit <- sub:
+	case <-e.stopped:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case err := <-sub.reply:
+		if err != nil {
+			return nil, err
+		}
+		return st, nil
+	case <-e.stopped:
+		return nil, ErrStopped
+	}
+}
+
+// sendAbort tells the loop to end a request; it never blocks past the loop's
+// end.
+func (e *Engine) sendAbort(id sched.RequestID, r sched.Reason) {
+	select {
+	case e.abort <- abortMsg{id, r}:
+	case <-e.stopped:
+	}
+}
+
+// Run is the loop. It returns when ctx ends, after failing every request
+// still open.
+func (e *Engine) Run(ctx context.Context) error {
+	defer close(e.stopped)
+	tick := time.NewTicker(e.cfg.Tick)
+	defer tick.Stop()
+	results := e.pipe.Results()
+	for {
+		select {
+		case <-ctx.Done():
+			for _, l := range e.reqs {
+				l.s.finish(FinishFailed, errors.New("coordinator: shutting down"))
+			}
+			return nil
+		case sub := <-e.submit:
+			sub.reply <- e.add(sub, time.Now())
+		case a := <-e.abort:
+			if err := e.s.Abort(a.id, a.reason); err != nil {
+				e.cfg.Log.Error("abort", "request", a.id, "err", err)
+			}
+		case r := <-results:
+			e.complete(r, time.Now())
+		case <-tick.C:
+		}
+		e.step(time.Now())
+	}
+}
+
+func (e *Engine) add(sub submission, now time.Time) error {
+	id := e.nextID
+	e.nextID++
+	err := e.s.Add(sched.Request{
+		ID: id, Prompt: sub.p.Prompt, MaxTokens: sub.p.MaxTokens, Stop: sub.p.Stop,
+		Arrival: now, Deadline: sub.p.Deadline,
+	})
+	if err != nil {
+		return err
+	}
+	st := sub.s
+	st.Submitted = now
+	st.mu.Lock()
+	st.abort = func() { e.sendAbort(id, sched.Aborted) }
+	st.stop = func() { e.sendAbort(id, sched.Stop) }
+	st.mu.Unlock()
+	e.reqs[id] = &live{s: st, p: sub.p, promptLen: len(sub.p.Prompt)}
+	e.promptTok += uint64(len(sub.p.Prompt))
+	return nil
+}
+
+func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
+	rows := e.inflight[r.ID]
+	delete(e.inflight, r.ID)
+	if r.Lost {
+		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Reason: r.Reason})
+		return
+	}
+	if len(r.Dropped) > 0 {
+		seqs := make([]sched.SeqID, len(r.Dropped))
+		for i, d := range r.Dropped {
+			seqs[i] = sched.SeqID(d.Seq)
+		}
+		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Seqs: seqs, Reason: r.Dropped[0].Reason})
+	}
+	samples := make([]sched.Sample, len(r.Samples))
+	for i, sm := range r.Samples {
+		samples[i] = sched.Sample{Seq: sched.SeqID(sm.Seq), Token: sm.Token}
+		for _, ri := range rows {
+			if ri.seq != sm.Seq {
+				continue
+			}
+			if l := e.reqs[ri.req]; l != nil && l.p.Logprobs {
+				if l.logprobs == nil {
+					l.logprobs = map[int]Token{}
+				}
+				l.logprobs[ri.outIdx] = Token{ID: sm.Token, Logprob: sm.Logprob, Top: sm.Top}
+			}
+			break
+		}
+	}
+	e.lastStep = now
+	e.s.Complete(sched.Result{Batch: sched.BatchID(r.ID), Samples: samples}, now)
+}
+
+func (e *Engine) step(now time.Time) {
+	out := e.s.Step(now)
+	for _, u := range out.Updates {
+		e.update(u)
+	}
+	tombs := make([]transport.Tombstone, len(out.Tombstones))
+	for i, t := range out.Tombstones {
+		tombs[i] = transport.Tombstone{Epoch: e.cfg.Epoch, Seq: uint64(t.Seq), Reason: wireReason(t.Reason)}
+	}
+	if len(out.Batches) == 0 && len(tombs) > 0 {
+		// An empty batch carries tombstones through an idle pipeline; it
+		// has no scheduler ID, and its result is ignored.
+		if err := e.pipe.Dispatch(&transport.MicroBatch{Epoch: e.cfg.Epoch, Tombstones: tombs}); err != nil {
+			e.cfg.Log.Warn("dispatch tombstones", "err", err, "tombstones", len(tombs))
+		}
+	}
+	for i, b := range out.Batches {
+		wb := &transport.MicroBatch{Epoch: e.cfg.Epoch, ID: uint64(b.ID), Rows: make([]transport.Row, len(b.Rows))}
+		if i == 0 {
+			wb.Tombstones = tombs
+		}
+		info := make([]rowInfo, len(b.Rows))
+		for j, r := range b.Rows {
+			l := e.reqs[r.Request]
+			blocks := make([]int32, len(r.Blocks))
+			for k, bid := range r.Blocks {
+				blocks[k] = int32(bid)
+			}
+			wr := transport.Row{Seq: uint64(r.Seq), Pos: r.Pos, First: r.First, Tokens: r.Tokens, Blocks: blocks, Sample: r.Sample}
+			if r.First && l != nil {
+				p := l.p.Sample
+				wr.Params = &p
+			}
+			wb.Rows[j] = wr
+			outIdx := -1
+			if l != nil {
+				outIdx = r.Pos + len(r.Tokens) - l.promptLen
+			}
+			info[j] = rowInfo{req: r.Request, seq: uint64(r.Seq), outIdx: outIdx}
+		}
+		e.inflight[wb.ID] = info
+		if err := e.pipe.Dispatch(wb); err != nil {
+			e.cfg.Log.Warn("dispatch", "batch", wb.ID, "err", err)
+			delete(e.inflight, wb.ID)
+			e.s.BatchFailed(sched.Failure{Batch: b.ID, Reason: "dispatch: " + err.Error()})
+		}
+	}
+	if len(out.Updates) > 0 || len(out.Batches) > 0 || len(out.Tombstones) > 0 {
+		e.publish()
+	}
+}
+
+// update forwards one scheduler update to its client.
+func (e *Engine) update(u sched.Update) {
+	l := e.reqs[u.Request]
+	if l == nil {
+		return
+	}
+	if len(u.Tokens) > 0 {
+		toks := make([]Token, len(u.Tokens))
+		for i, id := range u.Tokens {
+			idx := l.delivered + i
+			if t, ok := l.logprobs[idx]; ok && t.ID == id {
+				toks[i] = t
+			} else {
+				toks[i] = Token{ID: id}
+			}
+			delete(l.logprobs, idx)
+		}
+		l.delivered += len(toks)
+		e.genTok += uint64(len(toks))
+		if !l.s.push(toks) && !u.Done {
+			// The reader fell too far behind: end the request now rather
+			// than let its tokens pile up.
+			if err := e.s.Abort(u.Request, sched.Aborted); err != nil {
+				e.cfg.Log.Error("abort slow reader", "err", err)
+			}
+			l.s.finish(FinishAborted, ErrSlowReader)
+		}
+	}
+	if u.Done {
+		l.s.finish(finishReason(u.Reason), finishErr(u.Reason))
+		delete(e.reqs, u.Request)
+	}
+}
+
+func (e *Engine) publish() {
+	st := e.s.Stats()
+	tombs := map[string]uint64{}
+	for r, n := range st.Tombstones {
+		if n > 0 {
+			tombs[wireReason(sched.Reason(r))] += n
+		}
+	}
+	e.stats.Store(&EngineStats{
+		Running: st.Running, Waiting: st.Waiting, InFlight: st.InFlight, KV: st.KV,
+		Tombstones: tombs, Preemptions: st.Preemptions,
+		GeneratedTokens: e.genTok, PromptTokens: e.promptTok, LastStep: e.lastStep,
+	})
+}
+
+// wireReason is a tombstone's reason on the wire: natural ends are
+// "finished".
+func wireReason(r sched.Reason) string {
+	switch r {
+	case sched.Stop, sched.Length:
+		return "finished"
+	}
+	return r.String()
+}
+
+func finishReason(r sched.Reason) FinishReason {
+	switch r {
+	case sched.Stop:
+		return FinishStop
+	case sched.Length:
+		return FinishLength
+	case sched.Aborted:
+		return FinishAborted
+	case sched.Timeout:
+		return FinishTimeout
+	}
+	return FinishFailed
+}
+
+func finishErr(r sched.Reason) error {
+	switch r {
+	case sched.Timeout:
+		return errors.New("coordinator: request timed out")
+	case sched.Failed:
+		return errors.New("coordinator: request failed: its work was lost more often than the retry limit allows")
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+package coordinator
+
+import "github.com/strata-llm/strata/transport"
+
+// Pipeline carries batches to the stages and their results back. The loop
+// calls Dispatch and reads Results; neither blocks the loop.
+type Pipeline interface {
+	// Stages is the number of stages P (the scheduler keeps P+1 batches in
+	// flight by default).
+	Stages() int
+	// Blocks is the KV pool every stage can hold (the smallest stage's), and
+	// BlockSize the positions per block.
+	Blocks() int
+	BlockSize() int
+	// Dispatch queues b for the first stage without blocking; an error means
+	// the batch was not sent (the loop fails it at once). The pipeline owns
+	// b afterwards.
+	Dispatch(b *transport.MicroBatch) error
+	// Results delivers one BatchResult per dispatched batch that got an
+	// answer (none for ID 0); a batch that never gets one is failed by the
+	// scheduler's reclaim deadline.
+	Results() <-chan *transport.BatchResult
+}

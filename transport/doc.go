@@ -1,0 +1,61 @@
+// Package transport is strata's wire layer: the gRPC services and protobuf
+// messages in package pb, the helpers that carry a micro-batch's hidden
+// state over a stage stream in chunks, and the gRPC dial and listen options
+// every node uses. Package membership (below it) hides memberlist.
+// transport imports no package of the cluster's: coordinator and shard meet
+// here and never import each other.
+//
+// # Servers
+//
+// The coordinator runs one gRPC server (its --grpc address) with
+// pb.CoordinatorServer; every shard runs one (its --grpc address, its stage
+// endpoint) with pb.StageServer. Both come from NewServer and Listen;
+// clients use Dial. All set MaxMessageBytes explicitly and keepalive, so a
+// silently dead peer fails its streams within seconds.
+//
+// # Protocol order
+//
+//  1. A shard joins the gossip cluster (membership) and finds the
+//     coordinator's gRPC address in its metadata.
+//  2. Register: devices, model files, incarnation; the reply gives the
+//     epoch and the shard's ID.
+//  3. Control: the shard opens the stream and sends StreamHello first, then
+//     Status and a Heartbeat every heartbeat_ms. The coordinator sends
+//     Assign, Tombstones (acked by ack_id; resent after a reconnect) and a
+//     HeartbeatReply per heartbeat (lease renewal, unknown sequences).
+//  4. After an Assign, the shard loads its range (streaming Weights when it
+//     lacks the file) and reports READY. A stage with next_addr dials it and
+//     opens Stage.Stream; the last stage opens Coordinator.Results and sends
+//     StreamHello first.
+//  5. The coordinator opens Stage.Stream to stage 0 and sends batches with
+//     SendBatch. Each stage reads them with RecvBatch, checks epoch and
+//     placement version, applies the header's tombstones before touching
+//     any row, computes, and forwards the batch downstream with SendBatch
+//     (or, on the last stage, sends a BatchResult on Results). Rows a stage
+//     refuses go into the header's dropped list and out of its hidden state.
+//  6. A stage that fails a batch replies BatchFailed on the stream it came
+//     from; each hop relays replies upstream, so the coordinator sees them
+//     on its stage-0 stream. A stage whose upstream is gone reports on
+//     Control instead. Batches are never retried or reordered.
+//
+// # Hidden states
+//
+// Hidden states cross stages as f32 little-endian (F32, the default) or,
+// opt-in, bf16 (BF16, ggml rounding), cut into chunks of at most
+// MaxChunkBytes. A batch on the stream is a BatchHeader followed by exactly
+// hidden_chunks HiddenChunk messages with the same batch_id and indexes
+// 0, 1, ...; RecvBatch checks all of it, and bounds its allocation by the
+// header's declared size against a limit before allocating. Its errors are
+// fatal for the stream.
+//
+// # Concurrency
+//
+// A gRPC stream allows one goroutine sending and one receiving at the same
+// time, no more: each stream needs a single sender (the coordinator's per-
+// link sender with its bounded queue; a stage's forwarding goroutine) and a
+// single receiver. SendBatch and RecvBatch hold no state between calls and
+// are safe to call on different streams concurrently. A message handed to
+// Send belongs to the stream; a Batch returned by RecvBatch belongs to the
+// caller. EncodeHidden, DecodeHidden, the options functions and Dial are
+// safe for concurrent use.
+package transport

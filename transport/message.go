@@ -1,0 +1,69 @@
+package transport
+
+import "github.com/strata-llm/strata/model/sample"
+
+// The types in this file are the data path's messages as Go values: what the
+// coordinator sends to the first stage, what stages pass on, and what comes
+// back. The coordinator and the shards share them (they never import each
+// other); the gRPC streams carry them as protobuf (package pb).
+
+// Tombstone ends a sequence on every stage. Reason is its wire name:
+// finished, aborted, timeout, preempted or failed.
+type Tombstone struct {
+	Epoch  uint64
+	Seq    uint64
+	Reason string
+}
+
+// Row is one sequence's part of a micro-batch.
+type Row struct {
+	Seq    uint64
+	Pos    int     // position of Tokens[0]
+	First  bool    // the sequence's first row: stages create it
+	Tokens []int32 // token IDs (stage 0 embeds them; the last stage keeps them as sampling history)
+	Blocks []int32 // block table covering positions [0, Pos+len(Tokens))
+	Sample bool    // the last stage samples a token after this row
+	// Params are the sequence's sampling settings, on first rows only; the
+	// last stage keeps them until the sequence's tombstone.
+	Params *sample.Params
+}
+
+// MicroBatch is one micro-batch. Stages apply Tombstones before touching
+// Rows. Hidden holds the previous stage's output (Tokens × Embd float32); it
+// is nil for the first stage. A batch with ID 0 carries only tombstones.
+type MicroBatch struct {
+	Epoch      uint64
+	Placement  uint64
+	ID         uint64
+	Tombstones []Tombstone
+	Rows       []Row
+	Hidden     []float32
+}
+
+// Sampled is one token the last stage chose for a row.
+type Sampled struct {
+	Seq     uint64
+	Token   int32
+	Logprob float32
+	Top     []sample.TokenLogprob
+}
+
+// Dropped is a row some stage refused (Reason: unknown_sequence,
+// stale_create, bad_position, bad_blocks, bad_token, compute_error); the
+// coordinator tombstones the sequence and recomputes its request.
+type Dropped struct {
+	Seq    uint64
+	Reason string
+}
+
+// BatchResult is a batch's outcome as the coordinator receives it: the last
+// stage's samples and every stage's dropped rows, or, with Lost, the whole
+// batch failed on the way (Reason says where and why).
+type BatchResult struct {
+	Epoch   uint64
+	ID      uint64
+	Samples []Sampled
+	Dropped []Dropped
+	Lost    bool
+	Reason  string
+}
