@@ -18,6 +18,10 @@
 //     the free list otherwise. Ending an unknown sequence, or a reference count
 //     going below zero, is a broken invariant and panics with the block and
 //     sequence IDs.
+//   - Table returns a handle on a live sequence's table, for an owner that
+//     reads it on every step (Len, AppendBlocks) without the lookup by
+//     sequence ID. The handle is valid until End of that sequence; the
+//     allocator then recycles it, so the owner drops it at End.
 //   - Prefix caching: Commit tells the allocator which leading tokens of a
 //     sequence now have their K/V written on every stage. Each full block among
 //     them is content-hashed together with its parent's hash and indexed. A

@@ -5,6 +5,8 @@ import "fmt"
 // CheckInvariants returns an error describing the first broken invariant, or
 // nil. It checks that:
 //
+//   - each live table belongs to the sequence it is filed under, and no
+//     recycled table is live;
 //   - each block's reference count equals the number of live tables naming
 //     it, and no table names a block twice;
 //   - Used equals the number of blocks with references, and every block is in
@@ -21,6 +23,9 @@ func (a *Allocator) CheckInvariants() error {
 
 	// References from live tables.
 	for seq, t := range a.tables {
+		if t.seq != seq || !t.live {
+			return fmt.Errorf("kv: sequence %d's table belongs to sequence %d (live %v)", seq, t.seq, t.live)
+		}
 		if t.nhashed > len(t.blocks) {
 			return fmt.Errorf("kv: sequence %d: %d hashed blocks but table has %d", seq, t.nhashed, len(t.blocks))
 		}
@@ -39,6 +44,11 @@ func (a *Allocator) CheckInvariants() error {
 		}
 		for _, id := range t.blocks {
 			mark[id] = -mark[id]
+		}
+	}
+	for _, t := range a.spare {
+		if t.live {
+			return fmt.Errorf("kv: recycled table of sequence %d is still live", t.seq)
 		}
 	}
 	used := 0

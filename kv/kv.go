@@ -95,11 +95,48 @@ func (s Stats) HitRate() float64 {
 
 const none = -1 // no block, in the LRU links
 
-// table is one live sequence's block table.
-type table struct {
+// Table is one live sequence's block table. Allocator.Table hands out a
+// pointer to it as a handle, so that an owner touching a table on every step
+// (the scheduler, once per row) need not look the sequence up each time.
+//
+// A handle is valid from the Allocate that creates the table until End of its
+// sequence. After End the allocator recycles the Table for a later sequence,
+// so the holder must drop the handle when it ends the sequence; until it is
+// reused, Len and AppendBlocks on an ended Table panic. A Table is read-only
+// to its holder: its methods change nothing.
+type Table struct {
+	seq     SeqID
+	live    bool
 	blocks  []BlockID
 	nhashed int    // leading full blocks whose chain hash is known
 	last    uint64 // chain hash of block nhashed-1 (root seed when 0)
+}
+
+// Seq is the sequence the table belongs to.
+func (t *Table) Seq() SeqID { return t.seq }
+
+// Len is the number of blocks in the table.
+func (t *Table) Len() int {
+	if !t.live {
+		panic(fmt.Sprintf("kv: length of ended sequence %d's table", t.seq))
+	}
+	return len(t.blocks)
+}
+
+// AppendBlocks appends the table's first n blocks to dst and returns the
+// extended slice (n < 0 means all of them): Allocator.AppendTable without the
+// lookup. It panics when the table has fewer than n blocks or has ended.
+func (t *Table) AppendBlocks(dst []BlockID, n int) []BlockID {
+	if !t.live {
+		panic(fmt.Sprintf("kv: table of ended sequence %d", t.seq))
+	}
+	if n < 0 {
+		n = len(t.blocks)
+	}
+	if n > len(t.blocks) {
+		panic(fmt.Sprintf("kv: sequence %d has %d blocks, %d asked for", t.seq, len(t.blocks), n))
+	}
+	return append(dst, t.blocks[:n]...)
 }
 
 // Allocator owns the pool. The zero value is not usable; call New.
@@ -120,8 +157,8 @@ type Allocator struct {
 	lruLen           int
 
 	index  map[uint64]BlockID
-	tables map[SeqID]*table
-	spare  []*table // ended tables kept for reuse, so steady state allocates nothing
+	tables map[SeqID]*Table
+	spare  []*Table // ended tables kept for reuse, so steady state allocates nothing
 	used   int
 
 	queried, hit uint64
@@ -139,7 +176,7 @@ func New(cfg Config) (*Allocator, error) {
 		cfg:     cfg,
 		ref:     make([]int32, n),
 		free:    make([]BlockID, n),
-		tables:  make(map[SeqID]*table),
+		tables:  make(map[SeqID]*Table),
 		lruHead: none,
 		lruTail: none,
 		mark:    make([]int32, n),
@@ -199,6 +236,10 @@ func (a *Allocator) Len(seq SeqID) int {
 	return 0
 }
 
+// Table returns seq's table as a handle, or nil when seq has none. See Table
+// for how long the handle stays valid.
+func (a *Allocator) Table(seq SeqID) *Table { return a.tables[seq] }
+
 // AppendTable appends the first n blocks of seq's table to dst and returns
 // the extended slice (n < 0 means all of them). It panics when seq has no
 // table or fewer than n blocks: the caller asked for positions it never
@@ -208,13 +249,7 @@ func (a *Allocator) AppendTable(dst []BlockID, seq SeqID, n int) []BlockID {
 	if !ok {
 		panic(fmt.Sprintf("kv: table of unknown sequence %d", seq))
 	}
-	if n < 0 {
-		n = len(t.blocks)
-	}
-	if n > len(t.blocks) {
-		panic(fmt.Sprintf("kv: sequence %d has %d blocks, %d asked for", seq, len(t.blocks), n))
-	}
-	return append(dst, t.blocks[:n]...)
+	return t.AppendBlocks(dst, n)
 }
 
 // Allocate creates seq's table covering at least positions positions.
@@ -262,7 +297,7 @@ func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) 
 	}
 
 	// Mutate: nothing below can fail.
-	t := a.newTable()
+	t := a.newTable(seq)
 	if a.cfg.PrefixCaching {
 		a.queried += uint64(len(prefix))
 		a.hit += uint64(matched * bs)
@@ -367,18 +402,22 @@ func (a *Allocator) End(seq SeqID) {
 		}
 	}
 	delete(a.tables, seq)
+	t.live = false
 	t.blocks = t.blocks[:0]
 	t.nhashed, t.last = 0, rootHash
 	a.spare = append(a.spare, t)
 }
 
-func (a *Allocator) newTable() *table {
+func (a *Allocator) newTable(seq SeqID) *Table {
+	var t *Table
 	if n := len(a.spare); n > 0 {
-		t := a.spare[n-1]
+		t = a.spare[n-1]
 		a.spare = a.spare[:n-1]
-		return t
+	} else {
+		t = &Table{last: rootHash}
 	}
-	return &table{last: rootHash}
+	t.seq, t.live = seq, true
+	return t
 }
 
 // take hands out one block with reference count 1: a free one, else the least

@@ -110,6 +110,49 @@ func TestAllocateExtendEnd(t *testing.T) {
 	}
 }
 
+func TestTableHandle(t *testing.T) {
+	a := newAlloc(t, 8, 4, false)
+	if h := a.Table(3); h != nil {
+		t.Fatalf("Table of unknown sequence = %+v, want nil", h)
+	}
+	if _, err := a.Allocate(3, nil, 5, 0); err != nil { // 2 blocks
+		t.Fatal(err)
+	}
+	h := a.Table(3)
+	if h == nil || h.Seq() != 3 || h.Len() != 2 {
+		t.Fatalf("Table(3) = %+v, want sequence 3 with 2 blocks", h)
+	}
+	if err := a.Extend(3, 9); err != nil { // 3 blocks, seen through the handle
+		t.Fatal(err)
+	}
+	if got, want := h.Len(), 3; got != want {
+		t.Fatalf("handle Len after Extend = %d, want %d", got, want)
+	}
+	dst := []BlockID{99}
+	if got, want := h.AppendBlocks(dst, 2), []BlockID{99, 0, 1}; !cmp.Equal(got, want) {
+		t.Fatalf("AppendBlocks(2) = %v, want %v", got, want)
+	}
+	if got, want := h.AppendBlocks(nil, -1), tableOf(a, 3); !cmp.Equal(got, want) {
+		t.Fatalf("AppendBlocks(-1) = %v, AppendTable %v", got, want)
+	}
+	panics := func(f func()) (msg string) {
+		defer func() { msg = fmt.Sprint(recover()) }()
+		f()
+		return ""
+	}
+	if msg := panics(func() { h.AppendBlocks(nil, 4) }); !strings.Contains(msg, "sequence 3 has 3 blocks, 4 asked for") {
+		t.Fatalf("AppendBlocks past the end panicked with %q", msg)
+	}
+	a.End(3)
+	check(t, a)
+	if msg := panics(func() { h.Len() }); !strings.Contains(msg, "ended sequence 3") {
+		t.Fatalf("Len of an ended table panicked with %q", msg)
+	}
+	if msg := panics(func() { h.AppendBlocks(nil, 1) }); !strings.Contains(msg, "ended sequence 3") {
+		t.Fatalf("AppendBlocks of an ended table panicked with %q", msg)
+	}
+}
+
 func TestEndPanics(t *testing.T) {
 	a := newAlloc(t, 4, 4, false)
 	if _, err := a.Allocate(7, nil, 4, 0); err != nil {

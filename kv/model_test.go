@@ -301,6 +301,13 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 			if got, want := a.Len(s.seq), len(m.tables[s.seq]); got != want {
 				t.Fatalf("op %d: sequence %d has %d blocks, model %d", op, s.seq, got, want)
 			}
+			h := a.Table(s.seq)
+			if h == nil || h.Seq() != s.seq {
+				t.Fatalf("op %d: sequence %d's handle is %+v", op, s.seq, h)
+			}
+			if got, want := h.AppendBlocks(nil, -1), tableOf(a, s.seq); !slices.Equal(got, want) {
+				t.Fatalf("op %d: sequence %d's handle holds %v, AppendTable %v", op, s.seq, got, want)
+			}
 		}
 	}
 	for _, s := range seqs {

@@ -5,8 +5,9 @@ import "fmt"
 // CheckInvariants returns an error describing the first broken invariant of
 // the scheduler or its allocator, or nil. Beyond the allocator's own checks:
 //
-//   - the allocator's live tables are exactly the running sequences, and each
-//     covers what was dispatched;
+//   - the allocator's live tables are exactly the running sequences, each
+//     sequence holds its own table's handle, and each table covers what was
+//     dispatched;
 //   - every live request is in exactly one place: the waiting list (no
 //     sequence) or the running list (one live sequence);
 //   - every running sequence is in exactly one of the decode queue, the
@@ -43,6 +44,8 @@ func (s *Scheduler) CheckInvariants() error {
 			return fmt.Errorf("sched: running request %d is not in the request map", r.id)
 		case !(seq.computed <= seq.scheduled && seq.scheduled <= len(r.tokens)):
 			return fmt.Errorf("sched: sequence %d: computed %d, scheduled %d, tokens %d", seq.id, seq.computed, seq.scheduled, len(r.tokens))
+		case seq.table == nil || seq.table != s.kv.Table(seq.id):
+			return fmt.Errorf("sched: sequence %d holds a handle that is not its block table", seq.id)
 		case seq.capacity != s.kv.Len(seq.id)*s.cfg.KV.BlockSize:
 			return fmt.Errorf("sched: sequence %d believes its table covers %d positions, it covers %d", seq.id, seq.capacity, s.kv.Len(seq.id)*s.cfg.KV.BlockSize)
 		case !s.kv.Has(seq.id) || s.kv.Len(seq.id) < s.kv.BlocksFor(seq.scheduled):

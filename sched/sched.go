@@ -50,12 +50,13 @@ type request struct {
 type sequence struct {
 	id        SeqID
 	req       *request
-	scheduled int  // positions dispatched: r.tokens[:scheduled]
-	computed  int  // positions whose results came back
-	capacity  int  // positions its block table covers
-	dead      bool // ended; rows and queue entries naming it are ignored
-	prefill   bool // in Scheduler.prefill
-	seen      int  // scratch for CheckInvariants
+	table     *kv.Table // its block table's handle, while running (nil once ended)
+	scheduled int       // positions dispatched: r.tokens[:scheduled]
+	computed  int       // positions whose results came back
+	capacity  int       // positions its block table covers
+	dead      bool      // ended; rows and queue entries naming it are ignored
+	prefill   bool      // in Scheduler.prefill
+	seen      int       // scratch for CheckInvariants
 
 	prev, next *sequence // running list links
 }
@@ -64,6 +65,7 @@ type sequence struct {
 type recRow struct {
 	seq    *sequence
 	pos, n int
+	nblk   int // blocks covering [0, pos+n), set by emit
 	first  bool
 	sample bool
 }
@@ -359,7 +361,20 @@ func (s *Scheduler) StepInto(now time.Time, out *Output) {
 		}
 		s.building = append(s.building, b)
 	}
+	s.compactDecode()
 	s.emit(now, out)
+}
+
+// compactDecode drops the decode queue's consumed head: once per Step, as
+// the batches built drain it, mostly completely.
+func (s *Scheduler) compactDecode() {
+	if s.decHead == len(s.decode) {
+		s.decode, s.decHead = s.decode[:0], 0
+	} else if s.decHead > 256 && s.decHead > len(s.decode)/2 {
+		n := copy(s.decode, s.decode[s.decHead:])
+		clear(s.decode[n:])
+		s.decode, s.decHead = s.decode[:n], 0
+	}
 }
 
 // end is the one way anything ends. It removes r's live sequence from every
@@ -376,6 +391,7 @@ func (s *Scheduler) end(r *request, reason Reason) {
 		seq.dead = true
 		s.removeRunning(seq)
 		s.kv.End(seq.id)
+		seq.table = nil // the allocator recycles it
 		r.seq = nil
 		r.tomb = len(s.tombs)
 		s.tombs = append(s.tombs, Tombstone{Seq: seq.id, Reason: tr})
@@ -441,17 +457,10 @@ func (s *Scheduler) fill(b *batchRec) {
 		if seq.dead || !s.grow(seq, seq.scheduled+1) {
 			continue
 		}
-		b.rows = append(b.rows, recRow{seq: seq, pos: seq.scheduled, n: 1, sample: true})
+		b.add(seq, seq.scheduled, 1, false, true)
 		seq.scheduled++
 		rows--
 		tokens--
-	}
-	if s.decHead == len(s.decode) {
-		s.decode, s.decHead = s.decode[:0], 0
-	} else if s.decHead > 256 && s.decHead > len(s.decode)/2 {
-		n := copy(s.decode, s.decode[s.decHead:])
-		clear(s.decode[n:])
-		s.decode, s.decHead = s.decode[:n], 0
 	}
 
 	for _, seq := range s.prefill {
@@ -491,13 +500,7 @@ func (s *Scheduler) fill(b *batchRec) {
 // returns its length. The blocks were allocated at admission.
 func (s *Scheduler) chunk(b *batchRec, seq *sequence, budget int, first bool) int {
 	n := min(len(seq.req.tokens)-seq.scheduled, budget)
-	b.rows = append(b.rows, recRow{
-		seq:    seq,
-		pos:    seq.scheduled,
-		n:      n,
-		first:  first,
-		sample: seq.scheduled+n == len(seq.req.tokens),
-	})
+	b.add(seq, seq.scheduled, n, first, seq.scheduled+n == len(seq.req.tokens))
 	seq.scheduled += n
 	return n
 }
@@ -511,7 +514,7 @@ func (s *Scheduler) grow(seq *sequence, positions int) bool {
 	}
 	for {
 		if s.kv.Extend(seq.id, positions) == nil {
-			seq.capacity = s.kv.Len(seq.id) * s.cfg.KV.BlockSize
+			seq.capacity = seq.table.Len() * s.cfg.KV.BlockSize
 			return true
 		}
 		victim := s.runTail
@@ -545,8 +548,9 @@ func (s *Scheduler) admit(r *request) *sequence {
 	if err != nil {
 		return nil
 	}
-	seq := &sequence{id: s.nextSeq, req: r, scheduled: cached, computed: cached,
-		capacity: s.kv.Len(s.nextSeq) * s.cfg.KV.BlockSize}
+	t := s.kv.Table(s.nextSeq)
+	seq := &sequence{id: s.nextSeq, req: r, table: t, scheduled: cached, computed: cached,
+		capacity: t.Len() * s.cfg.KV.BlockSize}
 	s.nextSeq++
 	s.unlink(r)
 	r.state = running
@@ -570,6 +574,10 @@ func (s *Scheduler) admit(r *request) *sequence {
 // tombstones and updates. Rows of sequences that died while building (by
 // preemption) are dropped first.
 func (s *Scheduler) emit(now time.Time, out *Output) {
+	// Entries of out.rows and out.Updates beyond those this Step writes are
+	// cleared at the end, so that they pin no old arrays; the ones written are
+	// overwritten whole, so clearing them first would only cost write barriers.
+	usedRows, usedUpdates := len(out.rows), len(out.Updates)
 	out.reset()
 	nb, nrows, ntok, nblk := 0, 0, 0, 0
 	for _, b := range s.building {
@@ -581,9 +589,11 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 		s.building[nb] = b
 		nb++
 		nrows += len(b.rows)
-		for _, row := range b.rows {
+		for k := range b.rows {
+			row := &b.rows[k]
+			row.nblk = s.kv.BlocksFor(row.pos + row.n)
 			ntok += row.n
-			nblk += s.kv.BlocksFor(row.pos + row.n)
+			nblk += row.nblk
 		}
 	}
 	clear(s.building[nb:])
@@ -599,27 +609,33 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 			s.nextBatch++
 			s.inflight = append(s.inflight, b)
 			out.Batches[i] = Batch{ID: b.id, Rows: rows[:len(b.rows):len(b.rows)]}
-			for k, row := range b.rows {
-				seq := row.seq
+			for k := range b.rows {
+				row := &b.rows[k]
+				seq, r := row.seq, row.seq.req
 				t := toks[:row.n:row.n]
 				toks = toks[row.n:]
-				copy(t, seq.req.tokens[row.pos:row.pos+row.n])
+				copy(t, r.tokens[row.pos:row.pos+row.n])
 				start := len(blks)
-				blks = s.kv.AppendTable(blks, seq.id, s.kv.BlocksFor(row.pos+row.n))
-				rows[k] = Row{
-					Request: seq.req.id,
-					Seq:     seq.id,
-					Pos:     row.pos,
-					First:   row.first,
-					Tokens:  t,
-					Blocks:  blks[start:len(blks):len(blks)],
-					Sample:  row.sample,
-				}
+				blks = seq.table.AppendBlocks(blks, row.nblk)
+				// Field by field: assigning a Row literal copies it with a
+				// bulk write barrier, which dominates while the GC runs.
+				o := &rows[k]
+				o.Request = r.id
+				o.Seq = seq.id
+				o.Pos = row.pos
+				o.First = row.first
+				setSlice(&o.Tokens, t)
+				setSlice(&o.Blocks, blks[start:len(blks):len(blks)])
+				o.Sample = row.sample
 			}
 			rows = rows[len(b.rows):]
 		}
 		s.building = s.building[:0]
 	}
+	if usedRows > nrows {
+		clear(out.rows[nrows:usedRows])
+	}
+	out.rows = out.rows[:nrows]
 	if len(s.tombs) > 0 {
 		out.Tombstones = append(out.Tombstones[:0], s.tombs...)
 		s.tombs = s.tombs[:0]
@@ -633,12 +649,15 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 		toks := out.updToks
 		out.Updates = grow(out.Updates, len(s.dirty))
 		for i, r := range s.dirty {
-			k := copy(toks, r.tokens[r.reported:])
-			u := Update{Request: r.id, Tokens: toks[:k:k]}
-			toks = toks[k:]
-			if k == 0 {
+			u := &out.Updates[i] // field by field, as for rows
+			u.Request = r.id
+			if k := copy(toks, r.tokens[r.reported:]); k > 0 {
+				setSlice(&u.Tokens, toks[:k:k])
+				toks = toks[k:]
+			} else {
 				u.Tokens = nil
 			}
+			u.Done, u.Reason = false, 0
 			r.reported = len(r.tokens)
 			r.dirty = false
 			r.tomb = -1
@@ -646,11 +665,24 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 				u.Done, u.Reason = true, r.reason
 				delete(s.reqs, r.id)
 			}
-			out.Updates[i] = u
 		}
 		clear(s.dirty)
 		s.dirty = s.dirty[:0]
 	}
+	if n := len(out.Updates); usedUpdates > n {
+		clear(out.Updates[n:usedUpdates])
+	}
+}
+
+// setSlice stores v in *p unless *p already is v (the same elements of the
+// same array, with the same capacity). While the GC marks, every pointer
+// store pays a write barrier, and an Output handed back to StepInto often
+// holds the same slices step after step.
+func setSlice[T any](p *[]T, v []T) {
+	if len(v) > 0 && len(*p) == len(v) && cap(*p) == cap(v) && &(*p)[0] == &v[0] {
+		return
+	}
+	*p = v
 }
 
 // grow returns a slice of length n, reusing buf when it is large enough.
@@ -684,6 +716,18 @@ func (s *Scheduler) removeRunning(seq *sequence) {
 	}
 	seq.prev, seq.next = nil, nil
 	s.nRunning--
+}
+
+// add appends a row to b. It stores the fields one by one: appending a
+// recRow literal copies it with a bulk write barrier, costly while the GC
+// marks.
+func (b *batchRec) add(seq *sequence, pos, n int, first, sample bool) {
+	if len(b.rows) == cap(b.rows) {
+		b.rows = slices.Grow(b.rows, 1)
+	}
+	b.rows = b.rows[:len(b.rows)+1]
+	r := &b.rows[len(b.rows)-1]
+	r.seq, r.pos, r.n, r.nblk, r.first, r.sample = seq, pos, n, 0, first, sample
 }
 
 func (s *Scheduler) newBatch() *batchRec {

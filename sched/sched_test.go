@@ -2,11 +2,13 @@ package sched
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/strata-llm/strata/kv"
 )
 
@@ -650,5 +652,75 @@ func TestOutputOwned(t *testing.T) {
 	h.step()
 	if !cmp.Equal(keep.Tokens, tokens) || !cmp.Equal(keep.Blocks, blocks) {
 		t.Fatalf("returned row changed: %+v", keep)
+	}
+}
+
+// StepInto reusing one Output returns what Step returns, and clears the
+// entries of its reused arrays that a smaller Output no longer uses. Two
+// schedulers get the same events, with load rising and falling so that the
+// Outputs grow and shrink, with prefix hits, preemptions and aborts.
+func TestStepIntoMatchesStep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	mod := func(c *Config) {
+		c.KV = kv.Config{Blocks: 24, BlockSize: 4, PrefixCaching: true}
+		c.MaxBatchTokens = 24
+		c.MaxBatchRows = 6
+		c.Stages = 2
+		c.MaxWaiting = 64
+		c.MaxWaitingTokens = 4096
+	}
+	a, b := newHarness(t, mod), newHarness(t, mod)
+	var out Output // reused by b
+	next := RequestID(1)
+	for step := range 600 {
+		burst := step%200 < 100 // load rises, then falls away
+		for range rng.IntN(4) {
+			if !burst {
+				break
+			}
+			req := a.req(next, 1+rng.IntN(12), 1+rng.IntN(10))
+			if rng.IntN(2) == 0 {
+				copy(req.Prompt, []int32{1, 2, 3, 4, 5, 6, 7, 8}) // a shared prefix
+			}
+			errA, errB := a.s.Add(req), b.s.Add(req)
+			if (errA == nil) != (errB == nil) {
+				t.Fatalf("step %d: Add = %v and %v", step, errA, errB)
+			}
+			next++
+		}
+		if rng.IntN(10) == 0 && next > 1 {
+			id := RequestID(1 + rng.IntN(int(next-1)))
+			a.abort(id, Aborted)
+			b.abort(id, Aborted)
+		}
+		a.now = a.now.Add(time.Millisecond)
+		b.now = a.now
+		want := a.step()
+		b.s.StepInto(b.now, &out)
+		b.check()
+		if diff := cmp.Diff(out, want, cmpopts.IgnoreUnexported(Output{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("step %d: (-StepInto +Step):\n%s", step, diff)
+		}
+		for i, r := range out.rows[len(out.rows):cap(out.rows)] {
+			if r.Tokens != nil || r.Blocks != nil {
+				t.Fatalf("step %d: unused row %d still holds %+v", step, len(out.rows)+i, r)
+			}
+		}
+		for i, u := range out.Updates[len(out.Updates):cap(out.Updates)] {
+			if u.Tokens != nil {
+				t.Fatalf("step %d: unused update %d still holds %+v", step, len(out.Updates)+i, u)
+			}
+		}
+		for _, bt := range want.Batches {
+			tok := int32(1 + rng.IntN(30))
+			if rng.IntN(8) == 0 {
+				tok = 0 // the stop token
+			}
+			a.complete(bt, tok)
+			b.complete(bt, tok)
+		}
+	}
+	if st := a.s.Stats(); st.Preemptions == 0 || st.KV.PrefixHit == 0 || st.Ended < 100 {
+		t.Fatalf("the test does not exercise enough: %+v", st)
 	}
 }

@@ -145,14 +145,13 @@ type Output struct {
 	updToks []int32
 }
 
-// reset empties o for reuse, dropping its references.
+// reset empties o for reuse. It leaves the elements of rows and Updates for
+// emit, which overwrites those it reuses and clears the rest.
 func (o *Output) reset() {
 	o.Tombstones = o.Tombstones[:0]
 	clear(o.Batches)
 	o.Batches = o.Batches[:0]
-	clear(o.Updates)
 	o.Updates = o.Updates[:0]
-	clear(o.rows)
 }
 
 // Empty reports whether there is nothing to send.
