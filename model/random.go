@@ -14,6 +14,9 @@ import (
 // RandomSpec describes a random-weight Llama model. Weights' values do not
 // change speed, so such files stand in for real models in benchmarks.
 type RandomSpec struct {
+	// Arch is the architecture written: "llama" (the default when empty) or
+	// "qwen2" (NeoX RoPE, biases on the Q/K/V projections).
+	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
 	Tied                                             bool      // no output.weight
@@ -43,6 +46,11 @@ func (s RandomSpec) Validate() error {
 	case s.Context <= 0:
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
+	switch s.Arch {
+	case "", "llama", "qwen2":
+	default:
+		return fmt.Errorf("model: random spec Arch must be llama or qwen2, got %q", s.Arch)
+	}
 	switch s.Type {
 	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0:
 	default:
@@ -60,18 +68,26 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
 	toks, scores, types := syntheticVocab(s.Vocab)
+	arch := s.Arch
+	if arch == "" {
+		arch = "llama"
+	}
+	base := float32(10000)
+	if arch == "qwen2" {
+		base = 1e6
+	}
 	kvs := []gguf.KV{
-		{Key: "general.architecture", Value: "llama"},
-		{Key: "general.name", Value: fmt.Sprintf("strata-random-%dL-%d", s.Layers, s.Embd)},
-		{Key: "llama.context_length", Value: uint32(s.Context)},
-		{Key: "llama.embedding_length", Value: uint32(s.Embd)},
-		{Key: "llama.feed_forward_length", Value: uint32(s.FF)},
-		{Key: "llama.block_count", Value: uint32(s.Layers)},
-		{Key: "llama.attention.head_count", Value: uint32(s.Heads)},
-		{Key: "llama.attention.head_count_kv", Value: uint32(s.HeadsKV)},
-		{Key: "llama.rope.dimension_count", Value: uint32(s.Embd / s.Heads)},
-		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
-		{Key: "llama.rope.freq_base", Value: float32(10000)},
+		{Key: "general.architecture", Value: arch},
+		{Key: "general.name", Value: fmt.Sprintf("strata-random-%s-%dL-%d", arch, s.Layers, s.Embd)},
+		{Key: arch + ".context_length", Value: uint32(s.Context)},
+		{Key: arch + ".embedding_length", Value: uint32(s.Embd)},
+		{Key: arch + ".feed_forward_length", Value: uint32(s.FF)},
+		{Key: arch + ".block_count", Value: uint32(s.Layers)},
+		{Key: arch + ".attention.head_count", Value: uint32(s.Heads)},
+		{Key: arch + ".attention.head_count_kv", Value: uint32(s.HeadsKV)},
+		{Key: arch + ".rope.dimension_count", Value: uint32(s.Embd / s.Heads)},
+		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
+		{Key: arch + ".rope.freq_base", Value: base},
 		{Key: "tokenizer.ggml.model", Value: "llama"},
 		{Key: "tokenizer.ggml.tokens", Value: toks},
 		{Key: "tokenizer.ggml.scores", Value: scores},
@@ -106,18 +122,19 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: data})
 		return nil
 	}
-	norm := func(name string) error {
-		data := make([]byte, 4*s.Embd)
-		vals := make([]float32, s.Embd)
+	vec := func(name string, n int, mean, scale float32) error {
+		data := make([]byte, 4*n)
+		vals := make([]float32, n)
 		for i := range vals {
-			vals[i] = 1 + 0.1*float32(rng.NormFloat64())
+			vals[i] = mean + scale*float32(rng.NormFloat64())
 		}
 		if err := ggml.QuantizeRow(ggml.F32, vals, data); err != nil {
 			return err
 		}
-		ts = append(ts, gguf.WriteTensor{Name: name, Type: ggml.F32, Dims: []uint64{uint64(s.Embd)}, Data: data})
+		ts = append(ts, gguf.WriteTensor{Name: name, Type: ggml.F32, Dims: []uint64{uint64(n)}, Data: data})
 		return nil
 	}
+	norm := func(name string) error { return vec(name, s.Embd, 1, 0.1) }
 	kvDim := s.HeadsKV * (s.Embd / s.Heads)
 	in := 1 / float32(math.Sqrt(float64(s.Embd)))
 	steps := []func() error{
@@ -135,6 +152,18 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			func() error { return add(p+"attn_k.weight", s.Type, kvDim, s.Embd, in) },
 			func() error { return add(p+"attn_v.weight", s.Type, kvDim, s.Embd, in) },
 			func() error { return add(p+"attn_output.weight", s.Type, s.Embd, s.Embd, in) },
+			func() error {
+				if arch != "qwen2" {
+					return nil
+				}
+				if err := vec(p+"attn_q.bias", s.Embd, 0, 0.5); err != nil {
+					return err
+				}
+				if err := vec(p+"attn_k.bias", kvDim, 0, 0.5); err != nil {
+					return err
+				}
+				return vec(p+"attn_v.bias", kvDim, 0, 0.5)
+			},
 			func() error { return norm(p + "ffn_norm.weight") },
 			func() error { return add(p+"ffn_gate.weight", s.Type, s.FF, s.Embd, in) },
 			func() error { return add(p+"ffn_up.weight", s.Type, s.FF, s.Embd, in) },

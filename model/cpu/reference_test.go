@@ -51,14 +51,24 @@ func rms(x []float64, w []float32, eps float64) []float64 {
 	return out
 }
 
-func rope(x []float64, heads, hd, dims, pos int, base float64) {
+func rope(x []float64, heads, hd, dims, pos int, base float64, neox bool) {
 	for h := 0; h < heads; h++ {
 		for i := 0; i < dims; i += 2 {
 			th := float64(pos) * math.Pow(base, -float64(i)/float64(dims))
 			c, s := math.Cos(th), math.Sin(th)
-			a, b := x[h*hd+i], x[h*hd+i+1]
-			x[h*hd+i], x[h*hd+i+1] = a*c-b*s, a*s+b*c
+			ia, ib := h*hd+i, h*hd+i+1
+			if neox { // pairs (j, j+dims/2)
+				ia, ib = h*hd+i/2, h*hd+i/2+dims/2
+			}
+			a, b := x[ia], x[ib]
+			x[ia], x[ib] = a*c-b*s, a*s+b*c
 		}
+	}
+}
+
+func addBias(x []float64, b []float32) {
+	for i := range b {
+		x[i] += float64(b[i])
 	}
 }
 
@@ -74,8 +84,14 @@ func (r ref64) layer(l int, x [][]float64) [][]float64 {
 	for p, xp := range x {
 		h := rms(xp, L.AttnNorm, eps)
 		q, k, v := matvec(wq, h), matvec(wk, h), matvec(wv, h)
-		rope(q, m.Heads, hd, m.RopeDims, p, float64(m.RopeBase))
-		rope(k, m.HeadsKV, hd, m.RopeDims, p, float64(m.RopeBase))
+		if L.QBias != nil {
+			addBias(q, L.QBias)
+			addBias(k, L.KBias)
+			addBias(v, L.VBias)
+		}
+		neox := m.Rope == model.RopeNeoX
+		rope(q, m.Heads, hd, m.RopeDims, p, float64(m.RopeBase), neox)
+		rope(k, m.HeadsKV, hd, m.RopeDims, p, float64(m.RopeBase), neox)
 		qs, ks, vs = append(qs, q), append(ks, k), append(vs, v)
 	}
 	out := make([][]float64, len(x))
@@ -125,13 +141,22 @@ func (r ref64) layer(l int, x [][]float64) [][]float64 {
 // KV cache as its own stage and compares its hidden states with the float64
 // reference: relative error well under 1e-4.
 func TestLayersAgainstFloat64(t *testing.T) {
-	f, err := model.RandomFile(model.RandomSpec{Layers: 3, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 11})
+	for _, arch := range []string{"llama", "qwen2"} {
+		t.Run(arch, func(t *testing.T) { testLayersAgainstFloat64(t, arch) })
+	}
+}
+
+func testLayersAgainstFloat64(t *testing.T, arch string) {
+	f, err := model.RandomFile(model.RandomSpec{Arch: arch, Layers: 3, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 11})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, err := model.Load(f)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := arch == "qwen2"; m.QKVBias != want || (m.Rope == model.RopeNeoX) != want {
+		t.Fatalf("%s: QKVBias %v, NeoX %v", arch, m.QKVBias, m.Rope == model.RopeNeoX)
 	}
 	rng := rand.New(rand.NewPCG(8, 9))
 	const T = 20
