@@ -2,8 +2,18 @@
 // messages in package pb, the helpers that carry a micro-batch's hidden
 // state over a stage stream in chunks, and the gRPC dial and listen options
 // every node uses. Package membership (below it) hides memberlist.
-// transport imports no package of the cluster's: coordinator and shard meet
-// here and never import each other.
+// coordinator and shard meet here and never import each other; of strata's
+// packages transport imports only model/sample (sampler parameters), never
+// coordinator, shard, sched or kv.
+//
+// # Values and wire
+//
+// The data path's messages exist twice: as Go values (MicroBatch, Row,
+// Tombstone, BatchResult, ... in message.go), which the coordinator's loop
+// and the shard runtime use, and as protobuf (package pb), which the gRPC
+// streams carry. wire.go converts between them: MicroBatchToWire then
+// SendBatch on one side, RecvBatch then MicroBatchFromWire on the other;
+// ResultToWire, ResultFromWire and FailedFromWire for the way back.
 //
 // # Servers
 //
