@@ -65,6 +65,16 @@ type Stage struct {
 	pos                                                 []int // position of each token
 	rowOf                                               []int // row of each token
 	attnScratch                                         [][]float32
+
+	// The batch and layer in progress, read by the per-token steps below;
+	// their method values are made once in NewStage so that a forward pass
+	// allocates nothing.
+	rows  []Row
+	L     *Layer
+	ll    int // stage-local layer
+	rope  bool
+	norm  []float32 // weights of the norm in progress
+	steps struct{ embed, norm, qkv, attend, swiGLU func(worker, t int) }
 }
 
 // NewStage prepares layers [first, last) of m on be with kv.
@@ -72,7 +82,13 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	if first < 0 || last > m.Layers || first >= last {
 		return nil, fmt.Errorf("model: layer range [%d, %d) is not inside [0, %d)", first, last, m.Layers)
 	}
-	return &Stage{m: m, first: first, last: last, be: be, kv: kv, attnScratch: make([][]float32, be.Workers())}, nil
+	s := &Stage{m: m, first: first, last: last, be: be, kv: kv, attnScratch: make([][]float32, be.Workers())}
+	s.steps.embed = s.embedToken
+	s.steps.norm = s.normToken
+	s.steps.qkv = s.qkvToken
+	s.steps.attend = s.attendToken
+	s.steps.swiGLU = s.swiGLUToken
+	return s, nil
 }
 
 // First reports whether the stage embeds tokens (it starts at layer 0).
@@ -122,11 +138,10 @@ func (s *Stage) Forward(rows []Row, in []float32) ([]float32, error) {
 			t++
 		}
 	}
+	s.rows = rows
+	defer func() { s.rows, s.L, s.norm = nil, nil, nil }()
 	if s.First() {
-		s.be.Parallel(T, func(_, t int) {
-			tok := rows[s.rowOf[t]].Tokens[s.pos[t]-rows[s.rowOf[t]].Pos]
-			dequantizeRow(m.Embed, int(tok), x[t*E:(t+1)*E])
-		})
+		s.be.Parallel(T, s.steps.embed)
 	} else {
 		copy(x, in)
 	}
@@ -137,6 +152,46 @@ func (s *Stage) Forward(rows []Row, in []float32) ([]float32, error) {
 		return x, nil
 	}
 	return s.head(rows, T), nil
+}
+
+func (s *Stage) embedToken(_, t int) {
+	E := s.m.Embd
+	r := &s.rows[s.rowOf[t]]
+	dequantizeRow(s.m.Embed, int(r.Tokens[s.pos[t]-r.Pos]), s.x[t*E:(t+1)*E])
+}
+
+func (s *Stage) normToken(_, t int) {
+	E := s.m.Embd
+	rmsNorm(s.h[t*E:(t+1)*E], s.x[t*E:(t+1)*E], s.norm, s.m.NormEps)
+}
+
+func (s *Stage) qkvToken(_, t int) {
+	m, L := s.m, s.L
+	E, KVD := m.Embd, m.KVDim()
+	qt, kt, vt := s.q[t*E:(t+1)*E], s.k[t*KVD:(t+1)*KVD], s.v[t*KVD:(t+1)*KVD]
+	if L.QBias != nil {
+		addTo(qt, L.QBias)
+		addTo(kt, L.KBias)
+		addTo(vt, L.VBias)
+	}
+	if s.rope {
+		ropeHeads(qt, m.Heads, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
+		ropeHeads(kt, m.HeadsKV, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
+	}
+}
+
+func (s *Stage) attendToken(w, t int) {
+	E := s.m.Embd
+	n := s.pos[t] + 1
+	if cap(s.attnScratch[w]) < n {
+		s.attnScratch[w] = make([]float32, n+n/2)
+	}
+	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, s.pos[t], s.q[t*E:(t+1)*E], s.att[t*E:(t+1)*E], s.attnScratch[w][:n])
+}
+
+func (s *Stage) swiGLUToken(_, t int) {
+	FF := s.m.FF
+	s.be.SwiGLU(s.gate[t*FF:(t+1)*FF], s.up[t*FF:(t+1)*FF])
 }
 
 // check validates a batch and returns its token count.
@@ -208,45 +263,30 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	E, KVD, FF := m.Embd, m.KVDim(), m.FF
 	x, h := s.x[:T*E], s.h[:T*E]
 	q, k, v := s.q[:T*E], s.k[:T*KVD], s.v[:T*KVD]
+	s.L, s.ll = L, l-s.first
+	s.rope = m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
 
-	s.be.Parallel(T, func(_, t int) { rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], L.AttnNorm, m.NormEps) })
+	s.norm = L.AttnNorm
+	s.be.Parallel(T, s.steps.norm)
 	s.be.MatMul(L.Q, h, T, q)
 	s.be.MatMul(L.K, h, T, k)
 	s.be.MatMul(L.V, h, T, v)
-	rope := m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
-	s.be.Parallel(T, func(_, t int) {
-		qt, kt, vt := q[t*E:(t+1)*E], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD]
-		if L.QBias != nil {
-			addTo(qt, L.QBias)
-			addTo(kt, L.KBias)
-			addTo(vt, L.VBias)
-		}
-		if rope {
-			ropeHeads(qt, m.Heads, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
-			ropeHeads(kt, m.HeadsKV, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
-		}
-	})
-	ll := l - s.first
+	s.be.Parallel(T, s.steps.qkv)
 	for t := 0; t < T; t++ {
-		s.kv.Store(ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
+		s.kv.Store(s.ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
 	}
 	att := s.att[:T*E]
-	s.be.Parallel(T, func(w, t int) {
-		n := s.pos[t] + 1
-		if cap(s.attnScratch[w]) < n {
-			s.attnScratch[w] = make([]float32, n+n/2)
-		}
-		s.kv.Attend(ll, rows[s.rowOf[t]].Blocks, s.pos[t], q[t*E:(t+1)*E], att[t*E:(t+1)*E], s.attnScratch[w][:n])
-	})
+	s.be.Parallel(T, s.steps.attend)
 	out := s.out[:T*E]
 	s.be.MatMul(L.O, att, T, out)
 	addTo(x, out)
 
-	s.be.Parallel(T, func(_, t int) { rmsNorm(h[t*E:(t+1)*E], x[t*E:(t+1)*E], L.FFNNorm, m.NormEps) })
+	s.norm = L.FFNNorm
+	s.be.Parallel(T, s.steps.norm)
 	gate, up := s.gate[:T*FF], s.up[:T*FF]
 	s.be.MatMul(L.Gate, h, T, gate)
 	s.be.MatMul(L.Up, h, T, up)
-	s.be.Parallel(T, func(_, t int) { s.be.SwiGLU(gate[t*FF:(t+1)*FF], up[t*FF:(t+1)*FF]) })
+	s.be.Parallel(T, s.steps.swiGLU)
 	s.be.MatMul(L.Down, gate, T, out)
 	addTo(x, out)
 }

@@ -61,6 +61,7 @@ func BenchmarkForward(b *testing.B) {
 				if _, err := e.stage.Forward([]model.Row{{Seq: 1, First: true, Tokens: prompt, Blocks: blocks}}, nil); err != nil {
 					b.Fatal(err)
 				}
+				b.ReportAllocs()
 				for b.Loop() {
 					if _, err := e.stage.Forward([]model.Row{{Seq: 1, Pos: 128, Tokens: []int32{5}, Blocks: blocks, Logits: true}}, nil); err != nil {
 						b.Fatal(err)

@@ -13,4 +13,15 @@
 // VecDot call whose reduction order depends only on the row length; work is
 // split over outputs only. So an output never depends on the batch it rode
 // in, the thread count or its row index.
+//
+// Kernels: on amd64 the dot products, attention sums, SwiGLU, softmax's exp
+// and the Q8_0 activation quantizer run as assembly generated with avo by
+// internal/asmgen (go generate; the generated kernels_amd64.s and stubs are
+// committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0 and Q4_0,
+// AVX2+FMA for F32, chosen at run time with golang.org/x/sys/cpu. Every
+// other case, and other architectures (or the purego tag), runs the
+// portable Go kernels, which give the same bits: tests compare the two on
+// random inputs. Matrix products use R×C tile kernels (up to 4 weight rows ×
+// 4 activation rows per call) that reduce each output exactly as the
+// single-row kernel does.
 package cpu

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
@@ -23,15 +24,15 @@ type VecDot func(n int, w, x []byte) float32
 func VecDotFor(t ggml.Type) (VecDot, error) {
 	switch t {
 	case ggml.F32:
-		return dotF32Bytes, nil
+		return vecDotF32, nil
 	case ggml.F16:
-		return dotF16, nil
+		return vecDotF16, nil
 	case ggml.BF16:
-		return dotBF16, nil
+		return vecDotBF16, nil
 	case ggml.Q4_0:
-		return dotQ40Q80, nil
+		return vecDotQ40, nil
 	case ggml.Q8_0:
-		return dotQ80Q80, nil
+		return vecDotQ80, nil
 	case ggml.Q4_K:
 		return dotQ4KQ8K, nil
 	case ggml.Q6_K:
@@ -77,6 +78,13 @@ func reduceLanes(acc *[lanes]float32) float32 {
 // for j < 8, then +4, +2, +1; the result is lane[0].
 func DotF32(a, b []float32) float32 {
 	b = b[:len(a)]
+	if ts := tilesFor(ggml.F32); ts != nil && len(a) > 0 {
+		return ts.one(len(a), (*byte)(unsafe.Pointer(&a[0])), (*byte)(unsafe.Pointer(&b[0])))
+	}
+	return dotF32(a, b)
+}
+
+func dotF32(a, b []float32) float32 {
 	var acc [lanes]float32
 	i := 0
 	for ; i+lanes <= len(a); i += lanes {

@@ -266,18 +266,26 @@ func TestBlockDotOrder(t *testing.T) {
 	q8K := func(x []byte, e int) int32 { return int32(int8(x[e/256*292+4+e%256])) }
 
 	spec32 := func(n int, w, x []byte, wq func(e int) int32, wd func(b int) float32) float32 {
-		var acc float32
+		var acc [16]float32
 		for b := 0; b < n/32; b++ {
-			var isum int32
-			for e := 32 * b; e < 32*b+32; e++ {
-				isum += wq(e) * q80(x, e)
-			}
 			dd := wd(b) * f16(x[34*b:])
-			acc = acc + float32(float32(isum)*dd)
+			for l := range 8 {
+				var p int32
+				for e := 32*b + 4*l; e < 32*b+4*l+4; e++ {
+					p += wq(e) * q80(x, e)
+				}
+				lane := 8*(b%2) + l
+				acc[lane] = fmaBig(float32(p), dd, acc[lane])
+			}
 		}
-		return acc
+		for w := 8; w >= 1; w /= 2 {
+			for j := range w {
+				acc[j] = acc[j] + acc[j+w]
+			}
+		}
+		return acc[0]
 	}
-	for _, n := range []int{32, 64, 96, 288, 1024} {
+	for _, n := range []int{32, 64, 96, 288, 1024, 1056} {
 		for range 20 {
 			xb := make([]byte, n/32*34)
 			ConvertActivation(ggml.Q8_0, randVec(r, n), xb)
@@ -285,6 +293,9 @@ func TestBlockDotOrder(t *testing.T) {
 			w8 := quantWeights(t, r, ggml.Q8_0, n)
 			want := spec32(n, w8, xb, func(e int) int32 { return q80(w8, e) }, func(b int) float32 { return f16(w8[34*b:]) })
 			if got := dotQ80Q80(n, w8, xb); math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("Q8_0 n=%d: %x, want %x", n, got, want)
+			}
+			if got := vecDotQ80(n, w8, xb); math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("Q8_0 n=%d: %x, want %x", n, got, want)
 			}
 			w4 := quantWeights(t, r, ggml.Q4_0, n)
@@ -297,6 +308,9 @@ func TestBlockDotOrder(t *testing.T) {
 			}
 			want = spec32(n, w4, xb, q40, func(b int) float32 { return f16(w4[18*b:]) })
 			if got := dotQ40Q80(n, w4, xb); math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("Q4_0 n=%d: %x, want %x", n, got, want)
+			}
+			if got := vecDotQ40(n, w4, xb); math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("Q4_0 n=%d: %x, want %x", n, got, want)
 			}
 		}

@@ -128,9 +128,13 @@ func TestStories260KMatchesLlamaCpp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, m, 2, 64, ggml.F16)
-	got := e.greedy(t, []int32{1, 403, 407, 261, 378}, 64)
-	if text := decodeSPM(toks, got); text != onceUponATime {
-		t.Errorf("greedy text:\n%q\nwant\n%q\ntokens %v", text, onceUponATime, got)
+	for _, portable := range []bool{false, true} {
+		cpu.SetPortable(portable)
+		e := newEngine(t, m, 2, 64, ggml.F16)
+		got := e.greedy(t, []int32{1, 403, 407, 261, 378}, 64)
+		cpu.SetPortable(false)
+		if text := decodeSPM(toks, got); text != onceUponATime {
+			t.Errorf("portable=%v: greedy text:\n%q\nwant\n%q\ntokens %v", portable, text, onceUponATime, got)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
 )
 
@@ -88,6 +89,13 @@ func TestLogitsBatchInvariant(t *testing.T) {
 			}
 			ref := runInterleaved(t, newEngine(t, m, 1, 64, ggml.F16), &seqRun{seq: 1, tokens: prompt}, ones, nil, rng)
 			last := ref[len(ref)-1]
+			// The portable kernels give the same bits as the SIMD ones.
+			cpu.SetPortable(true)
+			port := runInterleaved(t, newEngine(t, m, 2, 64, ggml.F16), &seqRun{seq: 1, tokens: prompt}, []int{7, 33}, nil, rng)
+			cpu.SetPortable(false)
+			if !slices.Equal(port[len(port)-1], last) {
+				t.Fatalf("portable kernels: last logits differ from the SIMD kernels'")
+			}
 			for trial := 0; trial < 6; trial++ {
 				threads := 1 + trial%2
 				e := newEngine(t, m, threads, 256, ggml.F16)

@@ -124,22 +124,37 @@ func (c *KV) put(dst []byte, src []float32) {
 	}
 }
 
-// Attend implements model.KV. For each head, the query is converted to the
-// storage type (as ggml converts it for its f16 dot product), scored against
-// keys 0..pos in position order, softmaxed in float32 with the maximum
-// subtracted, and the values are summed in position order. The order depends
-// only on pos, never on the batch.
+// Attend implements model.KV, with the numerics of ggml's CPU flash
+// attention, so that greedy output follows llama.cpp's on the same file:
+//
+//   - the query is converted to the storage type (f16 by default) and each
+//     key j = 0..pos is scored with the storage type's VecDot, times
+//     1/sqrt(HeadDim);
+//   - the softmax is online, in position order: a running maximum M, a
+//     running sum S = S*ms + vs (one rounding), and a value accumulator held
+//     in the storage type. A score above M rescales the accumulator by
+//     ms = exp(Mold - M); otherwise vs = exp(s - M). Then
+//     acc = round(fma(v_j, vs, acc)) element by element;
+//   - out = acc / S.
+//
+// Everything depends only on pos and the stored keys and values, never on
+// the batch, the chunking or the thread count.
 func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
+	bs := cfg.BlockSize
 	group := cfg.Heads / cfg.HeadsKV
 	esz := cfg.Type.TypeSize()
-	var qbuf [1024 * 4]byte
-	qb := qbuf[:hd*esz]
-	scores := scratch[:pos+1]
+	n := pos + 1
+	scores := scratch[:n]
+	ts := tilesFor(cfg.Type)
 	for h := 0; h < cfg.Heads; h++ {
 		kvh := h / group
 		qh := q[h*hd : (h+1)*hd]
+		o := out[h*hd : (h+1)*hd]
+		// The converted query lives in o until the values are summed there:
+		// a stack buffer would escape through the kernel calls.
+		qb := unsafe.Slice((*byte)(unsafe.Pointer(&o[0])), hd*esz)
 		if cfg.Type == ggml.F32 {
 			copy(unsafe.Slice((*float32)(unsafe.Pointer(&qb[0])), hd), qh)
 		} else {
@@ -149,45 +164,101 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 			}
 		}
 		hoff := kvh * hd * esz
-		maxs := float32(math.Inf(-1))
-		for j := 0; j <= pos; j++ {
-			off := c.offset(layer, blocks, j) + hoff
-			s := c.dot(hd, c.k[off:off+hd*esz], qb) * c.scale
-			scores[j] = s
-			maxs = max(maxs, s)
+		for j0 := 0; j0 < n; j0 += bs {
+			m := min(bs, n-j0)
+			off := c.offset(layer, blocks, j0) + hoff
+			keys := c.k[off : off+(m-1)*c.row+hd*esz]
+			sc := scores[j0 : j0+m]
+			if ts != nil {
+				for r := 0; r < m; r += ts.maxR {
+					R := min(ts.maxR, m-r)
+					ts.k[R-1][0](hd, &keys[r*c.row], c.row, &qb[0], 0, &sc[r], 4)
+				}
+			} else {
+				for r := range sc {
+					sc[r] = c.dot(hd, keys[r*c.row:r*c.row+hd*esz], qb)
+				}
+			}
+			for r := range sc {
+				sc[r] *= c.scale
+			}
 		}
-		var sum float32
-		for j, s := range scores {
-			e := float32(math.Exp(float64(s - maxs)))
-			scores[j] = e
-			sum += e
-		}
-		o := out[h*hd : (h+1)*hd]
-		clear(o)
-		for j, e := range scores {
-			off := c.offset(layer, blocks, j) + hoff
-			c.axpy(o, e, c.v[off:off+hd*esz])
-		}
-		inv := 1 / sum
-		for i := range o {
-			o[i] *= inv
+		if cfg.Type == ggml.F32 {
+			c.softmaxValuesF32(layer, blocks, hoff, scores, o)
+		} else {
+			c.softmaxValuesF16(layer, blocks, hoff, scores, o)
 		}
 	}
 }
 
-// axpy adds a times the stored vector src to o.
-func (c *KV) axpy(o []float32, a float32, src []byte) {
-	n := len(o)
-	if c.cfg.Type == ggml.F32 {
-		s := unsafe.Slice((*float32)(unsafe.Pointer(&src[0])), n)
-		for i := range o {
-			o[i] += a * s[i]
-		}
-		return
+// softmaxValuesF16 is Attend's online softmax with an f16 accumulator (a
+// stack array for head dims up to 256, the heap above), as ggml's flash
+// attention accumulates values it reads in f16.
+func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff int, scores, o []float32) {
+	hd := len(o)
+	var buf [256]uint16
+	acc := buf[:0]
+	if hd <= len(buf) {
+		acc = buf[:hd]
+	} else {
+		acc = make([]uint16, hd)
 	}
-	s := unsafe.Slice((*uint16)(unsafe.Pointer(&src[0])), n)
+	clear(acc)
+	t := f16Table
+	M := float32(math.Inf(-1))
+	var S float32
+	for j, s := range scores {
+		ms, vs := float32(1), float32(1)
+		if s > M {
+			ms = expf(M - s)
+			M = s
+			for i, a := range acc {
+				acc[i] = ggml.F32ToF16(float32(t[a] * ms))
+			}
+		} else {
+			vs = expf(s - M)
+		}
+		off := c.offset(layer, blocks, j) + hoff
+		v := unsafe.Slice((*uint16)(unsafe.Pointer(&c.v[off])), hd)
+		for i, a := range acc {
+			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[a]))
+		}
+		S = fma32(S, ms, vs)
+	}
+	inv := 1 / S
+	for i, a := range acc {
+		o[i] = t[a] * inv
+	}
+}
+
+// softmaxValuesF32 is Attend's online softmax with a float32 accumulator (an
+// f32 cache), as ggml accumulates values it reads in f32.
+func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff int, scores, o []float32) {
+	hd := len(o)
+	clear(o)
+	M := float32(math.Inf(-1))
+	var S float32
+	for j, s := range scores {
+		ms, vs := float32(1), float32(1)
+		if s > M {
+			ms = expf(M - s)
+			M = s
+			for i := range o {
+				o[i] = float32(o[i] * ms)
+			}
+		} else {
+			vs = expf(s - M)
+		}
+		off := c.offset(layer, blocks, j) + hoff
+		v := unsafe.Slice((*float32)(unsafe.Pointer(&c.v[off])), hd)
+		for i := range o {
+			o[i] = fma32(v[i], vs, o[i])
+		}
+		S = fma32(S, ms, vs)
+	}
+	inv := 1 / S
 	for i := range o {
-		o[i] += a * ggml.F16ToF32(s[i])
+		o[i] *= inv
 	}
 }
 

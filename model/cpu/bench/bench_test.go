@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"testing"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+func TestRunSmall(t *testing.T) {
+	spec := model.RandomSpec{Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 1}
+	res, err := Run(context.Background(), Config{Spec: spec, Threads: 2, Prompt: 16, Gen: 4, Batches: []int{1, 3}, Reps: 1, KVType: ggml.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PP <= 0 || res.TG <= 0 || len(res.Batched) != 2 || res.Batched[1].TokPerSec <= 0 || res.WeightBytes <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// BenchmarkReference prints issue 7's table for the 110 M shape: go test
+// -run XXX -bench Reference ./model/cpu/bench/ -benchtime 1x.
+func BenchmarkReference(b *testing.B) {
+	ctx := context.Background()
+	for b.Loop() {
+		for _, threads := range []int{1, 2} {
+			bw, err := Bandwidth(ctx, threads, 3)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("triad bandwidth, %d threads: %.1f GB/s", threads, bw)
+		}
+		for _, typ := range []ggml.Type{ggml.F32, ggml.Q8_0, ggml.Q4_0} {
+			for _, threads := range []int{1, 2} {
+				cfg := Config{Spec: Spec110M(typ), Threads: threads, KVType: ggml.F16}
+				if threads == 2 {
+					cfg.Batches = []int{1, 4, 8, 16}
+				}
+				res, err := Run(ctx, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Logf("%v %d threads (%s): pp128 %.1f tok/s, tg64 %.1f tok/s (%.1f GB/s of %d MB weights)", typ, threads, res.ISA, res.PP, res.TG, res.TGGBps, res.WeightBytes>>20)
+				for _, bd := range res.Batched {
+					b.Logf("  batched decode %2d seqs: %.1f tok/s, %.2f ms/step", bd.Seqs, bd.TokPerSec, bd.StepMs)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkBatchedDecode logs batched decode of the 110 M Q8_0 model at 1,
+// 4, 8 and 16 sequences on 2 threads.
+func BenchmarkBatchedDecode(b *testing.B) {
+	for b.Loop() {
+		res, err := Run(context.Background(), Config{Spec: Spec110M(ggml.Q8_0), Threads: 2, Gen: 32, Batches: []int{1, 4, 8, 16}, Reps: 3, KVType: ggml.F16})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("Q8_0 2 threads (%s): pp128 %.1f tok/s, tg %.1f tok/s (%.1f GB/s)", res.ISA, res.PP, res.TG, res.TGGBps)
+		for _, bd := range res.Batched {
+			b.Logf("batched decode %2d seqs: %.1f tok/s, %.2f ms/step", bd.Seqs, bd.TokPerSec, bd.StepMs)
+		}
+	}
+}

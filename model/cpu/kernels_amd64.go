@@ -1,0 +1,129 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import (
+	"golang.org/x/sys/cpu"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// Instruction sets the generated kernels need. Every AVX-512 CPU has BMI2
+// (the tail masks use BZHI); VPDPBUSD needs AVX512_VNNI.
+var (
+	haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ &&
+		cpu.X86.HasAVX512VL && cpu.X86.HasBMI2
+	haveVNNI = haveAVX512 && cpu.X86.HasAVX512VNNI
+	haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+)
+
+// archTiles returns the fastest kernels this CPU runs for weights of type t,
+// or nil.
+func archTiles(t ggml.Type) *tileSet {
+	switch t {
+	case ggml.F32:
+		if haveAVX512 && !avx2Only {
+			return &f32AVX512
+		}
+		if haveAVX2 {
+			return &f32AVX2
+		}
+	case ggml.F16:
+		if haveAVX512 {
+			return &f16AVX512
+		}
+	case ggml.BF16:
+		if haveAVX512 {
+			return &bf16AVX512
+		}
+	case ggml.Q8_0:
+		if haveVNNI {
+			return &q80VNNI
+		}
+	case ggml.Q4_0:
+		if haveVNNI {
+			return &q40VNNI
+		}
+	}
+	return nil
+}
+
+// avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
+// AVX2 ones on an AVX-512 machine.
+var avx2Only bool
+
+var f32AVX2 = tileSet{one: f32AVX21, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{f32AVX2_1x1, f32AVX2_1x2},
+	{f32AVX2_2x1, f32AVX2_2x2},
+}}
+
+func f32AVX21(n int, w, x *byte) float32 {
+	var out float32
+	f32AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var f32AVX512 = tileSet{one: f32AVX5121, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{f32AVX512_1x1, f32AVX512_1x2, f32AVX512_1x3, f32AVX512_1x4},
+	{f32AVX512_2x1, f32AVX512_2x2, f32AVX512_2x3, f32AVX512_2x4},
+	{f32AVX512_3x1, f32AVX512_3x2, f32AVX512_3x3, f32AVX512_3x4},
+	{f32AVX512_4x1, f32AVX512_4x2, f32AVX512_4x3, f32AVX512_4x4},
+}}
+
+var f16AVX512 = tileSet{one: f16AVX5121, name: "f16AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{f16AVX512_1x1, f16AVX512_1x2, f16AVX512_1x3, f16AVX512_1x4},
+	{f16AVX512_2x1, f16AVX512_2x2, f16AVX512_2x3, f16AVX512_2x4},
+	{f16AVX512_3x1, f16AVX512_3x2, f16AVX512_3x3, f16AVX512_3x4},
+	{f16AVX512_4x1, f16AVX512_4x2, f16AVX512_4x3, f16AVX512_4x4},
+}}
+
+var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{bf16AVX512_1x1, bf16AVX512_1x2, bf16AVX512_1x3, bf16AVX512_1x4},
+	{bf16AVX512_2x1, bf16AVX512_2x2, bf16AVX512_2x3, bf16AVX512_2x4},
+	{bf16AVX512_3x1, bf16AVX512_3x2, bf16AVX512_3x3, bf16AVX512_3x4},
+	{bf16AVX512_4x1, bf16AVX512_4x2, bf16AVX512_4x3, bf16AVX512_4x4},
+}}
+
+var q80VNNI = tileSet{one: q80VNNI1, name: "q80VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
+	{q80VNNI_2x1, q80VNNI_2x2, q80VNNI_2x3, q80VNNI_2x4},
+	{q80VNNI_3x1, q80VNNI_3x2, q80VNNI_3x3, q80VNNI_3x4},
+	{q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
+}}
+
+var q40VNNI = tileSet{one: q40VNNI1, name: "q40VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
+	{q40VNNI_2x1, q40VNNI_2x2, q40VNNI_2x3, q40VNNI_2x4},
+	{q40VNNI_3x1, q40VNNI_3x2, q40VNNI_3x3, q40VNNI_3x4},
+	{q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
+}}
+
+func f32AVX5121(n int, w, x *byte) float32 {
+	var out float32
+	f32AVX512_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+func f16AVX5121(n int, w, x *byte) float32 {
+	var out float32
+	f16AVX512_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+func bf16AVX5121(n int, w, x *byte) float32 {
+	var out float32
+	bf16AVX512_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+func q80VNNI1(n int, w, x *byte) float32 {
+	var out float32
+	q80VNNI_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+func q40VNNI1(n int, w, x *byte) float32 {
+	var out float32
+	q40VNNI_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}

@@ -1,0 +1,195 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// withPortable runs f with the portable kernels forced.
+func withPortable(f func()) {
+	portableOnly = true
+	defer func() { portableOnly = false }()
+	f()
+}
+
+// randBytesVec is a random vector with awkward values mixed in: zeros of
+// both signs, tiny and huge magnitudes.
+func randBytesVec(r *rand.Rand, n int) []float32 {
+	v := randVec(r, n)
+	for i := range v {
+		switch r.IntN(40) {
+		case 0:
+			v[i] = 0
+		case 1:
+			v[i] = float32(math.Copysign(0, -1))
+		case 2:
+			v[i] *= 1e-30
+		case 3:
+			v[i] *= 1e20
+		}
+	}
+	return v
+}
+
+// randRow is a random weight row of type typ with n elements. Q8_0 rows take
+// arbitrary quant bytes (including -128) so that the integer sums are tested
+// at their extremes.
+func randRow(t testing.TB, r *rand.Rand, typ ggml.Type, n int) []byte {
+	t.Helper()
+	switch typ {
+	case ggml.Q8_0, ggml.Q4_0:
+		b := quantWeights(t, r, typ, n)
+		bs := typ.TypeSize()
+		for blk := 0; blk < len(b); blk += bs {
+			if r.IntN(3) == 0 {
+				for i := blk + 2; i < blk+bs; i++ {
+					b[i] = byte(r.Uint32())
+				}
+			}
+		}
+		return b
+	}
+	return encode(t, typ, randBytesVec(r, n))
+}
+
+// TestTilesEqualPortable checks every SIMD tile kernel (all R×C shapes)
+// against the portable kernel, bit for bit, on random rows of awkward sizes.
+func TestTilesEqualPortable(t *testing.T) {
+	testTilesEqualPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testTilesEqualPortable(t)
+}
+
+func testTilesEqualPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
+		ts := archTiles(typ)
+		if ts == nil {
+			t.Logf("%s: no SIMD kernels on this CPU (avx2Only %v)", typ, avx2Only)
+			continue
+		}
+		var sizes []int
+		if ts.unit == 1 {
+			sizes = []int{1, 2, 7, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 255, 768, 1000}
+		} else {
+			for _, nb := range []int{1, 2, 3, 4, 5, 7, 8, 9, 24, 25, 64, 67} {
+				sizes = append(sizes, 32*nb)
+			}
+		}
+		portable, err := VecDotFor(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range sizes {
+			t.Run(fmt.Sprintf("%s/%s/%d", ts.name, typ, n), func(t *testing.T) {
+				wrow := mustRowBytes(t, typ, n)
+				vt := typ.VecDotType()
+				xrow := mustRowBytes(t, vt, n)
+				for R := 1; R <= ts.maxR; R++ {
+					for C := 1; C <= ts.maxC; C++ {
+						// Rows with a gap between them, to test the strides.
+						ws, xs := wrow+3*typ.TypeSize(), xrow+vt.TypeSize()
+						w := make([]byte, R*ws)
+						x := make([]byte, C*xs)
+						for i := range R {
+							copy(w[i*ws:], randRow(t, r, typ, n))
+						}
+						for c := range C {
+							if vt == typ {
+								copy(x[c*xs:], randRow(t, r, typ, n))
+							} else {
+								ConvertActivation(typ, randBytesVec(r, n), x[c*xs:c*xs+xrow])
+							}
+						}
+						const os = 5
+						out := make([]float32, C*os)
+						ts.k[R-1][C-1](n/ts.unit, &w[0], ws, &x[0], xs, &out[0], 4*os)
+						for i := range R {
+							for c := range C {
+								var want float32
+								withPortable(func() { want = portable(n, w[i*ws:i*ws+wrow], x[c*xs:c*xs+xrow]) })
+								if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
+									t.Fatalf("%s_%dx%d n=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+										ts.name, R, C, n, i, c, got, math.Float32bits(got), want, math.Float32bits(want))
+								}
+							}
+						}
+						for c := range C { // untouched padding
+							for i := R; i < os; i++ {
+								if out[c*os+i] != 0 {
+									t.Fatalf("%s_%dx%d wrote out[%d][%d]", ts.name, R, C, i, c)
+								}
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestVecDotPortableSwitch checks the VecDot kernels with the SIMD path on
+// and off on random inputs.
+func TestVecDotPortableSwitch(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
+		f, err := VecDotFor(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 200 {
+			n := 32 * (1 + r.IntN(40))
+			w := randRow(t, r, typ, n)
+			x := make([]byte, mustRowBytes(t, typ.VecDotType(), n))
+			ConvertActivation(typ, randBytesVec(r, n), x)
+			got := f(n, w, x)
+			var want float32
+			withPortable(func() { want = f(n, w, x) })
+			if math.Float32bits(got) != math.Float32bits(want) {
+				t.Fatalf("%s n=%d: %s %08x, portable %08x", typ, n, ISA(typ), math.Float32bits(got), math.Float32bits(want))
+			}
+		}
+	}
+}
+
+// TestAttendEqualsPortable checks KV.Attend with the SIMD kernels against
+// the portable loops, bit for bit, over paged blocks in shuffled order.
+func TestAttendEqualsPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	for _, typ := range []ggml.Type{ggml.F16, ggml.F32} {
+		for _, hd := range []int{8, 20, 64, 72} {
+			for _, bs := range []int{1, 5, 16} {
+				cfg := KVConfig{Layers: 2, Blocks: 40 / bs * 2, BlockSize: bs, Heads: 4, HeadsKV: 2, HeadDim: hd, Type: typ}
+				c, err := NewKV(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				blocks := make([]int32, cfg.Blocks)
+				for i, p := range r.Perm(cfg.Blocks) {
+					blocks[i] = int32(p)
+				}
+				kvd := cfg.HeadsKV * hd
+				for p := range 40 {
+					c.Store(1, blocks, p, randVec(r, kvd), randVec(r, kvd))
+				}
+				for _, pos := range []int{0, 1, 4, 15, 16, 17, 39} {
+					q := randVec(r, cfg.Heads*hd)
+					got := make([]float32, cfg.Heads*hd)
+					want := make([]float32, cfg.Heads*hd)
+					c.Attend(1, blocks, pos, q, got, make([]float32, pos+1))
+					withPortable(func() { c.Attend(1, blocks, pos, q, want, make([]float32, pos+1)) })
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s hd=%d bs=%d pos=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
