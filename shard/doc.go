@@ -17,6 +17,15 @@
 //     model on the rest, and on the last stage samples each row with its
 //     sequence's own sampler state.
 //
-// The gRPC shell around them (stage streams, control stream, heartbeats) is
-// the caller; it owns the only goroutine that touches a Runner.
+// Node is the gRPC shell around them (`shard join`; docs/cluster.md is the
+// protocol): New(cfg) opens the data dir (node identity in bbolt) and binds
+// the stage endpoint and /metrics; Run(ctx) joins the gossip cluster,
+// registers, keeps the control stream (heartbeats, leases, acked backstop
+// tombstones, Assign), serves Stage.Stream and returns after every goroutine
+// it started has exited. The Runner of the current placement is touched only
+// under Node.mu — by the stage stream, the control stream, the lease ticker
+// and metrics scrapes — and nothing sends on a channel or the network while
+// holding it. Each downstream link (next stage or Coordinator.Results) has
+// one sender goroutine behind a bounded queue; a full queue fails the batch
+// upstream. wire.go is the only file that converts wire types.
 package shard

@@ -231,3 +231,18 @@ func toModel(rows []Row, dst []model.Row) []model.Row {
 	}
 	return dst
 }
+
+// CheckInvariants checks the runner's replica table (see
+// Table.CheckInvariants) and that sampler state exists only for live
+// sequences.
+func (r *Runner) CheckInvariants() error {
+	if err := r.table.CheckInvariants(r.bs); err != nil {
+		return err
+	}
+	for seq := range r.states {
+		if !r.table.Has(seq) {
+			return fmt.Errorf("shard: sampler state for sequence %d, which is not live", seq)
+		}
+	}
+	return nil
+}

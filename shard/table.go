@@ -233,3 +233,30 @@ func (t *Table) Freed(r Reason) uint64 { return t.freed[r] }
 
 // Refused returns how many rows were refused with the given code.
 func (t *Table) Refused(code string) uint64 { return t.refused[code] }
+
+// CheckInvariants verifies the table's own consistency for blocks of bs
+// positions: every live sequence at or below the high-water mark, its block
+// table exactly covering its length, every block inside the pool, and no
+// pending tombstone at or below the mark. It is what strata_kv_invariant_ok
+// reports while the coordinator's heartbeat replies carry no block counts.
+func (t *Table) CheckInvariants(bs int) error {
+	for seq, r := range t.live {
+		if seq > t.hwm {
+			return fmt.Errorf("shard: live sequence %d above high-water mark %d", seq, t.hwm)
+		}
+		if need := (r.length + bs - 1) / bs; len(r.blocks) != need {
+			return fmt.Errorf("shard: sequence %d of length %d holds %d blocks, want %d", seq, r.length, len(r.blocks), need)
+		}
+		for i, b := range r.blocks {
+			if b < 0 || int(b) >= t.pool {
+				return fmt.Errorf("shard: sequence %d block %d is %d, pool has %d", seq, i, b, t.pool)
+			}
+		}
+	}
+	for seq := range t.early {
+		if seq <= t.hwm {
+			return fmt.Errorf("shard: pending tombstone for sequence %d at or below high-water mark %d", seq, t.hwm)
+		}
+	}
+	return nil
+}

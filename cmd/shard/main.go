@@ -1,0 +1,117 @@
+// Command shard runs a strata shard.
+//
+//	shard join --coordinator HOST:PORT [--model FILE.gguf] [--device cpu]
+//	           [--gossip ADDR] [--grpc ADDR] [--advertise HOST] [--metrics ADDR]
+//	           [--data-dir DIR] [--threads N] [--kv-memory SIZE]
+//
+// joins the cluster whose coordinator gossips at HOST:PORT, serves the layer
+// range the coordinator assigns, and leaves gracefully on SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/strata-llm/strata/shard"
+)
+
+const usage = `usage: shard join --coordinator HOST:PORT [flags]
+
+Run "shard join -h" for the flags.
+`
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "join" {
+		if len(os.Args) >= 2 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
+			fmt.Fprint(os.Stdout, usage)
+			return
+		}
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cfg, err := parseJoin(os.Args[2:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shard: %v\n", err)
+		os.Exit(2)
+	}
+	slog.SetDefault(cfg.Logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	n, err := shard.New(cfg)
+	if err == nil {
+		err = n.Run(ctx)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shard: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// parseJoin turns `shard join` flags into a Config.
+func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
+	cfg := shard.DefaultConfig()
+	fs := flag.NewFlagSet("shard join", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "the coordinator's gossip address, HOST:PORT (required)")
+	fs.StringVar(&cfg.Model, "model", "", "local GGUF model file; without it the assigned layers are streamed from the coordinator")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "compute device: cpu")
+	fs.StringVar(&cfg.Gossip, "gossip", cfg.Gossip, "gossip (memberlist) bind address")
+	fs.StringVar(&cfg.GRPC, "grpc", cfg.GRPC, "stage endpoint (gRPC) bind address")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "host other nodes dial (default: the bound host, or the local address of the route to the coordinator)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve /metrics on this address (default: off)")
+	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node identity and cached weights")
+	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (0: all CPUs)")
+	kvMem := fs.String("kv-memory", "0", "KV cache memory budget, e.g. 512MiB or 4GiB (0: no budget of the shard's own)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("join: unexpected argument %q", fs.Arg(0))
+	}
+	if *kvMem != "0" {
+		v, err := parseSize(*kvMem)
+		if err != nil {
+			return cfg, fmt.Errorf("--kv-memory: %w", err)
+		}
+		cfg.KVMemory = v
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return cfg, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", *logLevel)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return cfg, cfg.Validate()
+}
+
+// parseSize reads a byte count such as 512MiB, 4GiB, 1G or 1048576.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+		return 0, fmt.Errorf("want a positive size such as 512MiB or 4GiB, got %q", s)
+	}
+	return int64(v * float64(mult)), nil
+}

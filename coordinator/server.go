@@ -1,0 +1,284 @@
+package coordinator
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// DefaultMaxBodyBytes bounds a request body when ServerConfig leaves it 0:
+// 4 MiB holds a prompt far longer than any context this project serves,
+// even as a JSON array of token IDs.
+const DefaultMaxBodyBytes = 4 << 20
+
+// ServerConfig configures the HTTP API.
+type ServerConfig struct {
+	// APIKey, when set, is the Bearer token every endpoint but /healthz and
+	// /readyz requires.
+	APIKey string
+	// MaxBodyBytes bounds a request body; larger bodies get 413. 0 means
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// RequestTimeout, when > 0, is each generation request's deadline,
+	// counted from its arrival; the engine ends it with FinishTimeout.
+	RequestTimeout time.Duration
+	Log            *slog.Logger
+}
+
+// Server is the OpenAI-compatible HTTP API over an Engine. Handlers validate
+// and tokenize requests, submit them to the engine, detokenize the tokens,
+// match stop strings and write JSON or server-sent events. A Server holds no
+// mutable state; its handler is safe for concurrent use.
+type Server struct {
+	cfg    ServerConfig
+	eng    *Engine
+	info   *ModelInfo
+	ready  func() error
+	log    *slog.Logger
+	keySum [sha256.Size]byte
+	start  time.Time
+	routes map[string]route
+	stops  map[int32]bool // info.Stop as a set
+}
+
+type route struct {
+	method string
+	h      func(*call)
+}
+
+// call is one HTTP request as a handler sees it.
+type call struct {
+	w   *statusWriter
+	r   *http.Request
+	rid string
+	log *slog.Logger
+}
+
+// NewServer returns the API over eng for the model info describes. ready
+// reports why the cluster cannot serve (nil when it can); a nil ready means
+// always ready.
+func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() error) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if ready == nil {
+		ready = func() error { return nil }
+	}
+	s := &Server{
+		cfg: cfg, eng: eng, info: info, ready: ready,
+		log:   cfg.Log.With("component", "api"),
+		start: time.Now(),
+		stops: map[int32]bool{},
+	}
+	if cfg.APIKey != "" {
+		s.keySum = sha256.Sum256([]byte(cfg.APIKey))
+	}
+	for _, id := range info.Stop {
+		s.stops[id] = true
+	}
+	s.routes = map[string]route{
+		"/v1/completions":      {http.MethodPost, s.handleCompletions},
+		"/v1/chat/completions": {http.MethodPost, s.handleChat},
+		"/v1/models":           {http.MethodGet, s.handleModels},
+		"/tokenize":            {http.MethodPost, s.handleTokenize},
+		"/detokenize":          {http.MethodPost, s.handleDetokenize},
+		"/healthz":             {http.MethodGet, s.handleHealthz},
+		"/readyz":              {http.MethodGet, s.handleReadyz},
+	}
+	return s
+}
+
+// Handler returns the API's http.Handler.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
+
+// openPaths need no API key: probes must work without one.
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	rid := requestID(r.Header.Get("X-Request-ID"))
+	w.Header().Set("X-Request-ID", rid)
+	c := &call{w: &statusWriter{ResponseWriter: w}, r: r, rid: rid, log: s.log.With("request_id", rid)}
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			panic(v)
+		}
+		c.log.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if !c.w.wrote {
+			s.writeError(c, errInternal("internal error (request %s)", rid))
+		}
+	}()
+
+	path := r.URL.Path
+	if !openPaths[path] && s.cfg.APIKey != "" && !s.authorized(r) {
+		c.w.Header().Set("WWW-Authenticate", `Bearer realm="strata"`)
+		s.writeError(c, &apiError{status: http.StatusUnauthorized, typ: "authentication_error", code: "invalid_api_key",
+			msg: "missing or invalid API key: send it as \"Authorization: Bearer KEY\""})
+		return
+	}
+	rt, ok := s.routes[path]
+	if !ok && strings.HasPrefix(path, "/v1/models/") {
+		rt, ok = route{http.MethodGet, s.handleModel}, true
+	}
+	if !ok {
+		s.writeError(c, &apiError{status: http.StatusNotFound, typ: "not_found_error", code: "not_found",
+			msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, path)})
+		return
+	}
+	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
+		c.w.Header().Set("Allow", rt.method)
+		s.writeError(c, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
+			msg: fmt.Sprintf("%s takes %s, got %s", path, rt.method, r.Method)})
+		return
+	}
+	rt.h(c)
+}
+
+// authorized compares the Bearer key in constant time (hashing first, so
+// not even the key's length leaks).
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	const prefix = "Bearer "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
+	return subtle.ConstantTimeCompare(got[:], s.keySum[:]) == 1
+}
+
+// requestID returns the client's X-Request-ID when it is sane (1 to 128
+// characters of [A-Za-z0-9._:-]), or a new random one.
+func requestID(client string) string {
+	if n := len(client); n > 0 && n <= 128 && strings.Trim(client,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") == "" {
+		return client
+	}
+	var b [12]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+// readBody reads the request body within MaxBodyBytes.
+func (s *Server) readBody(c *call) ([]byte, *apiError) {
+	limit := s.cfg.MaxBodyBytes
+	if c.r.ContentLength > limit {
+		return nil, errTooLarge(c.r.ContentLength, limit)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errTooLarge(-1, limit)
+		}
+		return nil, invalid("", "reading the request body: %v", err)
+	}
+	return body, nil
+}
+
+func (s *Server) handleHealthz(c *call) {
+	s.writeJSON(c, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(c *call) {
+	if err := s.ready(); err != nil {
+		s.writeError(c, errNotReady(err))
+		return
+	}
+	s.writeJSON(c, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+func (s *Server) card() modelCard {
+	return modelCard{ID: s.info.Name, Object: "model", Created: s.start.Unix(), OwnedBy: "strata", MaxModelLen: s.info.Context}
+}
+
+func (s *Server) handleModels(c *call) {
+	s.writeJSON(c, http.StatusOK, struct {
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{"list", []modelCard{s.card()}})
+}
+
+// handleModel answers GET /v1/models/{id}.
+func (s *Server) handleModel(c *call) {
+	id := strings.TrimPrefix(c.r.URL.Path, "/v1/models/")
+	if id != s.info.Name {
+		s.writeError(c, errUnknownModel(id))
+		return
+	}
+	s.writeJSON(c, http.StatusOK, s.card())
+}
+
+// writeJSON writes v with status.
+func (s *Server) writeJSON(c *call, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.log.Error("encode response", "err", err)
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errInternal("internal error encoding the response (request %s)", c.rid).envelope())
+	}
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.WriteHeader(status)
+	c.w.Write(append(b, '\n'))
+}
+
+// writeError writes e in OpenAI's envelope and logs it: client errors at
+// Debug, server errors at Error (the one place they are handled).
+func (s *Server) writeError(c *call, e *apiError) {
+	if e.retryAfter > 0 {
+		c.w.Header().Set("Retry-After", fmt.Sprint(e.retryAfter))
+	}
+	lvl := slog.LevelDebug
+	if e.status >= 500 {
+		lvl = slog.LevelError
+	}
+	c.log.Log(c.r.Context(), lvl, "request refused", "path", c.r.URL.Path, "status", e.status, "err", e.msg)
+	s.writeJSON(c, e.status, e.envelope())
+}
+
+// statusWriter records whether the response has started, so a recovered
+// panic does not write a second header.
+type statusWriter struct {
+	http.ResponseWriter
+	wrote  bool
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote, w.status = true, code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.wrote, w.status = true, http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

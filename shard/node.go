@@ -1,0 +1,600 @@
+package shard
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/strata-llm/strata/model/cpu"
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/membership"
+	"github.com/strata-llm/strata/transport/pb"
+)
+
+// Config configures a shard node: what `shard join` runs.
+type Config struct {
+	// Coordinator is the coordinator's gossip address, host:port.
+	Coordinator string
+	// Model is a local GGUF file; empty means stream the assigned range
+	// from the coordinator (Coordinator.Weights) and cache it in DataDir.
+	Model string
+	// Device is what the shard computes on: "cpu" (the only backend built
+	// so far).
+	Device string
+	// Gossip is the address memberlist binds (UDP and TCP), host:port; an
+	// empty host means every interface.
+	Gossip string
+	// GRPC is the address the stage endpoint (service Stage) binds.
+	GRPC string
+	// Advertise is the host other nodes dial for this shard's gossip and
+	// gRPC ports; empty derives it (the bound host, or else the local
+	// address of the route to the coordinator).
+	Advertise string
+	// Metrics is the address of the /metrics HTTP server; empty: none.
+	Metrics string
+	// DataDir holds the node identity (bbolt) and cached weights.
+	DataDir string
+	// Threads is the worker count of the compute pool; 0 means all CPUs.
+	// Ignored when Pool is set.
+	Threads int
+	// Pool, when set, is a compute pool shared with other in-process shards
+	// (the caller closes it); nil makes one of Threads workers.
+	Pool *cpu.Pool
+	// KVMemory is the KV pool budget in bytes offered to the coordinator; an
+	// Assign whose pool exceeds it fails. 0: no budget of its own.
+	KVMemory int64
+	// QueueDepth bounds each downstream link's queue, in batches.
+	QueueDepth int
+	// LeaveTimeout bounds the graceful memberlist leave at shutdown.
+	LeaveTimeout time.Duration
+	// MaxBackoff caps the wait between attempts to join, register and
+	// reopen the control stream.
+	MaxBackoff time.Duration
+	// LeaseTick is how often lapsed leases are looked for.
+	LeaseTick time.Duration
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults of `shard join`.
+func DefaultConfig() Config {
+	return Config{
+		Device: "cpu",
+		// 7947/7071: one above the coordinator's 7946/7070, so a shard and a
+		// coordinator run side by side on one host without flags.
+		Gossip:  ":7947",
+		GRPC:    ":7071",
+		DataDir: "strata-shard",
+		// The scheduler keeps about P+1 batches in flight, so a link rarely
+		// holds more than a few; 16 absorbs a slow downstream for a moment
+		// and bounds memory at 16 batches' hidden states. When it is full the
+		// batch is failed upstream (BatchFailed downstream_queue_full).
+		QueueDepth: 16,
+		// 5 s: memberlist needs a gossip round or two to spread the leave.
+		LeaveTimeout: 5 * time.Second,
+		// 5 s: a restarted coordinator is found again within seconds without
+		// hammering one that is down.
+		MaxBackoff: 5 * time.Second,
+		// 100 ms: leases are seconds long, so a lapse is acted on within a
+		// small fraction of one; scanning the live table this often is cheap.
+		LeaseTick: 100 * time.Millisecond,
+	}
+}
+
+// Validate names the first field that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case c.Coordinator == "":
+		return errors.New("--coordinator is required: the coordinator's gossip address, HOST:PORT")
+	case c.Device != "cpu":
+		if strings.HasPrefix(c.Device, "cuda:") {
+			return fmt.Errorf("--device %s: this build has no CUDA backend; use --device cpu", c.Device)
+		}
+		return fmt.Errorf("--device must be cpu or cuda:N, got %q", c.Device)
+	case c.DataDir == "":
+		return errors.New("--data-dir must not be empty")
+	case c.Threads < 0:
+		return fmt.Errorf("--threads must be >= 0, got %d", c.Threads)
+	case c.KVMemory < 0:
+		return fmt.Errorf("--kv-memory must be >= 0, got %d", c.KVMemory)
+	case c.QueueDepth < 1:
+		return fmt.Errorf("QueueDepth must be >= 1, got %d", c.QueueDepth)
+	case c.LeaveTimeout <= 0 || c.MaxBackoff <= 0 || c.LeaseTick <= 0:
+		return errors.New("LeaveTimeout, MaxBackoff and LeaseTick must be > 0")
+	}
+	if _, _, err := splitHostPort("--coordinator", c.Coordinator); err != nil {
+		return err
+	}
+	if _, _, err := splitHostPort("--gossip", c.Gossip); err != nil {
+		return err
+	}
+	if _, _, err := splitHostPort("--grpc", c.GRPC); err != nil {
+		return err
+	}
+	if c.Model != "" {
+		st, err := os.Stat(c.Model)
+		if err != nil {
+			return fmt.Errorf("--model: %w", err)
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("--model %s is not a regular file", c.Model)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(flag, addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s must be HOST:PORT or :PORT, got %q", flag, addr)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%s port must be in 0..65535, got %q", flag, port)
+	}
+	return host, p, nil
+}
+
+// Node is a running shard: a gossip member, a stage endpoint, a control
+// stream to the coordinator, and at most one placement (a loaded layer
+// range, its KV pool, its Runner and its downstream link).
+//
+// Ownership: the Runner is touched only under mu, by the stage stream's
+// goroutine (batches), the control goroutine (tombstones, heartbeat replies,
+// epochs, placement swaps), the lease goroutine and metrics scrapes; nothing
+// sends on a channel or calls the network while holding mu.
+type Node struct {
+	cfg         Config
+	log         *slog.Logger
+	store       *store
+	nodeID      string
+	incarnation uint64
+	devices     Devices
+	localSHA    string // SHA-256 of --model, set by Run before the control loop starts
+
+	grpcLn    net.Listener
+	grpcAddr  string // advertised stage endpoint
+	grpcSrv   *grpc.Server
+	metricsLn net.Listener
+	registry  *prometheus.Registry
+	collector *collector
+	pool      *cpu.Pool
+	ownPool   bool
+
+	counters counters
+
+	mu          sync.Mutex // guards the fields below (the Runner's owner)
+	p           *placement
+	epoch       uint64 // the coordinator epoch of the current registration
+	baseFreed   [numReasons]uint64
+	baseRefused map[string]uint64
+
+	regMu     sync.Mutex // guards the registration
+	shardID   string
+	coordAddr string // coordinator gRPC address
+	regEpoch  uint64 // the epoch Register returned (mirrors epoch)
+
+	lease          atomic.Int64 // current lease, nanoseconds
+	heartbeatEvery atomic.Int64 // heartbeat period, nanoseconds
+
+	stMu     sync.Mutex
+	status   *pb.Status
+	statusCh chan struct{} // size 1: status changed
+
+	// ctlOut carries batch failures that found no upstream stream to the
+	// control stream. Bound 64: failures come one per batch and the
+	// scheduler keeps a handful in flight; when full the report is dropped
+	// and counted (the coordinator's reclaim deadline fails the batch).
+	ctlOut chan *pb.BatchFailed
+
+	upMu sync.Mutex
+	up   *upstream
+
+	// Loader state, used only by the control goroutine.
+	loadCancel context.CancelFunc
+	loadDone   chan struct{}
+	loading    *pb.Assign
+	models     modelCache
+
+	wg sync.WaitGroup // loaders and links
+}
+
+// New validates cfg, opens the data dir's store (node identity) and binds
+// the gRPC and metrics listeners; Run serves them. A Node that was not Run
+// must be closed with Run on a cancelled context.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{
+		cfg:         cfg,
+		devices:     ProbeDevices(),
+		baseRefused: map[string]uint64{},
+		status:      &pb.Status{State: pb.Status_IDLE},
+		statusCh:    make(chan struct{}, 1),
+		ctlOut:      make(chan *pb.BatchFailed, 64),
+	}
+	var raw [8]byte
+	_, _ = rand.Read(raw[:]) // crypto/rand.Read never fails
+	n.incarnation = binary.LittleEndian.Uint64(raw[:])
+	n.lease.Store(int64(10 * time.Second))
+	n.heartbeatEvery.Store(int64(time.Second))
+	var err error
+	if n.store, err = openStore(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	if n.nodeID, err = n.store.NodeID(); err != nil {
+		n.store.Close()
+		return nil, err
+	}
+	n.log = log.With("component", "shard", "node", n.nodeID)
+	if n.grpcLn, err = transport.Listen(cfg.GRPC); err != nil {
+		n.store.Close()
+		return nil, fmt.Errorf("--grpc: %w", err)
+	}
+	host, err := n.advertiseHost(cfg.GRPC)
+	if err != nil {
+		n.grpcLn.Close()
+		n.store.Close()
+		return nil, err
+	}
+	n.grpcAddr = net.JoinHostPort(host, strconv.Itoa(n.grpcLn.Addr().(*net.TCPAddr).Port))
+	if cfg.Metrics != "" {
+		if n.metricsLn, err = net.Listen("tcp", cfg.Metrics); err != nil {
+			n.grpcLn.Close()
+			n.store.Close()
+			return nil, fmt.Errorf("--metrics: %w", err)
+		}
+	}
+	n.grpcSrv = transport.NewServer()
+	pb.RegisterStageServer(n.grpcSrv, stageServer{n: n})
+	n.registry = prometheus.NewRegistry()
+	n.collector = newCollector(n)
+	n.registry.MustRegister(n.collector)
+	if cfg.Pool != nil {
+		n.pool = cfg.Pool
+	} else {
+		n.pool, n.ownPool = cpu.NewPool(cfg.Threads), true
+	}
+	return n, nil
+}
+
+// advertiseHost is the host other nodes dial: --advertise, else the bound
+// host of bind when it names one, else the local address of the route to
+// the coordinator.
+func (n *Node) advertiseHost(bind string) (string, error) {
+	if n.cfg.Advertise != "" {
+		return n.cfg.Advertise, nil
+	}
+	host, _, _ := net.SplitHostPort(bind)
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return host, nil
+	}
+	c, err := net.Dial("udp", n.cfg.Coordinator) // sends nothing: picks the route
+	if err != nil {
+		return "", fmt.Errorf("derive the address to advertise (set --advertise): %w", err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+// NodeID returns the node's persistent identity.
+func (n *Node) NodeID() string { return n.nodeID }
+
+// Incarnation returns this process's random incarnation.
+func (n *Node) Incarnation() uint64 { return n.incarnation }
+
+// GRPCAddr returns the advertised stage endpoint, host:port.
+func (n *Node) GRPCAddr() string { return n.grpcAddr }
+
+// MetricsAddr returns the bound /metrics address, or "" without one.
+func (n *Node) MetricsAddr() string {
+	if n.metricsLn == nil {
+		return ""
+	}
+	return n.metricsLn.Addr().String()
+}
+
+// Registry returns the node's Prometheus registry (what /metrics serves).
+func (n *Node) Registry() *prometheus.Registry { return n.registry }
+
+// ShardID returns the coordinator's name for this shard, "" before Register.
+func (n *Node) ShardID() string {
+	n.regMu.Lock()
+	defer n.regMu.Unlock()
+	return n.shardID
+}
+
+func (n *Node) shardLabel() string {
+	if id := n.ShardID(); id != "" {
+		return id
+	}
+	return n.nodeID
+}
+
+func (n *Node) coordinator() (addr string, epoch uint64, shardID string) {
+	n.regMu.Lock()
+	defer n.regMu.Unlock()
+	return n.coordAddr, n.regEpoch, n.shardID
+}
+
+// Run joins the cluster and serves until ctx ends, then leaves gracefully:
+// memberlist Leave, streams closed, every goroutine exited. It returns nil
+// after a cancelled ctx, or the error that stopped the node.
+func (n *Node) Run(ctx context.Context) error {
+	defer n.store.Close()
+	if n.ownPool {
+		defer n.pool.Close()
+	}
+	if n.metricsLn != nil {
+		defer n.metricsLn.Close()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if ctx.Err() != nil {
+		n.grpcLn.Close()
+		return nil
+	}
+	local, err := n.localModelFile(ctx)
+	if err != nil {
+		n.grpcLn.Close()
+		return err
+	}
+	ml, err := n.startGossip()
+	if err != nil {
+		n.grpcLn.Close()
+		return err
+	}
+	n.log.Info("shard started", "grpc", n.grpcAddr, "gossip", ml.Local().Addr, "incarnation", fmt.Sprintf("%016x", n.incarnation),
+		"cpu_cores", n.devices.CPUCores, "memory_bytes", n.devices.MemoryBytes, "gpus", len(n.devices.GPUs))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := n.grpcSrv.Serve(n.grpcLn); err != nil {
+			return fmt.Errorf("stage endpoint %s: %w", n.grpcAddr, err)
+		}
+		return nil
+	})
+	var hs *http.Server
+	if n.metricsLn != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(n.registry, promhttp.HandlerOpts{}))
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := hs.Serve(n.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics %s: %w", n.metricsLn.Addr(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error { n.drainEvents(gctx, ml); return nil })
+	g.Go(func() error { n.leaseLoop(gctx); return nil })
+	g.Go(func() error { return n.controlLoop(gctx, ml, local) })
+	g.Go(func() error {
+		<-gctx.Done()
+		// Leave first, so the coordinator sees a graceful leave before the
+		// streams break; then close the servers.
+		if err := ml.Leave(n.cfg.LeaveTimeout); err != nil {
+			n.log.Warn("gossip leave", "err", err)
+		}
+		if err := ml.Shutdown(); err != nil {
+			n.log.Warn("gossip shutdown", "err", err)
+		}
+		stopGRPC(n.grpcSrv, time.Second)
+		if hs != nil {
+			sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+			_ = hs.Shutdown(sctx)
+			scancel()
+		}
+		return nil
+	})
+	err = g.Wait()
+	n.stopLoader()
+	n.dropPlacement()
+	n.wg.Wait()
+	n.models.release()
+	if err != nil && ctx.Err() == nil {
+		return err
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	n.log.Info("shard stopped")
+	return nil
+}
+
+// stopGRPC stops srv gracefully, cutting open streams after grace: an
+// upstream hop keeps its stage stream open for as long as it lives.
+func stopGRPC(srv *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { // owned here: waited for below
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		srv.Stop()
+		<-done
+	}
+}
+
+// startGossip starts the memberlist member and joins the coordinator,
+// retrying with backoff only inside controlLoop (Join here is best effort).
+func (n *Node) startGossip() (*membership.Node, error) {
+	host, port, _ := splitHostPort("--gossip", n.cfg.Gossip)
+	mc := membership.DefaultConfig()
+	if host != "" {
+		mc.BindAddr = host
+	}
+	mc.BindPort = port
+	if n.cfg.Advertise != "" {
+		mc.AdvertiseAddr = n.cfg.Advertise
+	} else if ip := net.ParseIP(mc.BindAddr); ip != nil && ip.IsUnspecified() && port != 0 {
+		adv, err := n.advertiseHost(n.cfg.Gossip)
+		if err != nil {
+			return nil, err
+		}
+		mc.AdvertiseAddr = adv
+	}
+	mc.Meta = membership.Meta{
+		Role:        membership.RoleShard,
+		NodeID:      n.nodeID,
+		Incarnation: n.incarnation,
+		GRPCAddr:    n.grpcAddr,
+		Protocol:    transport.ProtocolVersion,
+	}
+	mc.Logger = n.cfg.Logger // membership adds its own component
+	ml, err := membership.New(mc)
+	if err != nil {
+		return nil, fmt.Errorf("--gossip: %w", err)
+	}
+	return ml, nil
+}
+
+// drainEvents reads membership events so the channel never fills; the
+// control loop reads Members() when it needs the coordinator.
+func (n *Node) drainEvents(ctx context.Context, ml *membership.Node) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-ml.Events():
+			if e.Member.Meta.Role == membership.RoleCoordinator {
+				n.log.Info("coordinator membership", "event", e.Kind.String(), "member", e.Member.Name, "grpc", e.Member.Meta.GRPCAddr)
+			}
+		}
+	}
+}
+
+// leaseLoop frees sequences whose lease lapsed, on the monotonic clock.
+func (n *Node) leaseLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.LeaseTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lease := time.Duration(n.lease.Load())
+		n.mu.Lock()
+		freed := 0
+		if n.p != nil {
+			freed = n.p.runner.Expire(time.Now(), lease)
+		}
+		n.mu.Unlock()
+		if freed > 0 {
+			n.log.Warn("sequences freed: lease lapsed", "sequences", freed, "lease", lease)
+		}
+	}
+}
+
+// setStatus records the state reported on the control stream and wakes the
+// control goroutine to send it.
+func (n *Node) setStatus(state pb.Status_State, version uint64, errMsg string) {
+	n.stMu.Lock()
+	n.status = &pb.Status{State: state, PlacementVersion: version, Error: errMsg}
+	if state == pb.Status_READY {
+		n.status.Progress = 1
+	}
+	n.stMu.Unlock()
+	select {
+	case n.statusCh <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) currentStatus() *pb.Status {
+	n.stMu.Lock()
+	defer n.stMu.Unlock()
+	return n.status
+}
+
+// nodeStats is a consistent snapshot of the KV replica and the counts of
+// every runner this process has had.
+type nodeStats struct {
+	Placement   uint64
+	Ready       bool
+	BlocksUsed  int
+	BlocksTotal int
+	Sequences   int
+	InvariantOK bool
+	Live        []uint64
+	Freed       [numReasons]uint64
+	Refused     map[string]uint64
+}
+
+// stats snapshots the replica under mu; live also lists live sequences (for
+// heartbeats) and forgets logprob wishes of sequences that ended.
+func (n *Node) stats(live bool) nodeStats {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s := nodeStats{Freed: n.baseFreed, Refused: make(map[string]uint64, len(n.baseRefused)), InvariantOK: true}
+	for k, v := range n.baseRefused {
+		s.Refused[k] = v
+	}
+	p := n.p
+	if p == nil {
+		return s
+	}
+	t := p.runner.Table()
+	s.Placement, s.Ready = p.version, true
+	s.BlocksUsed, s.BlocksTotal, s.Sequences = t.BlocksUsed(), t.pool, t.Sequences()
+	if err := p.runner.CheckInvariants(); err != nil {
+		s.InvariantOK = false
+		n.log.Error("replica table invariant broken", "err", err)
+	}
+	for _, r := range Reasons() {
+		s.Freed[r] += t.Freed(r)
+	}
+	for k, v := range t.refused {
+		s.Refused[k] += v
+	}
+	if live {
+		s.Live = t.Live()
+		for seq := range p.logprobs {
+			if !t.Has(seq) {
+				delete(p.logprobs, seq)
+			}
+		}
+	}
+	return s
+}
+
+// retireLocked folds a replaced runner's counts into the base; its live
+// sequences leave with it and count as freed by reason Epoch (a placement
+// change drops them like an epoch).
+func (n *Node) retireLocked(p *placement) {
+	if p == nil {
+		return
+	}
+	t := p.runner.Table()
+	for _, r := range Reasons() {
+		n.baseFreed[r] += t.Freed(r)
+	}
+	n.baseFreed[Epoch] += uint64(t.Sequences())
+	for k, v := range t.refused {
+		n.baseRefused[k] += v
+	}
+}

@@ -1,0 +1,559 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cpu"
+	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/pb"
+)
+
+// placement is the range a shard serves under one placement version: the
+// loaded model, its Runner (fresh replica table) and the downstream link.
+// Its fields other than logprobs are immutable; logprobs and the Runner are
+// guarded by Node.mu.
+type placement struct {
+	version    uint64
+	assign     *pb.Assign
+	runner     *Runner
+	model      *loadedModel
+	link       *link
+	last       bool
+	embd       int
+	hiddenType pb.HiddenType
+	maxHidden  int64           // RecvBatch's limit, bytes
+	logprobs   map[uint64]bool // sequences that asked for logprobs (last stage)
+}
+
+// close stops the link (waiting for its goroutine) and releases the model.
+func (p *placement) close() {
+	p.link.close()
+	p.model.release()
+}
+
+// newPlacement loads a's range and builds its KV pool, Runner and link.
+func (n *Node) newPlacement(runCtx, lctx context.Context, a *pb.Assign) (*placement, error) {
+	lm, err := n.models.get(lctx, n, a)
+	if err != nil {
+		return nil, err
+	}
+	p, err := n.buildPlacement(runCtx, lm, a)
+	if err != nil {
+		lm.release()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Assign) (*placement, error) {
+	m := lm.m
+	first, end := int(a.GetFirstLayer()), int(a.GetEndLayer())
+	if first >= end || end > m.Layers {
+		return nil, fmt.Errorf("assigned layers [%d, %d) are not inside the model's [0, %d)", first, end, m.Layers)
+	}
+	if a.GetEmbed() != (first == 0) || a.GetHead() != (end == m.Layers) {
+		return nil, fmt.Errorf("assign says embed=%v head=%v for layers [%d, %d) of %d", a.GetEmbed(), a.GetHead(), first, end, m.Layers)
+	}
+	if a.GetHead() != (a.GetNextAddr() == "") {
+		return nil, fmt.Errorf("assign has head=%v with next_addr %q: the last stage, and only it, sends results to the coordinator", a.GetHead(), a.GetNextAddr())
+	}
+	var typ ggml.Type
+	switch a.GetKvType() {
+	case pb.KVType_KV_TYPE_F16:
+		typ = ggml.F16
+	case pb.KVType_KV_TYPE_F32:
+		typ = ggml.F32
+	default:
+		return nil, fmt.Errorf("assign names KV type %v, which this shard does not know", a.GetKvType())
+	}
+	if _, err := transport.ElemSize(a.GetHiddenType()); err != nil {
+		return nil, fmt.Errorf("assign: %w", err)
+	}
+	bs := int(a.GetBlockSize())
+	if bs == 0 {
+		bs = cpu.DefaultBlockSize
+	}
+	blocks := int(a.GetKvBlocks())
+	if blocks <= 0 {
+		return nil, fmt.Errorf("assign names a KV pool of %d blocks", blocks)
+	}
+	kcfg := cpu.KVConfig{Layers: end - first, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: typ}
+	if need := cpu.KVBytes(kcfg); n.cfg.KVMemory > 0 && need > n.cfg.KVMemory {
+		return nil, fmt.Errorf("assigned KV pool of %d blocks × %d positions needs %d bytes, --kv-memory is %d", blocks, bs, need, n.cfg.KVMemory)
+	}
+	kv, err := cpu.NewKV(kcfg)
+	if err != nil {
+		return nil, err
+	}
+	st, err := model.NewStage(m, first, end, cpu.NewBackend(n.pool), kv)
+	if err != nil {
+		return nil, err
+	}
+	p := &placement{
+		version:    a.GetPlacementVersion(),
+		assign:     a,
+		runner:     NewRunner(st, blocks, bs),
+		model:      lm,
+		last:       a.GetHead(),
+		embd:       m.Embd,
+		hiddenType: a.GetHiddenType(),
+		logprobs:   map[uint64]bool{},
+	}
+	if t := int64(a.GetMaxBatchTokens()); t > 0 {
+		p.maxHidden = t * int64(m.Embd) * 4
+	}
+	p.link = n.startLink(runCtx, a.GetNextAddr())
+	return p, nil
+}
+
+// stageServer serves Stage.Stream.
+type stageServer struct {
+	pb.UnimplementedStageServer
+	n *Node
+}
+
+var _ pb.StageServer = stageServer{}
+
+// upstream is the reply side of the current upstream stage stream.
+type upstream struct {
+	// replies bound: 64 failure reports, far more than batches in flight;
+	// when full, reports go to the control stream (Node.report).
+	replies chan *pb.BatchFailed
+}
+
+// replyQueue is upstream.replies' bound.
+const replyQueue = 64
+
+// Stream receives batches from the upstream hop, in order, and runs them.
+// Failures go back on the same stream from one reply goroutine.
+func (s stageServer) Stream(stream pb.Stage_StreamServer) error {
+	n := s.n
+	ctx := stream.Context()
+	up := &upstream{replies: make(chan *pb.BatchFailed, replyQueue)}
+	n.upMu.Lock()
+	n.up = up
+	n.upMu.Unlock()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case f := <-up.replies:
+				if err := stream.Send(&pb.StageReply{Msg: &pb.StageReply_Failed{Failed: f}}); err != nil {
+					return
+				}
+			}
+		}
+	})
+	var last *pb.BatchFailed // a receive error's report, sent after the reply goroutine ends
+	defer func() {
+		n.upMu.Lock()
+		if n.up == up {
+			n.up = nil
+		}
+		n.upMu.Unlock()
+		close(done)
+		wg.Wait()
+		// This goroutine is now the stream's only sender.
+		for {
+			select {
+			case f := <-up.replies:
+				if stream.Send(&pb.StageReply{Msg: &pb.StageReply_Failed{Failed: f}}) != nil {
+					return
+				}
+				continue
+			default:
+			}
+			break
+		}
+		if last != nil {
+			_ = stream.Send(&pb.StageReply{Msg: &pb.StageReply_Failed{Failed: last}})
+		}
+	}()
+	for {
+		b, err := transport.RecvBatch(stream, n.maxHiddenBytes())
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			if be, ok := errors.AsType[*transport.BatchError](err); ok {
+				n.counters.fail(be.Reason)
+				last = be.BatchFailed(n.ShardID())
+				n.log.Warn("malformed batch; closing stage stream", "err", err)
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
+			return err
+		}
+		n.handle(b)
+	}
+}
+
+// maxHiddenBytes is the current placement's hidden-state limit.
+func (n *Node) maxHiddenBytes() int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.p == nil {
+		return 0
+	}
+	return n.p.maxHidden
+}
+
+// outMsg is one message for a downstream link: a batch for the next stage
+// (header and hidden state) or, on the last stage, a result.
+type outMsg struct {
+	header *pb.BatchHeader
+	hidden []float32
+	result *pb.BatchResult
+}
+
+// batchHeader returns the header naming m's batch.
+func (m *outMsg) batchHeader() *pb.BatchHeader {
+	if m.header != nil {
+		return m.header
+	}
+	r := m.result
+	return &pb.BatchHeader{BatchId: r.GetBatchId(), Epoch: r.GetEpoch(), PlacementVersion: r.GetPlacementVersion()}
+}
+
+// handle runs one batch: refuses it whole for another placement version or
+// an older epoch, otherwise lets the Runner apply its tombstones, place or
+// drop its rows and compute, then queues what it produced downstream.
+func (n *Node) handle(b *transport.Batch) {
+	h := b.Header
+	shardID := n.ShardID()
+	start := time.Now()
+	n.mu.Lock()
+	p := n.p
+	switch {
+	case p == nil:
+		n.mu.Unlock()
+		n.failBatch(h, "not_ready", nil, "no range assigned")
+		return
+	case h.GetPlacementVersion() != p.version:
+		n.mu.Unlock()
+		n.failBatch(h, "stale_placement", nil, fmt.Sprintf("batch of placement %d, shard serves %d", h.GetPlacementVersion(), p.version))
+		return
+	}
+	batch := batchFromPB(b)
+	res, err := p.runner.Process(batch, start)
+	if err != nil {
+		n.mu.Unlock()
+		if errors.Is(err, ErrStaleEpoch) {
+			n.failBatch(h, "stale_epoch", nil, err.Error())
+			return
+		}
+		var seqs []uint64
+		for _, r := range batch.Rows {
+			seqs = append(seqs, r.Seq)
+		}
+		n.failBatch(h, "backend_error", seqs, err.Error())
+		return
+	}
+	dropped := append(slices.Clone(h.GetDropped()), droppedToPB(res.Dropped, shardID)...)
+	var msg *outMsg
+	if p.last {
+		for _, r := range res.Rows {
+			if r.First && wantsLogprobsRow(h, r.Seq) {
+				p.logprobs[r.Seq] = true
+			}
+		}
+		msg = &outMsg{result: &pb.BatchResult{
+			Epoch: h.GetEpoch(), BatchId: h.GetBatchId(), PlacementVersion: h.GetPlacementVersion(),
+			Samples: samplesToPB(res.Samples, res.Rows, func(seq uint64) bool { return p.logprobs[seq] }),
+			Dropped: dropped,
+		}}
+	} else {
+		msg = &outMsg{
+			header: &pb.BatchHeader{
+				Epoch: h.GetEpoch(), PlacementVersion: h.GetPlacementVersion(), BatchId: h.GetBatchId(),
+				Tombstones: h.GetTombstones(), Rows: keptRowsPB(h.GetRows(), res.Rows),
+				HiddenType: p.hiddenType, HiddenDim: uint32(p.embd), TtlMs: h.GetTtlMs(), Dropped: dropped,
+			},
+			hidden: slices.Clone(res.Hidden), // res.Hidden is the Stage's buffer
+		}
+	}
+	l := p.link
+	n.mu.Unlock()
+
+	tokens := 0
+	for _, r := range batch.Rows {
+		tokens += len(r.Tokens)
+	}
+	n.counters.batch(tokens)
+	n.collector.latency.WithLabelValues(n.shardLabel()).Observe(time.Since(start).Seconds())
+	if len(res.Dropped) > 0 {
+		n.log.Debug("rows dropped", "batch", h.GetBatchId(), "dropped", len(res.Dropped))
+	}
+	// A tombstone-only batch (ID 0, nothing dropped) ends at the last stage:
+	// the coordinator expects no result for it.
+	if p.last && h.GetBatchId() == 0 && len(dropped) == 0 && len(res.Samples) == 0 {
+		return
+	}
+	if !l.enqueue(msg) {
+		n.failBatch(h, "downstream_queue_full", nil, "the link's queue is full or closed")
+	}
+}
+
+// wantsLogprobsRow reports whether seq's first row in h asked for logprobs.
+func wantsLogprobsRow(h *pb.BatchHeader, seq uint64) bool {
+	for _, r := range h.GetRows() {
+		if r.GetSeq() == seq && r.GetFirst() {
+			return wantsLogprobs(r.GetParams())
+		}
+	}
+	return false
+}
+
+// failBatch reports that this shard failed the batch h (every row when seqs
+// is empty) and counts it.
+func (n *Node) failBatch(h *pb.BatchHeader, reason string, seqs []uint64, detail string) {
+	n.counters.fail(reason)
+	n.log.Warn("batch failed", "batch", h.GetBatchId(), "epoch", h.GetEpoch(), "placement", h.GetPlacementVersion(), "reason", reason, "detail", detail)
+	n.report(&pb.BatchFailed{BatchId: h.GetBatchId(), Seqs: seqs, Reason: reason, ShardId: n.ShardID(), Epoch: h.GetEpoch()})
+}
+
+// report sends a failure upstream without blocking: on the current
+// upstream stage stream, or, without one (or when its queue is full), on
+// the control stream; when both are full it is counted and dropped (the
+// coordinator's reclaim deadline fails the batch).
+func (n *Node) report(f *pb.BatchFailed) {
+	n.upMu.Lock()
+	up := n.up
+	n.upMu.Unlock()
+	if up != nil {
+		select {
+		case up.replies <- f:
+			return
+		default:
+		}
+	}
+	select {
+	case n.ctlOut <- f:
+	default:
+		n.counters.lose()
+	}
+}
+
+// link is a placement's downstream hop: one sender goroutine draining a
+// bounded queue onto a Stage.Stream to the next stage, or onto
+// Coordinator.Results on the last stage.
+type link struct {
+	// queue holds batches waiting for the network, at most
+	// Config.QueueDepth; when it is full the batch is failed upstream
+	// (downstream_queue_full) rather than blocking the stage.
+	queue  chan *outMsg
+	done   chan struct{} // closed when the sender goroutine exited
+	cancel context.CancelFunc
+}
+
+// enqueue queues m without blocking; false means the queue is full or the
+// link is closed.
+func (l *link) enqueue(m *outMsg) bool {
+	select {
+	case <-l.done:
+		return false
+	default:
+	}
+	select {
+	case l.queue <- m:
+		return true
+	default:
+		return false
+	}
+}
+
+// close stops the sender and waits for it.
+func (l *link) close() {
+	l.cancel()
+	<-l.done
+}
+
+// startLink starts the sender for next ("" sends results to the
+// coordinator); it runs until close or ctx ends.
+func (n *Node) startLink(ctx context.Context, next string) *link {
+	ctx, cancel := context.WithCancel(ctx)
+	l := &link{queue: make(chan *outMsg, n.cfg.QueueDepth), done: make(chan struct{}), cancel: cancel}
+	n.wg.Go(func() {
+		defer close(l.done)
+		if next == "" {
+			n.runResults(ctx, l)
+		} else {
+			n.runNext(ctx, l, next)
+		}
+		// Whatever is still queued will never be sent.
+		for {
+			select {
+			case m := <-l.queue:
+				n.failBatch(m.batchHeader(), "downstream_unavailable", nil, "link closed")
+			default:
+				return
+			}
+		}
+	})
+	return l
+}
+
+// runNext sends batches to the next stage. The stream is opened on the
+// first batch and reopened after a failure; a batch whose send fails is
+// failed upstream, never retried. A second goroutine relays the next
+// stage's BatchFailed replies upstream.
+func (n *Node) runNext(ctx context.Context, l *link, next string) {
+	cc, err := transport.Dial(next)
+	if err != nil {
+		n.log.Error("dial next stage", "next", next, "err", err)
+		<-ctx.Done()
+		return
+	}
+	defer cc.Close()
+	var (
+		stream  pb.Stage_StreamClient
+		scancel context.CancelFunc
+		relay   sync.WaitGroup
+	)
+	closeStream := func() {
+		if stream == nil {
+			return
+		}
+		_ = stream.CloseSend()
+		scancel()
+		relay.Wait()
+		stream = nil
+	}
+	defer closeStream()
+	for {
+		var m *outMsg
+		select {
+		case <-ctx.Done():
+			return
+		case m = <-l.queue:
+		}
+		if stream == nil {
+			sctx, cancel := context.WithCancel(ctx)
+			s, err := pb.NewStageClient(cc).Stream(sctx)
+			if err != nil {
+				cancel()
+				n.failBatch(m.header, "downstream_unavailable", nil, fmt.Sprintf("open stage stream to %s: %v", next, err))
+				continue
+			}
+			stream, scancel = s, cancel
+			relay.Go(func() {
+				for {
+					r, err := s.Recv()
+					if err != nil {
+						return
+					}
+					if f := r.GetFailed(); f != nil {
+						n.report(f)
+					}
+				}
+			})
+		}
+		if err := transport.SendBatch(stream, m.header, m.hidden); err != nil {
+			n.failBatch(m.header, "downstream_unavailable", nil, fmt.Sprintf("send to %s: %v", next, err))
+			closeStream()
+		}
+	}
+}
+
+// runResults sends the last stage's results on Coordinator.Results, opened
+// with StreamHello on the first result and reopened when it broke or the
+// registration changed (a new coordinator or epoch).
+func (n *Node) runResults(ctx context.Context, l *link) {
+	var (
+		cc      *grpc.ClientConn
+		ccAddr  string
+		stream  pb.Coordinator_ResultsClient
+		scancel context.CancelFunc
+		epoch   uint64
+	)
+	closeStream := func() {
+		if stream == nil {
+			return
+		}
+		_ = stream.CloseSend()
+		scancel()
+		stream = nil
+	}
+	defer func() {
+		closeStream()
+		if cc != nil {
+			cc.Close()
+		}
+	}()
+	open := func() error {
+		addr, e, shardID := n.coordinator()
+		if addr == "" {
+			return errors.New("not registered with a coordinator")
+		}
+		if cc == nil || addr != ccAddr {
+			closeStream()
+			if cc != nil {
+				cc.Close()
+			}
+			c, err := transport.Dial(addr)
+			if err != nil {
+				return err
+			}
+			cc, ccAddr = c, addr
+		}
+		sctx, cancel := context.WithCancel(ctx)
+		s, err := pb.NewCoordinatorClient(cc).Results(sctx)
+		if err == nil {
+			err = s.Send(&pb.ResultMessage{Msg: &pb.ResultMessage_Hello{Hello: &pb.StreamHello{ShardId: shardID, NodeId: n.nodeID, Incarnation: n.incarnation, Epoch: e}}})
+		}
+		if err != nil {
+			cancel()
+			return err
+		}
+		stream, scancel, epoch = s, cancel, e
+		return nil
+	}
+	for {
+		var m *outMsg
+		select {
+		case <-ctx.Done():
+			return
+		case m = <-l.queue:
+		}
+		msg := &pb.ResultMessage{Msg: &pb.ResultMessage_Result{Result: m.result}}
+		var err error
+		for try := 0; try < 2; try++ {
+			if addr, e, _ := n.coordinator(); stream != nil && (e != epoch || addr != ccAddr) {
+				closeStream()
+			}
+			if stream == nil {
+				if err = open(); err != nil {
+					break
+				}
+			}
+			if err = stream.Send(msg); err == nil {
+				break
+			}
+			// io.EOF: the coordinator ended the stream and the message was
+			// not sent; reopen and send it once more.
+			closeStream()
+			if err != io.EOF {
+				break
+			}
+		}
+		if err != nil {
+			n.failBatch(m.batchHeader(), "results_unavailable", nil, err.Error())
+		}
+	}
+}
