@@ -331,9 +331,7 @@ func (e *Engine) step(now time.Time) {
 			e.s.BatchFailed(sched.Failure{Batch: b.ID, Reason: "dispatch: " + err.Error()})
 		}
 	}
-	if len(out.Updates) > 0 || len(out.Batches) > 0 || len(out.Tombstones) > 0 {
-		e.publish()
-	}
+	e.publish() // every turn: /metrics and 429 decisions read fresh counts
 }
 
 // update forwards one scheduler update to its client.

@@ -88,7 +88,8 @@ func (s *Stream) wake() {
 // Next waits for tokens or the end. It returns the tokens since the previous
 // call; when done is true the request has ended with reason (and err for
 // failures) and no more tokens follow. If ctx ends first, Next aborts the
-// request and returns ctx's error.
+// request and returns ctx's error with done false: done tells the request's
+// own failure (done true) from the caller's context (done false).
 func (s *Stream) Next(ctx context.Context) (toks []Token, done bool, reason FinishReason, err error) {
 	for {
 		s.mu.Lock()

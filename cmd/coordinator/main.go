@@ -1,11 +1,13 @@
-// Command coordinator runs strata's coordinator. Until the cluster and its
-// HTTP API land, it offers one subcommand:
+// Command coordinator runs strata's coordinator.
+//
+//	coordinator serve [--listen :8080] [--model FILE.gguf] [--local-shards N] …
+//
+// serves the OpenAI-compatible API over shards run in this process, and
 //
 //	coordinator generate [--model FILE.gguf] [--prompt TEXT] [-n N] [--temp T] …
 //
-// which runs the whole model in this process, prints the continuation, and
-// reports prompt and generation speed. Without --model it runs the built-in
-// random-weight demo model.
+// runs one prompt through the whole model and reports its speed. Without
+// --model both use the built-in random-weight demo model.
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 const usage = `usage: coordinator <command> [flags]
 
 commands:
+  serve      run the OpenAI-compatible API over shards in this process
   generate   run a prompt through the whole model in this process
 
 Run "coordinator <command> -h" for a command's flags.
@@ -40,6 +43,11 @@ func main() {
 	defer stop()
 	var err error
 	switch os.Args[1] {
+	case "serve":
+		var cfg serveConfig
+		if cfg, err = parseServe(os.Args[2:], os.Stderr); err == nil {
+			err = serve(ctx, cfg)
+		}
 	case "generate":
 		err = generate(ctx, os.Args[2:], os.Stdout, os.Stderr)
 	case "-h", "-help", "--help", "help":

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-llm/strata/coordinator"
+	"github.com/strata-llm/strata/model/cpu"
+	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/shard"
+)
+
+// serveConfig is everything `coordinator serve` needs.
+type serveConfig struct {
+	Listen      string
+	Model       string
+	LocalShards int
+	Threads     int
+	KVMemory    int64
+	KVType      ggml.Type
+	MaxModelLen int
+	Engine      coordinator.EngineConfig
+	Server      coordinator.ServerConfig
+	Grace       time.Duration // drain time after SIGTERM
+	LogEvery    time.Duration
+	Log         *slog.Logger
+	// Ready, when set, receives the listening address once serving.
+	Ready func(addr string)
+}
+
+func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+	cfg := serveConfig{
+		Engine:   coordinator.DefaultEngineConfig(),
+		KVType:   ggml.F16,
+		Grace:    30 * time.Second,
+		LogEvery: 10 * time.Second,
+	}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Listen, "listen", ":8080", "HTTP address of the OpenAI-compatible API")
+	fs.StringVar(&cfg.Model, "model", "", "GGUF model file (default: the built-in demo model)")
+	fs.IntVar(&cfg.LocalShards, "local-shards", 1, "shards run inside this process (layers split evenly)")
+	fs.IntVar(&cfg.Threads, "threads", runtime.NumCPU(), "worker threads shared by the local shards")
+	kvMem := fs.String("kv-memory", "512MiB", "KV cache memory per shard (e.g. 512MiB, 4GiB)")
+	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
+	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "longest prompt + output in tokens (default: the model's context)")
+	fs.DurationVar(&cfg.Server.RequestTimeout, "request-timeout", 10*time.Minute, "deadline of a request from its arrival (0: none)")
+	fs.DurationVar(&cfg.Engine.Sched.QueueTimeout, "queue-timeout", cfg.Engine.Sched.QueueTimeout, "longest wait for admission (0: none)")
+	fs.IntVar(&cfg.Engine.Sched.MaxWaiting, "max-waiting", cfg.Engine.Sched.MaxWaiting, "requests that may wait for admission; more get 429")
+	fs.StringVar(&cfg.Server.APIKey, "api-key", "", "require this Bearer key on the API (/healthz and /readyz stay open)")
+	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long in-flight requests may run before they are failed")
+	verbose := fs.Bool("v", false, "debug logging")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	n, err := parseSize(*kvMem)
+	if err != nil {
+		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
+	}
+	cfg.KVMemory = n
+	switch *kvType {
+	case "f16":
+		cfg.KVType = ggml.F16
+	case "f32":
+		cfg.KVType = ggml.F32
+	default:
+		return cfg, fmt.Errorf("serve: --kv-type must be f16 or f32, got %q", *kvType)
+	}
+	if cfg.LocalShards < 1 {
+		return cfg, fmt.Errorf("serve: --local-shards must be >= 1 until remote shards land, got %d", cfg.LocalShards)
+	}
+	if cfg.MaxModelLen < 0 {
+		return cfg, fmt.Errorf("serve: --max-model-len must be >= 0, got %d", cfg.MaxModelLen)
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Engine.Log = cfg.Log.With("component", "engine")
+	cfg.Server.Log = cfg.Log.With("component", "http")
+	return cfg, nil
+}
+
+// parseSize reads a byte count such as 512MiB, 4GiB, 1G or 1048576.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
+		return 0, fmt.Errorf("want a positive size such as 512MiB or 4GiB, got %q", s)
+	}
+	return int64(v * float64(mult)), nil
+}
+
+// serve runs the coordinator with local shards until ctx ends, then drains.
+func serve(ctx context.Context, cfg serveConfig) error {
+	log := cfg.Log
+	f, m, tok, err := coordinator.OpenModel(cfg.Model)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	name := "strata-demo"
+	if cfg.Model != "" {
+		name = strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model))
+	}
+	info, err := coordinator.NewModelInfo(name, f, m, tok)
+	if err != nil {
+		return err
+	}
+	pool := cpu.NewPool(cfg.Threads)
+	defer pool.Close()
+	local, err := newLocal(m, localConfig{Shards: cfg.LocalShards, Pool: pool, KVMemory: cfg.KVMemory, KVType: cfg.KVType})
+	if err != nil {
+		return err
+	}
+	ec := cfg.Engine
+	ec.Epoch = uint64(time.Now().UnixMilli()) // persisted epochs come with the cluster (bbolt)
+	ec.Sched.MaxModelLen = m.Context
+	if cfg.MaxModelLen > 0 {
+		ec.Sched.MaxModelLen = min(cfg.MaxModelLen, m.Context)
+	}
+	info.Context = ec.Sched.MaxModelLen
+	eng, err := coordinator.NewEngine(ec, local)
+	if err != nil {
+		return err
+	}
+	ready := func() error {
+		if eng.Draining() {
+			return errors.New("draining: not admitting requests")
+		}
+		st := eng.Stats()
+		if st.Waiting > 0 && st.Running == 0 && time.Since(st.LastStep) > 30*time.Second {
+			return fmt.Errorf("%d requests waiting and no step completed for %v", st.Waiting, time.Since(st.LastStep).Round(time.Second))
+		}
+		return nil
+	}
+	srv := coordinator.NewServer(cfg.Server, eng, info, ready)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	var wg sync.WaitGroup
+	wg.Go(func() { local.Run(runCtx) })
+	wg.Go(func() { eng.Run(runCtx) })
+	wg.Go(func() { logThroughput(runCtx, log, eng, local, cfg.LogEvery) })
+	serveErr := make(chan error, 1)
+	wg.Go(func() { serveErr <- hs.Serve(ln) })
+	log.Info("serving", "addr", ln.Addr().String(), "model", name, "layers", m.Layers, "local_shards", cfg.LocalShards,
+		"kv_blocks", local.Blocks(), "max_model_len", ec.Sched.MaxModelLen, "threads", pool.Workers())
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr().String())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = err
+	}
+	// Drain: stop admitting, let admitted requests finish within the grace
+	// period, then fail the rest and stop.
+	eng.Drain()
+	log.Info("draining", "grace", cfg.Grace)
+	deadline := time.Now().Add(cfg.Grace)
+	for time.Now().Before(deadline) {
+		st := eng.Stats()
+		if st.Running == 0 && st.Waiting == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopRun() // fails what is left; streams end with an error event
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil {
+		log.Warn("http shutdown", "err", err)
+	}
+	wg.Wait()
+	if errors.Is(runErr, http.ErrServerClosed) {
+		runErr = nil
+	}
+	log.Info("stopped")
+	return runErr
+}
+
+// logThroughput writes the periodic line users of the seed project know.
+func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engine, local *shard.Local, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, lastAt := eng.Stats().GeneratedTokens, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			st := eng.Stats()
+			if st.GeneratedTokens == last && st.Running == 0 && st.Waiting == 0 {
+				lastAt = now
+				continue
+			}
+			tps := float64(st.GeneratedTokens-last) / now.Sub(lastAt).Seconds()
+			last, lastAt = st.GeneratedTokens, now
+			var kv []string
+			for _, s := range local.StageStats() {
+				kv = append(kv, fmt.Sprintf("shard %d: %d/%d", s.Stage, s.BlocksUsed, s.BlocksTotal))
+			}
+			log.Info(fmt.Sprintf("Throughput (T/s) %.2f, Prefix cache hitrate %.2f%%, %d running, %d waiting",
+				tps, 100*st.KV.HitRate(), st.Running, st.Waiting), "kv_blocks", strings.Join(kv, ", "))
+		}
+	}
+}
