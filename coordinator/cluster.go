@@ -1,0 +1,860 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/membership"
+	"github.com/strata-llm/strata/transport/pb"
+	"google.golang.org/grpc"
+)
+
+// ClusterConfig configures the coordinator's side of a cluster.
+type ClusterConfig struct {
+	// GossipAddr is the memberlist address (host:port, e.g. ":7946"); empty
+	// runs without membership (streams are then the only failure signal,
+	// confirmed by LossConfirm).
+	GossipAddr string
+	// Gossip, when set, replaces the membership configuration built from
+	// GossipAddr (tests pass a memberlist.MockNetwork transport); the
+	// cluster fills in Meta.
+	Gossip *membership.Config
+	// GRPCAddr is where service Coordinator listens (e.g. ":7070").
+	GRPCAddr string
+	// GRPCAdvertise is the gRPC address put in membership metadata, which
+	// shards dial; empty means GRPCAddr's port on the gossip node's
+	// address (or the listener's address without membership).
+	GRPCAdvertise string
+	// DataDir holds coordinator.db (bbolt).
+	DataDir string
+	// MinShards holds placement until this many shards are connected.
+	MinShards int
+	// ModelPath is the GGUF file Weights streams from; empty disables
+	// Weights (every shard must have the file).
+	ModelPath string
+	// Shape describes the model for placement (ShapeFromModel).
+	Shape ModelShape
+	// KVMemory caps each shard's KV pool in bytes (--kv-memory); 0 means
+	// what each shard offers.
+	KVMemory int64
+	// Heartbeat is how often shards send heartbeats.
+	Heartbeat time.Duration
+	// Lease is the sequence lease each heartbeat reply renews on a shard.
+	Lease time.Duration
+	// LossConfirm is how long a shard of the placement may stay without a
+	// control stream (or stage 0 without a stage stream) before it is
+	// declared lost, when membership has not confirmed it first.
+	LossConfirm time.Duration
+	// PlacementWait is how long the cluster may stay without a pipeline
+	// before Ready reports it as an outage (ErrNoPipeline).
+	PlacementWait time.Duration
+	Log           *slog.Logger
+}
+
+// DefaultClusterConfig returns the defaults of `coordinator serve`.
+func DefaultClusterConfig() ClusterConfig {
+	return ClusterConfig{
+		GossipAddr: ":7946", // memberlist's usual port
+		GRPCAddr:   ":7070",
+		DataDir:    "strata-data",
+		MinShards:  1,
+		// 1 s: docs/cluster.md's heartbeat; cheap, and leases renew often.
+		Heartbeat: time.Second,
+		// 15 s: many missed heartbeats before a shard frees on its own,
+		// longer than LossConfirm so a short partition frees nothing.
+		Lease: 15 * time.Second,
+		// 10 s: within memberlist's 5–25 s LAN death detection, so a real
+		// death is usually confirmed by gossip first, while a shard that
+		// only reconnects its stream (same incarnation) keeps its place.
+		LossConfirm: 10 * time.Second,
+		// 60 s: the engine's default queue timeout; after it waiting
+		// requests cannot be served in time anyway.
+		PlacementWait: 60 * time.Second,
+		Log:           slog.New(slog.DiscardHandler),
+	}
+}
+
+// Validate names the first field that is wrong.
+func (c ClusterConfig) Validate() error {
+	switch {
+	case c.GRPCAddr == "":
+		return errors.New("coordinator: ClusterConfig.GRPCAddr is empty")
+	case c.DataDir == "":
+		return errors.New("coordinator: ClusterConfig.DataDir is empty")
+	case c.MinShards < 1:
+		return fmt.Errorf("coordinator: ClusterConfig.MinShards must be >= 1, got %d", c.MinShards)
+	case c.KVMemory < 0:
+		return fmt.Errorf("coordinator: ClusterConfig.KVMemory must be >= 0, got %d", c.KVMemory)
+	case c.Heartbeat <= 0 || c.Lease <= c.Heartbeat:
+		return fmt.Errorf("coordinator: ClusterConfig.Lease (%v) must exceed Heartbeat (%v) > 0", c.Lease, c.Heartbeat)
+	case c.LossConfirm <= 0 || c.PlacementWait <= 0:
+		return fmt.Errorf("coordinator: ClusterConfig.LossConfirm (%v) and PlacementWait (%v) must be > 0", c.LossConfirm, c.PlacementWait)
+	}
+	return c.Shape.Validate()
+}
+
+// ErrNoPipeline is wrapped by Ready once no pipeline has been formed for
+// longer than PlacementWait.
+var ErrNoPipeline = errors.New("coordinator: no pipeline")
+
+// seqReserve is how far ahead of the highest dispatched sequence ID the
+// persisted high-water mark is kept: the next start begins above it even
+// after a crash, as long as the engine does not hand out more than this
+// many IDs between two of the loop's checks (a second).
+const seqReserve = 1 << 20
+
+// maxUnacked bounds the backstop tombstones kept per shard. A shard that
+// stops acking but keeps its control stream would otherwise grow it without
+// end; past the bound the oldest messages are dropped (counted), and the
+// shard's lease frees what they named.
+const maxUnacked = 1 << 16
+
+// Cluster is the coordinator's side of a strata cluster: the bbolt store,
+// membership, the gRPC service shards talk to, placement, and the remote
+// Pipeline the engine drives. One goroutine (Run's loop) owns the shard
+// registry and the placement; gRPC handlers, links and membership send it
+// events and never lock it.
+type Cluster struct {
+	cfg   ClusterConfig
+	log   *slog.Logger
+	store *Store
+	start StartState
+	pipe  *remote
+	ln    net.Listener
+	srv   *grpc.Server
+
+	ev         chan any      // events to the loop; unbuffered, the loop never blocks
+	stopped    chan struct{} // closed when the loop ends
+	firstReady chan struct{} // closed when a pipeline is first ready
+	readyOnce  sync.Once
+	view       atomic.Pointer[ClusterView]
+	streams    sync.WaitGroup // control-stream receivers (see Control)
+	wg         sync.WaitGroup // links; waited by Run
+
+	// Loop-owned.
+	shards      map[string]*shardState // by shard ID
+	active      *Placement
+	restored    *Placement // from the store, until restored or given up
+	nextVersion uint64
+	opening     *link // link being dialed
+	linkRetryAt time.Time
+	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
+	suspects    map[string]time.Time
+	notReady    time.Time // since when no pipeline is ready
+	notReadyWhy string
+	reserved    uint64 // persisted sequence-ID high-water mark
+	rotatedAt   time.Time
+	started     time.Time
+}
+
+// shardState is the loop's record of one registered shard process.
+type shardState struct {
+	rec      ShardRecord
+	ctl      *outbox // nil while its control stream is down
+	lost     bool    // declared lost; excluded from placement until it registers again
+	failed   string  // load failure of the last Assign
+	ready    uint64  // placement version it reported READY for
+	status   pb.Status_State
+	hb       *pb.Heartbeat
+	hbAt     time.Time
+	nextAck  uint64
+	unacked  []*pb.Tombstones // ack_id ascending
+	dropped  uint64           // backstop messages dropped past maxUnacked
+	assigned bool             // held a range in some placement (gets spare Assigns)
+}
+
+func (s *shardState) connected() bool { return s.ctl != nil }
+
+func (s *shardState) unackedCount() int {
+	n := 0
+	for _, t := range s.unacked {
+		n += len(t.Tombstones)
+	}
+	return n
+}
+
+// NewCluster opens the store (starting a new epoch) and listens on
+// cfg.GRPCAddr. Run serves; call it (it closes the store and listener).
+func NewCluster(cfg ClusterConfig) (*Cluster, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	store, st, err := OpenStore(cfg.DataDir, now)
+	if err != nil {
+		return nil, err
+	}
+	restored, err := store.LatestPlacement()
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coordinator: reload placement: %w", err)
+	}
+	reserved := st.SeqHWM + seqReserve
+	if err := store.RaiseSeqHWM(reserved); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("coordinator: reserve sequence IDs: %w", err)
+	}
+	ln, err := transport.Listen(cfg.GRPCAddr)
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	c := &Cluster{
+		cfg: cfg, log: cfg.Log.With("component", "cluster"), store: store, start: st,
+		pipe: newRemote(st.Epoch), ln: ln,
+		ev: make(chan any), stopped: make(chan struct{}), firstReady: make(chan struct{}),
+		shards: map[string]*shardState{}, suspects: map[string]time.Time{},
+		restored: restored, nextVersion: 1, reserved: reserved, started: now,
+		notReady: now, notReadyWhy: fmt.Sprintf("waiting for shards (0 of --min-shards %d connected)", cfg.MinShards),
+	}
+	if restored != nil {
+		c.nextVersion = restored.Version + 1
+	}
+	c.srv = transport.NewServer(grpc.WaitForHandlers(true))
+	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
+	c.publish()
+	c.log.Info("cluster store opened", "cluster_id", st.ClusterID, "epoch", st.Epoch, "prev_epoch", st.PrevEpoch,
+		"first_seq", c.FirstSeq(), "restored_placement", c.nextVersion-1)
+	return c, nil
+}
+
+// Pipeline returns the remote pipeline the engine drives. Its shape
+// (Stages, Blocks) is the current placement's: zero until WaitReady.
+func (c *Cluster) Pipeline() Pipeline { return c.pipe }
+
+// Epoch returns this start's epoch (EngineConfig.Epoch).
+func (c *Cluster) Epoch() uint64 { return c.start.Epoch }
+
+// FirstSeq returns the first sequence ID this start may hand out
+// (sched.Config.FirstSeq): above every ID of earlier starts.
+func (c *Cluster) FirstSeq() uint64 { return c.start.SeqHWM + 1 }
+
+// PlacementVersion returns the placement version batches are stamped
+// with now (0 before the first placement). When it changes, every
+// sequence of the old version is gone on the shards and Stages/Blocks may
+// differ (see the engine notes in the cluster report).
+func (c *Cluster) PlacementVersion() uint64 {
+	c.pipe.mu.Lock()
+	defer c.pipe.mu.Unlock()
+	return c.pipe.version
+}
+
+// GRPCAddr returns the address service Coordinator listens on.
+func (c *Cluster) GRPCAddr() string { return c.ln.Addr().String() }
+
+// Ready reports nil when a full pipeline is loaded and dispatching, else
+// why not; past PlacementWait without one the error wraps ErrNoPipeline.
+func (c *Cluster) Ready() error {
+	v := c.view.Load()
+	if v.Ready {
+		return nil
+	}
+	if time.Since(v.NotReadySince) > c.cfg.PlacementWait {
+		return fmt.Errorf("%w for %v: %s", ErrNoPipeline, time.Since(v.NotReadySince).Round(time.Second), v.NotReadyReason)
+	}
+	return errors.New(v.NotReadyReason)
+}
+
+// WaitReady blocks until a pipeline is first ready or ctx ends. serve
+// calls it before NewEngine, which reads the pipeline's shape once.
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	select {
+	case <-c.firstReady:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("coordinator: waiting for a pipeline: %w (%v)", ctx.Err(), c.Ready())
+	case <-c.stopped:
+		return errors.New("coordinator: cluster stopped")
+	}
+}
+
+// Run serves until ctx ends: gRPC, membership, the loop. It returns after
+// every goroutine it started has exited, with the store closed.
+func (c *Cluster) Run(ctx context.Context) error {
+	defer c.store.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	node, err := c.startMembership()
+	if err != nil {
+		close(c.stopped)
+		c.ln.Close()
+		return err
+	}
+	serveErr := make(chan error, 1) // Serve's one result
+	c.wg.Go(func() { serveErr <- c.srv.Serve(c.ln) })
+	c.wg.Go(func() { c.pipe.forward(ctx) })
+	var events <-chan membership.Event
+	if node != nil {
+		events = node.Events()
+	}
+	err = c.loop(ctx, events, serveErr)
+	close(c.stopped)
+	cancel()
+	if l := c.pipe.pause("coordinator stopping"); l != nil {
+		l.cancel()
+	}
+	c.srv.Stop() // waits for handlers (WaitForHandlers)
+	c.streams.Wait()
+	c.wg.Wait()
+	if node != nil {
+		if err := node.Leave(time.Second); err != nil {
+			c.log.Warn("gossip leave", "err", err)
+		}
+		node.Shutdown()
+	}
+	if err := c.store.RaiseSeqHWM(c.pipe.highestSeq()); err != nil {
+		c.log.Warn("persist sequence high-water mark", "err", err)
+	}
+	return err
+}
+
+func (c *Cluster) startMembership() (*membership.Node, error) {
+	if c.cfg.Gossip == nil && c.cfg.GossipAddr == "" {
+		if c.cfg.GRPCAdvertise == "" {
+			c.cfg.GRPCAdvertise = c.ln.Addr().String()
+		}
+		return nil, nil
+	}
+	var mc membership.Config
+	if c.cfg.Gossip != nil {
+		mc = *c.cfg.Gossip
+	} else {
+		mc = membership.DefaultConfig()
+		host, port, err := net.SplitHostPort(c.cfg.GossipAddr)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: gossip address %q: %w", c.cfg.GossipAddr, err)
+		}
+		if host != "" {
+			mc.BindAddr = host
+		}
+		if mc.BindPort, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("coordinator: gossip address %q: %w", c.cfg.GossipAddr, err)
+		}
+	}
+	mc.Logger = c.cfg.Log
+	mc.Meta = membership.Meta{Role: membership.RoleCoordinator, NodeID: "coordinator-" + c.start.ClusterID,
+		Incarnation: c.start.Epoch, Protocol: transport.ProtocolVersion, GRPCAddr: c.cfg.GRPCAdvertise}
+	if mc.Meta.GRPCAddr == "" {
+		mc.Meta.GRPCAddr = c.ln.Addr().String() // fixed below once the gossip address is known
+	}
+	node, err := membership.New(mc)
+	if err != nil {
+		return nil, err
+	}
+	if c.cfg.GRPCAdvertise == "" {
+		// Advertise the gRPC port on the host other members reach us at.
+		ghost, _, _ := net.SplitHostPort(node.Local().Addr)
+		_, gport, _ := net.SplitHostPort(c.ln.Addr().String())
+		m := mc.Meta
+		m.GRPCAddr = net.JoinHostPort(ghost, gport)
+		c.cfg.GRPCAdvertise = m.GRPCAddr
+		if err := node.SetMeta(m, time.Second); err != nil {
+			node.Shutdown()
+			return nil, err
+		}
+	}
+	return node, nil
+}
+
+// post hands e to the loop, giving up when ctx ends or the loop stopped.
+func (c *Cluster) post(ctx context.Context, e any) bool {
+	select {
+	case c.ev <- e:
+		return true
+	case <-ctx.Done():
+	case <-c.stopped:
+	}
+	return false
+}
+
+// Events to the loop.
+type (
+	evRegister struct {
+		req   *pb.RegisterRequest
+		reply chan<- registerReply // size 1
+	}
+	registerReply struct {
+		rep *pb.RegisterReply
+		err error
+	}
+	evCtlOpen struct {
+		hello *pb.StreamHello
+		out   *outbox
+		reply chan<- error // size 1
+	}
+	evCtlClosed struct {
+		shardID string
+		out     *outbox
+		err     error
+	}
+	evCtlMsg struct {
+		shardID string
+		out     *outbox
+		msg     *pb.ShardToCoordinator
+	}
+	evLink struct {
+		l   *link
+		up  bool
+		err error
+	}
+)
+
+func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, serveErr <-chan error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		now := time.Now()
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-serveErr:
+			return fmt.Errorf("coordinator: grpc server: %w", err)
+		case e := <-c.ev:
+			c.handle(ctx, e, now)
+		case m := <-members:
+			c.member(m)
+		case <-c.pipe.tombKick:
+			c.fanOut(c.pipe.takeBackstop())
+		case <-tick.C:
+			c.persistSeqHWM()
+			if now.Sub(c.rotatedAt) >= 5*c.cfg.Heartbeat {
+				c.pipe.rotateEnded()
+				c.rotatedAt = now
+			}
+		}
+		c.reconcile(ctx, time.Now())
+		c.publish()
+	}
+}
+
+func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
+	switch e := e.(type) {
+	case evRegister:
+		rep, err := c.register(e.req, now)
+		e.reply <- registerReply{rep, err}
+	case evCtlOpen:
+		e.reply <- c.ctlOpen(e.hello, e.out)
+	case evCtlClosed:
+		s := c.shards[e.shardID]
+		if s == nil || s.ctl != e.out {
+			return
+		}
+		s.ctl = nil
+		c.log.Warn("control stream closed", "shard_id", e.shardID, "err", e.err)
+		c.suspect(e.shardID, "control stream closed", now)
+	case evCtlMsg:
+		s := c.shards[e.shardID]
+		if s == nil || s.ctl != e.out {
+			return
+		}
+		c.ctlMsg(s, e.msg, now)
+	case evLink:
+		c.linkEvent(e, now)
+	}
+}
+
+// register records a shard process. A new incarnation under a known node
+// ID is the loss of the old process plus a new shard.
+func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.RegisterReply, error) {
+	switch {
+	case req.GetProtocolVersion() != transport.ProtocolVersion:
+		return nil, fmt.Errorf("protocol version %d, coordinator speaks %d", req.GetProtocolVersion(), transport.ProtocolVersion)
+	case req.GetNodeId() == "":
+		return nil, errors.New("node_id is empty")
+	case req.GetGrpcAddr() == "":
+		return nil, errors.New("grpc_addr is empty")
+	case req.GetDevices().GetMemoryBytes() == 0:
+		return nil, errors.New("devices.memory_bytes is 0")
+	}
+	id := fmt.Sprintf("%s-%016x", req.GetNodeId(), req.GetIncarnation())
+	for _, old := range c.shards {
+		if old.rec.NodeID == req.GetNodeId() && old.rec.ShardID != id {
+			c.lose(old, "new incarnation registered", now)
+			if old.ctl != nil {
+				old.ctl.close()
+				old.ctl = nil
+			}
+			delete(c.shards, old.rec.ShardID)
+		}
+	}
+	rec := ShardRecord{
+		NodeID: req.GetNodeId(), ShardID: id, Incarnation: req.GetIncarnation(), GRPCAddr: req.GetGrpcAddr(),
+		Device: req.GetDevices().GetDevice(), CPUCores: req.GetDevices().GetCpuCores(),
+		MemoryBytes: req.GetDevices().GetMemoryBytes(), KVMemory: req.GetKvMemoryBytes(), Registered: now,
+	}
+	for _, m := range req.GetModels() {
+		rec.Models = append(rec.Models, m.GetSha256())
+	}
+	s := c.shards[id]
+	if s == nil {
+		s = &shardState{}
+		c.shards[id] = s
+		c.log.Info("shard registered", "shard_id", id, "addr", rec.GRPCAddr, "device", rec.Device, "memory", rec.MemoryBytes)
+	} else {
+		rec.Registered = s.rec.Registered
+		s.lost, s.failed = false, ""
+	}
+	s.rec = rec
+	if err := c.store.PutShard(rec); err != nil {
+		c.log.Warn("persist shard", "shard_id", id, "err", err)
+	}
+	return &pb.RegisterReply{Epoch: c.start.Epoch, ShardId: id, ProtocolVersion: transport.ProtocolVersion,
+		HeartbeatMs: c.cfg.Heartbeat.Milliseconds(), LeaseMs: c.cfg.Lease.Milliseconds()}, nil
+}
+
+// ctlOpen attaches a control stream to its shard, resends the unacked
+// backstop and, when the shard is placed and not READY for the current
+// version, its Assign.
+func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
+	s := c.shards[h.GetShardId()]
+	switch {
+	case h.GetEpoch() != c.start.Epoch:
+		return fmt.Errorf("%w: epoch %d, coordinator's is %d: register again", errStale, h.GetEpoch(), c.start.Epoch)
+	case s == nil || s.rec.Incarnation != h.GetIncarnation():
+		return fmt.Errorf("%w: shard %q (incarnation %d) is not registered", errStale, h.GetShardId(), h.GetIncarnation())
+	}
+	if s.ctl != nil {
+		s.ctl.close()
+	}
+	s.ctl = out
+	s.lost = false // it is evidently alive; a placement it broke has moved on, so it returns as a spare
+	delete(c.suspects, s.rec.ShardID)
+	for _, t := range s.unacked {
+		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Tombstones{Tombstones: t}})
+	}
+	if i := c.active.stageOf(s.rec.ShardID); i >= 0 && s.ready != c.active.Version {
+		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: c.active.Assign(i, c.cfg.Shape)}})
+	}
+	c.log.Info("control stream open", "shard_id", s.rec.ShardID, "unacked", len(s.unacked))
+	return nil
+}
+
+func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time) {
+	switch {
+	case m.GetHeartbeat() != nil:
+		s.hb, s.hbAt = m.GetHeartbeat(), now
+	case m.GetAck() != nil:
+		id := m.GetAck().GetAckId()
+		s.unacked = slices.DeleteFunc(s.unacked, func(t *pb.Tombstones) bool { return t.GetAckId() == id })
+	case m.GetStatus() != nil:
+		st := m.GetStatus()
+		s.status = st.GetState()
+		if c.active == nil || st.GetPlacementVersion() != c.active.Version {
+			return
+		}
+		switch st.GetState() {
+		case pb.Status_READY:
+			s.ready = st.GetPlacementVersion()
+			c.log.Info("shard ready", "shard_id", s.rec.ShardID, "placement", s.ready)
+		case pb.Status_FAILED:
+			s.failed = st.GetError()
+			c.log.Error("shard failed to load", "shard_id", s.rec.ShardID, "placement", st.GetPlacementVersion(), "err", st.GetError())
+			c.lose(s, "load failed: "+st.GetError(), now)
+		}
+	case m.GetFailed() != nil:
+		c.pipe.batchFailed(m.GetFailed())
+	}
+}
+
+// member handles a membership event: a shard's death or leave confirms
+// its loss.
+func (c *Cluster) member(e membership.Event) {
+	if e.Member.MetaErr != nil || e.Member.Meta.Role != membership.RoleShard {
+		return
+	}
+	if e.Kind != membership.EventDead && e.Kind != membership.EventLeave {
+		c.log.Debug("member", "event", e.Kind.String(), "node", e.Member.Name)
+		return
+	}
+	for _, s := range c.shards {
+		if s.rec.NodeID == e.Member.Meta.NodeID && s.rec.Incarnation == e.Member.Meta.Incarnation {
+			c.lose(s, "membership: "+e.Kind.String(), time.Now())
+		}
+	}
+}
+
+// suspect pauses the pipeline on a fast failure signal from a placed shard;
+// reconcile declares it lost unless it comes back within LossConfirm.
+func (c *Cluster) suspect(id, why string, now time.Time) {
+	if c.active.stageOf(id) < 0 {
+		return
+	}
+	if _, ok := c.suspects[id]; !ok {
+		c.suspects[id] = now
+	}
+	c.pauseFor(fmt.Sprintf("shard %s: %s", id, why), now)
+}
+
+// lose declares s lost: it leaves placement until it registers again, and
+// a placement holding it is broken.
+func (c *Cluster) lose(s *shardState, why string, now time.Time) {
+	if s.lost {
+		return
+	}
+	s.lost = true
+	delete(c.suspects, s.rec.ShardID)
+	c.log.Warn("shard lost", "shard_id", s.rec.ShardID, "why", why)
+	if c.active.stageOf(s.rec.ShardID) >= 0 {
+		c.pauseFor(fmt.Sprintf("shard %s lost: %s", s.rec.ShardID, why), now)
+	}
+}
+
+// pauseFor stops dispatch and fails every in-flight batch.
+func (c *Cluster) pauseFor(why string, now time.Time) {
+	if l := c.pipe.pause(why); l != nil {
+		l.cancel()
+		c.log.Warn("pipeline paused", "why", why)
+	}
+	if c.opening != nil {
+		c.opening.cancel()
+		c.opening = nil
+	}
+	c.setNotReady(why, now)
+}
+
+func (c *Cluster) setNotReady(why string, now time.Time) {
+	if c.notReady.IsZero() {
+		c.notReady = now
+	}
+	c.notReadyWhy = why
+}
+
+func (c *Cluster) linkEvent(e evLink, now time.Time) {
+	if e.up {
+		if c.opening != e.l || !c.pipe.resume(e.l) {
+			e.l.cancel()
+			return
+		}
+		c.opening = nil
+		c.linkDown = time.Time{}
+		c.notReady, c.notReadyWhy = time.Time{}, ""
+		c.log.Info("pipeline ready", "placement", e.l.version, "stages", len(c.active.Stages), "kv_blocks", c.active.Blocks)
+		c.readyOnce.Do(func() { close(c.firstReady) })
+		return
+	}
+	if c.opening == e.l {
+		c.opening = nil
+	} else if !c.pipe.current(e.l) {
+		return // a link already dropped
+	}
+	c.log.Warn("stage-0 link down", "placement", e.l.version, "shard_id", e.l.shardID, "err", e.err)
+	if c.linkDown.IsZero() {
+		c.linkDown = now
+	}
+	c.linkRetryAt = now.Add(250 * time.Millisecond)
+	c.pauseFor(fmt.Sprintf("stage-0 link to %s: %v", e.l.shardID, e.err), now)
+}
+
+// candidates returns the shards placement may use: connected, not lost,
+// not failed, in registration order.
+func (c *Cluster) candidates() []*shardState {
+	var out []*shardState
+	for _, s := range c.shards {
+		if s.connected() && !s.lost && s.failed == "" {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *shardState) int {
+		if d := a.rec.Registered.Compare(b.rec.Registered); d != 0 {
+			return d
+		}
+		return cmpString(a.rec.ShardID, b.rec.ShardID)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// reconcile moves the cluster toward a ready pipeline: it confirms
+// suspected losses, places when none is active or the active one lost a
+// shard, and opens the stage-0 link once every stage is READY.
+func (c *Cluster) reconcile(ctx context.Context, now time.Time) {
+	for id, since := range c.suspects {
+		if now.Sub(since) >= c.cfg.LossConfirm {
+			if s := c.shards[id]; s != nil {
+				c.lose(s, fmt.Sprintf("no control stream for %v", c.cfg.LossConfirm), now)
+			}
+			delete(c.suspects, id)
+		}
+	}
+	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
+		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
+			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
+		}
+		c.linkDown = time.Time{}
+	}
+	if c.active == nil || c.broken(c.active) {
+		c.place(now)
+		return
+	}
+	if c.pipe.ready() || c.opening != nil || now.Before(c.linkRetryAt) || len(c.suspects) > 0 {
+		return
+	}
+	waiting := 0
+	for _, st := range c.active.Stages {
+		s := c.shards[st.ShardID]
+		if !s.connected() || s.ready != c.active.Version {
+			waiting++
+		}
+	}
+	if waiting > 0 {
+		c.setNotReady(fmt.Sprintf("placement %d: %d of %d stages loading", c.active.Version, waiting, len(c.active.Stages)), now)
+		return
+	}
+	st0 := c.active.Stages[0]
+	lctx, cancel := context.WithCancel(ctx)
+	l := &link{version: c.active.Version, shardID: st0.ShardID, addr: st0.Addr, queue: make(chan *pb.BatchHeader, linkQueue), cancel: cancel}
+	c.opening = l
+	c.wg.Go(func() { c.runLink(ctx, lctx, l) })
+}
+
+// broken reports whether p names a shard that is gone.
+func (c *Cluster) broken(p *Placement) bool {
+	for _, st := range p.Stages {
+		s := c.shards[st.ShardID]
+		if s == nil || s.lost || s.failed != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// place makes a new placement: the restored one when all its shards came
+// back after a coordinator restart, else a fresh plan over the candidates
+// once there are MinShards of them.
+func (c *Cluster) place(now time.Time) {
+	cands := c.candidates()
+	var p *Placement
+	if c.restored != nil {
+		p = c.restore(cands)
+		if p == nil && now.Sub(c.started) < c.cfg.LossConfirm {
+			c.setNotReady(fmt.Sprintf("waiting for the shards of placement %d to return", c.restored.Version), now)
+			return
+		}
+		c.restored = nil
+	}
+	if p == nil {
+		if len(cands) < c.cfg.MinShards {
+			c.setNotReady(fmt.Sprintf("waiting for shards (%d of --min-shards %d connected)", len(cands), c.cfg.MinShards), now)
+			return
+		}
+		caps := make([]Capacity, len(cands))
+		for i, s := range cands {
+			kvm := int64(s.rec.KVMemory)
+			if c.cfg.KVMemory > 0 && (kvm == 0 || kvm > c.cfg.KVMemory) {
+				kvm = c.cfg.KVMemory
+			}
+			caps[i] = Capacity{ShardID: s.rec.ShardID, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation,
+				Addr: s.rec.GRPCAddr, Memory: int64(s.rec.MemoryBytes), KVMemory: kvm}
+		}
+		var err error
+		if p, err = Plan(c.cfg.Shape, caps, c.nextVersion, c.start.Epoch); err != nil {
+			c.setNotReady(fmt.Sprintf("cannot place the model on %d shards: %v", len(cands), err), now)
+			return
+		}
+	}
+	p.Version, p.Epoch = c.nextVersion, c.start.Epoch
+	c.activate(p, now)
+}
+
+// restore returns the restored placement under a new version if every one
+// of its shards is back (same node and incarnation) and connected.
+func (c *Cluster) restore(cands []*shardState) *Placement {
+	for _, st := range c.restored.Stages {
+		if !slices.ContainsFunc(cands, func(s *shardState) bool {
+			return s.rec.ShardID == st.ShardID && s.rec.Incarnation == st.Incarnation
+		}) {
+			return nil
+		}
+	}
+	p := *c.restored
+	p.Stages = slices.Clone(p.Stages)
+	return &p
+}
+
+// activate makes p the placement: persisted, the pipeline switched (paused
+// until every stage is READY), Assigns sent, and shards that held a range
+// and have none now made spares.
+func (c *Cluster) activate(p *Placement, now time.Time) {
+	c.pauseFor(fmt.Sprintf("placement %d: loading", p.Version), now)
+	if err := c.store.SavePlacement(p); err != nil {
+		c.log.Warn("persist placement", "placement", p.Version, "err", err)
+	}
+	c.nextVersion = p.Version + 1
+	c.active = p
+	c.linkDown = time.Time{}
+	clear(c.suspects)
+	c.pipe.setPlacement(p)
+	for i, st := range p.Stages {
+		s := c.shards[st.ShardID]
+		s.assigned = true
+		s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: p.Assign(i, c.cfg.Shape)}})
+	}
+	for _, s := range c.shards {
+		if s.assigned && p.stageOf(s.rec.ShardID) < 0 && s.connected() {
+			s.assigned = false
+			s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: &pb.Assign{PlacementVersion: p.Version, ModelSha256: p.Model}}})
+		}
+	}
+	var ranges []string
+	for _, st := range p.Stages {
+		ranges = append(ranges, fmt.Sprintf("%s[%d,%d)", st.ShardID, st.First, st.End))
+	}
+	c.log.Info("placement", "placement", p.Version, "stages", len(p.Stages), "kv_blocks", p.Blocks, "layers", ranges)
+}
+
+// fanOut queues ts on every placed shard's control stream with a new
+// ack_id, and keeps them until acked.
+func (c *Cluster) fanOut(ts []transport.Tombstone) {
+	if len(ts) == 0 || c.active == nil {
+		return
+	}
+	pts := tombstonesToPB(ts)
+	for _, st := range c.active.Stages {
+		s := c.shards[st.ShardID]
+		if s == nil || s.lost {
+			continue
+		}
+		s.nextAck++
+		msg := &pb.Tombstones{Tombstones: pts, AckId: s.nextAck}
+		s.unacked = append(s.unacked, msg)
+		for s.unackedCount() > maxUnacked && len(s.unacked) > 1 {
+			s.unacked = s.unacked[1:]
+			s.dropped++
+		}
+		s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Tombstones{Tombstones: msg}})
+	}
+}
+
+// persistSeqHWM keeps the persisted high-water mark seqReserve ahead of
+// the highest dispatched sequence ID.
+func (c *Cluster) persistSeqHWM() {
+	if hi := c.pipe.highestSeq(); hi+seqReserve/2 > c.reserved {
+		r := hi + seqReserve
+		if err := c.store.RaiseSeqHWM(r); err != nil {
+			c.log.Warn("persist sequence high-water mark", "err", err)
+			return
+		}
+		c.reserved = r
+	}
+}

@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// ClusterView is a snapshot of the cluster for /v1/cluster, /readyz and
+// metrics. It is the caller's: nothing in it is shared.
+type ClusterView struct {
+	ClusterID string `json:"cluster_id"`
+	Epoch     uint64 `json:"epoch"`
+	// Placement is the active placement version (0: none yet).
+	Placement uint64 `json:"placement_version"`
+	Ready     bool   `json:"ready"`
+	// NotReadyReason and NotReadySince say why and since when no pipeline
+	// is dispatching (zero when Ready).
+	NotReadyReason string    `json:"not_ready_reason,omitempty"`
+	NotReadySince  time.Time `json:"not_ready_since,omitzero"`
+	KVBlocks       int       `json:"kv_blocks"`
+	BlockSize      int       `json:"block_size"`
+	// LiveSequences are the sequences the coordinator believes live on the
+	// shards (created by dispatched first rows, not yet tombstoned).
+	LiveSequences int         `json:"live_sequences"`
+	Shards        []ShardView `json:"shards"`
+	// BatchFailed counts failed batches by reason (BatchFailed reports,
+	// and pipeline_lost for in-flight batches failed by a loss).
+	BatchFailed map[string]uint64 `json:"batch_failed"`
+}
+
+// ShardView is one shard in a ClusterView.
+type ShardView struct {
+	ShardID     string `json:"shard_id"`
+	NodeID      string `json:"node_id"`
+	Incarnation uint64 `json:"incarnation"`
+	Addr        string `json:"addr"`
+	Device      string `json:"device"`
+	CPUCores    uint32 `json:"cpu_cores"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// Stage is the shard's index in the active placement, -1 for a spare;
+	// layers [First, End).
+	Stage     int    `json:"stage"`
+	First     int    `json:"first_layer"`
+	End       int    `json:"end_layer"`
+	Embed     bool   `json:"embed"`
+	Head      bool   `json:"head"`
+	State     string `json:"state"` // idle, loading, ready, failed, lost, disconnected
+	Connected bool   `json:"connected"`
+	// KV as the shard's last heartbeat reported it.
+	KVUsed        uint64    `json:"kv_blocks_used"`
+	KVTotal       uint64    `json:"kv_blocks_total"`
+	Sequences     uint64    `json:"sequences"`
+	InvariantOK   bool      `json:"invariant_ok"`
+	LastHeartbeat time.Time `json:"last_heartbeat,omitzero"`
+	// TombstonesUnacked are backstop tombstones awaiting the shard's ack;
+	// BackstopDropped the backstop messages dropped past maxUnacked.
+	TombstonesUnacked int    `json:"tombstones_unacked"`
+	BackstopDropped   uint64 `json:"backstop_dropped"`
+}
+
+// View returns the latest snapshot, published by the loop after every
+// event.
+func (c *Cluster) View() ClusterView {
+	v := *c.view.Load()
+	v.Shards = slices.Clone(v.Shards)
+	v.BatchFailed = maps.Clone(v.BatchFailed)
+	return v
+}
+
+// UnackedTombstones returns the backstop tombstones awaiting ack, by shard
+// ID (strata_tombstones_unacked{shard}).
+func (c *Cluster) UnackedTombstones() map[string]int {
+	out := map[string]int{}
+	for _, s := range c.view.Load().Shards {
+		out[s.ShardID] = s.TombstonesUnacked
+	}
+	return out
+}
+
+// BatchFailedByReason returns failed batches by reason
+// (strata_batch_failed_total{reason}).
+func (c *Cluster) BatchFailedByReason() map[string]uint64 { return c.pipe.failedByReason() }
+
+// publish stores a fresh snapshot; called by the loop only.
+func (c *Cluster) publish() {
+	v := &ClusterView{
+		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
+		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(),
+	}
+	if !v.Ready {
+		v.NotReadyReason, v.NotReadySince = c.notReadyWhy, c.notReady
+		if v.NotReadySince.IsZero() {
+			v.NotReadySince = time.Now()
+		}
+		if v.NotReadyReason == "" {
+			v.NotReadyReason = "pipeline not ready"
+		}
+	}
+	if p := c.active; p != nil {
+		v.Placement, v.KVBlocks, v.BlockSize = p.Version, p.Blocks, p.BlockSize
+	}
+	for _, s := range c.shards {
+		sv := ShardView{
+			ShardID: s.rec.ShardID, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation, Addr: s.rec.GRPCAddr,
+			Device: s.rec.Device, CPUCores: s.rec.CPUCores, MemoryBytes: s.rec.MemoryBytes,
+			Stage: c.active.stageOf(s.rec.ShardID), Connected: s.connected(),
+			TombstonesUnacked: s.unackedCount(), BackstopDropped: s.dropped, LastHeartbeat: s.hbAt,
+		}
+		if sv.Stage >= 0 {
+			st := c.active.Stages[sv.Stage]
+			sv.First, sv.End, sv.Embed, sv.Head = st.First, st.End, st.Embed, st.Head
+		}
+		if hb := s.hb; hb != nil {
+			sv.KVUsed, sv.KVTotal, sv.Sequences = hb.GetKv().GetBlocksUsed(), hb.GetKv().GetBlocksTotal(), hb.GetKv().GetSequences()
+			sv.InvariantOK = hb.GetInvariantOk()
+		}
+		switch {
+		case s.lost:
+			sv.State = "lost"
+		case s.failed != "":
+			sv.State = "failed"
+		case !s.connected():
+			sv.State = "disconnected"
+		case sv.Stage < 0:
+			sv.State = "idle"
+		case s.ready == c.active.Version:
+			sv.State = "ready"
+		default:
+			sv.State = "loading"
+		}
+		v.Shards = append(v.Shards, sv)
+	}
+	slices.SortFunc(v.Shards, func(a, b ShardView) int { return cmpString(a.ShardID, b.ShardID) })
+	c.view.Store(v)
+}
