@@ -232,7 +232,22 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 
 // Pipeline returns the remote pipeline the engine drives. Its shape
 // (Stages, Blocks) is the current placement's: zero until WaitReady.
-func (c *Cluster) Pipeline() Pipeline { return c.pipe }
+func (c *Cluster) Pipeline() Pipeline { return clusterPipeline{c.pipe, c} }
+
+// clusterPipeline is the remote pipeline as the engine sees it: it pauses
+// while no placement is ready and changes shape with each placement.
+type clusterPipeline struct {
+	*remote
+	c *Cluster
+}
+
+var _ DynamicPipeline = clusterPipeline{}
+
+// Ready implements DynamicPipeline.
+func (p clusterPipeline) Ready() error { return p.c.Ready() }
+
+// Version implements DynamicPipeline.
+func (p clusterPipeline) Version() uint64 { return p.c.PlacementVersion() }
 
 // Epoch returns this start's epoch (EngineConfig.Epoch).
 func (c *Cluster) Epoch() uint64 { return c.start.Epoch }

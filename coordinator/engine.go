@@ -111,20 +111,26 @@ type Engine struct {
 	stats    atomic.Pointer[EngineStats]
 
 	// Loop-owned.
-	nextID    sched.RequestID
-	reqs      map[sched.RequestID]*live
-	inflight  map[uint64][]rowInfo
-	genTok    uint64
-	promptTok uint64
-	lastStep  time.Time
+	version    uint64 // the DynamicPipeline placement the scheduler is shaped for
+	noPipeline error  // why requests are failing (the cluster gave up), or nil
+	nextID     sched.RequestID
+	reqs       map[sched.RequestID]*live
+	inflight   map[uint64][]rowInfo
+	genTok     uint64
+	promptTok  uint64
+	lastStep   time.Time
 }
 
-// NewEngine returns a loop over pipe; Run starts it.
+// NewEngine returns a loop over pipe; Run starts it. A DynamicPipeline not
+// placed yet may report a zero shape: the engine starts paused on a
+// one-block placeholder and takes the real shape at the first placement.
 func NewEngine(cfg EngineConfig, pipe Pipeline) (*Engine, error) {
 	sc := cfg.Sched
-	sc.Stages = pipe.Stages()
-	sc.KV.Blocks = pipe.Blocks()
-	sc.KV.BlockSize = pipe.BlockSize()
+	sc.Stages = max(1, pipe.Stages())
+	sc.KV.Blocks = max(1, pipe.Blocks())
+	if bs := pipe.BlockSize(); bs > 0 {
+		sc.KV.BlockSize = bs
+	}
 	s, err := sched.New(sc)
 	if err != nil {
 		return nil, err
@@ -230,6 +236,9 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 func (e *Engine) add(sub submission, now time.Time) error {
+	if e.noPipeline != nil {
+		return fmt.Errorf("%w: %v", ErrStopped, e.noPipeline)
+	}
 	id := e.nextID
 	e.nextID++
 	err := e.s.Add(sched.Request{
@@ -284,7 +293,44 @@ func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
 	e.s.Complete(sched.Result{Batch: sched.BatchID(r.ID), Samples: samples}, now)
 }
 
+// follow keeps the scheduler in step with a DynamicPipeline: paused while
+// it cannot take batches, reset onto each new placement, and with every
+// request failed once the cluster gives up forming a pipeline.
+func (e *Engine) follow() {
+	dp, ok := e.pipe.(DynamicPipeline)
+	if !ok {
+		return
+	}
+	if v := dp.Version(); v != e.version && dp.Blocks() > 0 && dp.Stages() > 0 {
+		kc := e.cfg.Sched.KV
+		kc.Blocks, kc.BlockSize = dp.Blocks(), dp.BlockSize()
+		if err := e.s.Reset(kc, dp.Stages()); err != nil {
+			e.cfg.Log.Error("reshape onto new placement", "version", v, "err", err)
+		} else {
+			e.cfg.Log.Info("new placement", "version", v, "stages", dp.Stages(), "kv_blocks", kc.Blocks)
+			e.version = v
+			clear(e.inflight)
+		}
+	}
+	err := dp.Ready()
+	if err == nil && e.version == 0 {
+		err = errors.New("no placement yet")
+	}
+	e.s.SetPaused(err != nil)
+	if errors.Is(err, ErrNoPipeline) {
+		for id := range e.reqs {
+			if aerr := e.s.Abort(id, sched.Failed); aerr != nil {
+				e.cfg.Log.Error("fail request", "request", id, "err", aerr)
+			}
+		}
+		e.noPipeline = err
+	} else {
+		e.noPipeline = nil
+	}
+}
+
 func (e *Engine) step(now time.Time) {
+	e.follow()
 	out := e.s.Step(now)
 	for _, u := range out.Updates {
 		e.update(u)
@@ -363,7 +409,11 @@ func (e *Engine) update(u sched.Update) {
 		}
 	}
 	if u.Done {
-		l.s.finish(finishReason(u.Reason), finishErr(u.Reason))
+		err := finishErr(u.Reason)
+		if u.Reason == sched.Failed && e.noPipeline != nil {
+			err = fmt.Errorf("%w: %v", ErrStopped, e.noPipeline)
+		}
+		l.s.finish(finishReason(u.Reason), err)
 		delete(e.reqs, u.Request)
 	}
 }

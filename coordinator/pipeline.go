@@ -21,3 +21,17 @@ type Pipeline interface {
 	// scheduler's reclaim deadline.
 	Results() <-chan *transport.BatchResult
 }
+
+// DynamicPipeline is a Pipeline whose stages can go away and come back in
+// another shape: a cluster that re-places layers after losing a shard.
+type DynamicPipeline interface {
+	Pipeline
+	// Ready is nil while batches can be dispatched; otherwise it says why
+	// not, wrapping ErrNoPipeline once no pipeline could be formed within
+	// the cluster's bounded wait.
+	Ready() error
+	// Version changes whenever the stages were re-placed: every sequence of
+	// the old version is gone on the shards, and Stages, Blocks and
+	// BlockSize may differ. 0 means never placed.
+	Version() uint64
+}

@@ -114,6 +114,7 @@ type Scheduler struct {
 	nextBatch BatchID
 	nextOrder uint64
 	blocked   bool // admission failed in this Step: FCFS admits no one behind the head
+	paused    bool // SetPaused: Step forms no batches
 
 	stats Stats
 }
@@ -352,7 +353,7 @@ func (s *Scheduler) StepInto(now time.Time, out *Output) {
 	s.reclaim(now)
 	s.blocked = false
 	s.building = s.building[:0]
-	for len(s.inflight)+len(s.building) < s.maxInFlight {
+	for !s.paused && len(s.inflight)+len(s.building) < s.maxInFlight {
 		b := s.newBatch()
 		s.fill(b)
 		if len(b.rows) == 0 {
@@ -363,6 +364,50 @@ func (s *Scheduler) StepInto(now time.Time, out *Output) {
 	}
 	s.compactDecode()
 	s.emit(now, out)
+}
+
+// SetPaused stops (true) or resumes (false) forming batches: while the
+// pipeline cannot take work, Step still judges deadlines, reclaims lost
+// batches and returns tombstones and updates, but dispatches nothing.
+func (s *Scheduler) SetPaused(paused bool) { s.paused = paused }
+
+// Reset moves the scheduler onto a new pipeline (a new placement, whose
+// stages hold none of the old sequences). Every batch in flight is
+// forgotten (a late result for it is ignored); every live sequence ends with
+// a tombstone (reason Preempted) and its request goes back to the waiting
+// list with its tokens and deadlines, no retry counted; the allocator is
+// replaced by a new one of kc (the new pool) and the pipeline has stages
+// stages. Waiting requests that can no longer fit the new pool end with
+// Failed. On an invalid kc or stages nothing changes.
+func (s *Scheduler) Reset(kc kv.Config, stages int) error {
+	cfg := s.cfg
+	cfg.KV, cfg.Stages = kc, stages
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	a, err := kv.New(kc)
+	if err != nil {
+		return fmt.Errorf("sched: %w", err)
+	}
+	for _, b := range s.inflight {
+		s.recycle(b)
+	}
+	s.inflight = s.inflight[:0]
+	for s.runHead != nil {
+		s.end(s.runHead.req, Preempted)
+	}
+	s.kv = a
+	s.cfg = cfg
+	s.maxInFlight = cfg.inFlight()
+	pool := kc.Blocks * kc.BlockSize
+	for r := s.waitHead; r != nil; {
+		next := r.next
+		if r.prompt+r.maxTokens-1 > pool {
+			s.end(r, Failed)
+		}
+		r = next
+	}
+	return nil
 }
 
 // compactDecode drops the decode queue's consumed head: once per Step, as

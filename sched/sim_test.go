@@ -73,7 +73,7 @@ type sim struct {
 	replicas map[SeqID]*replica // the shards' view (all stages see the same stream)
 	highSeq  SeqID
 	holders  map[kv.BlockID]int // live replicas naming each block
-	stats    struct{ batches, rows, preempted, refused, ignoredLate int }
+	stats    struct{ batches, rows, preempted, refused, ignoredLate, resets int }
 }
 
 func newSim(t *testing.T, seed uint64, p int) *sim {
@@ -133,6 +133,7 @@ func (m *sim) run(events int) {
 	// Drain: no new requests; keep stepping and answering until nothing is
 	// left. Lost results and failures still happen.
 	m.adding = false
+	m.s.SetPaused(false)
 	for i := 0; m.s.Pending() || len(m.pipe) > 0; i++ {
 		if i > 1_000_000 {
 			m.fatalf("not drained: %+v", m.s.Stats())
@@ -158,8 +159,8 @@ func (m *sim) run(events int) {
 	if st.Added != st.Ended || int(st.Added) != len(m.reqs) {
 		m.fatalf("added %d, ended %d, sim saw %d", st.Added, st.Ended, len(m.reqs))
 	}
-	m.t.Logf("%d events: %d requests (%d refused), %d batches, %d rows; stats %+v; kv hit rate %.2f",
-		m.events, len(m.reqs), m.stats.refused, m.stats.batches, m.stats.rows, st, st.KV.HitRate())
+	m.t.Logf("%d events: %d requests (%d refused), %d batches, %d rows, %d resets; stats %+v; kv hit rate %.2f",
+		m.events, len(m.reqs), m.stats.refused, m.stats.batches, m.stats.rows, m.stats.resets, st, st.KV.HitRate())
 }
 
 func (m *sim) event() {
@@ -176,6 +177,18 @@ func (m *sim) event() {
 		if err := m.s.Abort(RequestID(m.rng.IntN(int(m.nextID)+5)), Aborted); err != nil {
 			m.fatalf("Abort of any ID: %v", err)
 		}
+	case k < 17 && m.rng.IntN(4) == 0: // a new placement: the old pipeline and its batches are gone
+		kc := m.cfg.KV
+		kc.Blocks = (100 + m.rng.IntN(300)) / kc.BlockSize
+		stages := 1 + m.rng.IntN(4)
+		if err := m.s.Reset(kc, stages); err != nil {
+			m.fatalf("Reset: %v", err)
+		}
+		m.cfg.KV, m.cfg.Stages = kc, stages
+		m.pipe = m.pipe[:0]
+		m.stats.resets++
+	case k < 18 && m.adding:
+		m.s.SetPaused(m.rng.IntN(3) == 0)
 	case k < 30:
 		m.now = m.now.Add(time.Duration(m.rng.IntN(600)) * time.Millisecond)
 	case k < 60 && len(m.pipe) > 0:
