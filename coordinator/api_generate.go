@@ -22,6 +22,7 @@ func (s *Server) handleChat(c *call) { s.generate(c, s.parseChat) }
 // generate is the life of a completion or chat request in the handler:
 // validate, submit, read the stream, write the answer.
 func (s *Server) generate(c *call, parse func([]byte) (*genRequest, *apiError)) {
+	arrived := time.Now()
 	body, aerr := s.readBody(c)
 	if aerr != nil {
 		s.writeError(c, aerr)
@@ -56,7 +57,7 @@ func (s *Server) generate(c *call, parse func([]byte) (*genRequest, *apiError)) 
 	defer st.Abort() // a no-op once the request ended; frees its KV otherwise
 	c.log.Debug("submitted", "prompt_tokens", len(req.prompt), "max_tokens", req.maxTokens,
 		"seed", req.sample.Seed, "seed_random", req.seedRandom, "stream", req.stream)
-	g := &genRun{s: s, req: req, st: st, dec: s.info.Tokenizer.NewDecoder(), p: p}
+	g := &genRun{s: s, req: req, st: st, dec: s.info.Tokenizer.NewDecoder(), p: p, timer: s.metrics.timer(arrived)}
 	if req.echo {
 		g.offset = len(req.promptText)
 	}
@@ -81,6 +82,7 @@ type genRun struct {
 	offset  int    // bytes of text before the next token's (text_offset)
 	lps     []tokLP
 	finish  string // "stop" or "length" once ended normally
+	timer   tokenTimer
 }
 
 type tokLP struct {
@@ -276,6 +278,7 @@ func (s *Server) wholeResponse(ctx context.Context, c *call, g *genRun) {
 			c.log.Debug("client gone", "err", err, "completion_tokens", g.tokens)
 			return
 		}
+		g.timer.observe(len(toks))
 		for _, t := range toks {
 			text.WriteString(g.feed(t))
 			if g.finish != "" {
@@ -406,6 +409,7 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 			c.log.Debug("client gone", "err", err, "completion_tokens", g.tokens)
 			return
 		}
+		g.timer.observe(len(toks))
 		var text strings.Builder
 		for _, t := range toks {
 			text.WriteString(g.feed(t))

@@ -32,7 +32,14 @@ type ServerConfig struct {
 	// RequestTimeout, when > 0, is each generation request's deadline,
 	// counted from its arrival; the engine ends it with FinishTimeout.
 	RequestTimeout time.Duration
-	Log            *slog.Logger
+	// View, when set, returns the cluster for GET /v1/cluster, the status
+	// page and the per-shard metrics: serve supplies it from the in-process
+	// shards (LocalView) or from the remote cluster.
+	View func() ClusterView
+	// StageTimings, when set, returns each in-process stage's cumulative
+	// batches and busy time (strata_stage_latency_seconds).
+	StageTimings func() []StageTiming
+	Log          *slog.Logger
 }
 
 // Server is the OpenAI-compatible HTTP API over an Engine. Handlers validate
@@ -40,15 +47,16 @@ type ServerConfig struct {
 // match stop strings and write JSON or server-sent events. A Server holds no
 // mutable state; its handler is safe for concurrent use.
 type Server struct {
-	cfg    ServerConfig
-	eng    *Engine
-	info   *ModelInfo
-	ready  func() error
-	log    *slog.Logger
-	keySum [sha256.Size]byte
-	start  time.Time
-	routes map[string]route
-	stops  map[int32]bool // info.Stop as a set
+	cfg     ServerConfig
+	eng     *Engine
+	info    *ModelInfo
+	ready   func() error
+	log     *slog.Logger
+	keySum  [sha256.Size]byte
+	start   time.Time
+	routes  map[string]route
+	stops   map[int32]bool // info.Stop as a set
+	metrics *metrics
 }
 
 type route struct {
@@ -83,6 +91,7 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 		start: time.Now(),
 		stops: map[int32]bool{},
 	}
+	s.metrics = newMetrics(eng, s.clusterView, cfg.StageTimings)
 	if cfg.APIKey != "" {
 		s.keySum = sha256.Sum256([]byte(cfg.APIKey))
 	}
@@ -97,6 +106,9 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 		"/detokenize":          {http.MethodPost, s.handleDetokenize},
 		"/healthz":             {http.MethodGet, s.handleHealthz},
 		"/readyz":              {http.MethodGet, s.handleReadyz},
+		"/metrics":             {http.MethodGet, s.handleMetrics},
+		"/v1/cluster":          {http.MethodGet, s.handleCluster},
+		"/":                    {http.MethodGet, s.handleStatus},
 	}
 	return s
 }
@@ -104,8 +116,9 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 // Handler returns the API's http.Handler.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serve) }
 
-// openPaths need no API key: probes must work without one.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true}
+// openPaths need no API key: probes must work without one, and the status
+// page holds no data (it asks for the key when /v1/cluster wants one).
+var openPaths = map[string]bool{"/healthz": true, "/readyz": true, "/": true}
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	rid := requestID(r.Header.Get("X-Request-ID"))

@@ -160,7 +160,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 		return nil
 	}
-	srv := coordinator.NewServer(cfg.Server, eng, info, ready)
+	lv := coordinator.NewLocalView(coordinator.LocalViewConfig{
+		Engine: eng, Device: "cpu", CPUCores: uint32(pool.Workers()),
+		Stages: func() []coordinator.LocalStage { return localStages(local) },
+	})
+	sc := cfg.Server
+	sc.View, sc.StageTimings = lv.View, lv.StageTimings
+	srv := coordinator.NewServer(sc, eng, info, ready)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
@@ -238,4 +244,16 @@ func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engin
 				tps, 100*st.KV.HitRate(), st.Running, st.Waiting), "kv_blocks", strings.Join(kv, ", "))
 		}
 	}
+}
+
+// localStages converts the in-process stages' snapshots for the
+// coordinator's view and metrics.
+func localStages(local *shard.Local) []coordinator.LocalStage {
+	st := local.StageStats()
+	out := make([]coordinator.LocalStage, len(st))
+	for i, s := range st {
+		out[i] = coordinator.LocalStage{First: s.FirstLayer, End: s.LastLayer, BlocksUsed: s.BlocksUsed, BlocksTotal: s.BlocksTotal,
+			Sequences: s.Sequences, Batches: s.Batches, Busy: s.Busy}
+	}
+	return out
 }
