@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/coordinator"
-	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/shard"
 )
 
@@ -27,6 +27,10 @@ type serveConfig struct {
 	Listen      string
 	Model       string
 	LocalShards int
+	MinShards   int    // > 0: wait for this many remote `shard join` shards
+	Gossip      string // memberlist address (cluster mode)
+	GRPC        string // service Coordinator address (cluster mode)
+	DataDir     string // bbolt: epoch, placement, shard registry (cluster mode)
 	Threads     int
 	KVMemory    int64
 	KVType      ggml.Type
@@ -51,7 +55,11 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Listen, "listen", ":8080", "HTTP address of the OpenAI-compatible API")
 	fs.StringVar(&cfg.Model, "model", "", "GGUF model file (default: the built-in demo model)")
-	fs.IntVar(&cfg.LocalShards, "local-shards", 1, "shards run inside this process (layers split evenly)")
+	fs.IntVar(&cfg.LocalShards, "local-shards", -1, "shards run inside this process, layers split evenly (default 1, or 0 with --min-shards)")
+	fs.IntVar(&cfg.MinShards, "min-shards", 0, "serve through remote `shard join` shards: hold readiness until this many form the pipeline")
+	fs.StringVar(&cfg.Gossip, "gossip", ":7946", "gossip (memberlist) address shards join, with --min-shards")
+	fs.StringVar(&cfg.GRPC, "grpc", ":7070", "gRPC address of service Coordinator, with --min-shards")
+	fs.StringVar(&cfg.DataDir, "data-dir", "strata-data", "where the coordinator keeps its epoch, placement and shard registry, with --min-shards")
 	fs.IntVar(&cfg.Threads, "threads", runtime.NumCPU(), "worker threads shared by the local shards")
 	kvMem := fs.String("kv-memory", "512MiB", "KV cache memory per shard (e.g. 512MiB, 4GiB)")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
@@ -81,8 +89,21 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	default:
 		return cfg, fmt.Errorf("serve: --kv-type must be f16 or f32, got %q", *kvType)
 	}
-	if cfg.LocalShards < 1 {
-		return cfg, fmt.Errorf("serve: --local-shards must be >= 1 until remote shards land, got %d", cfg.LocalShards)
+	if cfg.MinShards < 0 {
+		return cfg, fmt.Errorf("serve: --min-shards must be >= 0, got %d", cfg.MinShards)
+	}
+	switch {
+	case cfg.LocalShards == -1 && cfg.MinShards > 0:
+		cfg.LocalShards = 0
+	case cfg.LocalShards == -1:
+		cfg.LocalShards = 1
+	case cfg.LocalShards > 0 && cfg.MinShards > 0:
+		return cfg, errors.New("serve: --local-shards with --min-shards: mixing in-process and remote shards is not supported yet")
+	case cfg.LocalShards < 1 && cfg.MinShards == 0:
+		return cfg, fmt.Errorf("serve: --local-shards must be >= 1 without --min-shards, got %d", cfg.LocalShards)
+	}
+	if cfg.MinShards > 0 && cfg.Model == "" {
+		return cfg, errors.New("serve: --min-shards needs --model: remote shards load the same GGUF file")
 	}
 	if cfg.MaxModelLen < 0 {
 		return cfg, fmt.Errorf("serve: --max-model-len must be >= 0, got %d", cfg.MaxModelLen)
@@ -133,20 +154,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	if err != nil {
 		return err
 	}
-	pool := cpu.NewPool(cfg.Threads)
-	defer pool.Close()
-	local, err := newLocal(m, localConfig{Shards: cfg.LocalShards, Pool: pool, KVMemory: cfg.KVMemory, KVType: cfg.KVType})
-	if err != nil {
-		return err
-	}
 	ec := cfg.Engine
-	ec.Epoch = uint64(time.Now().UnixMilli()) // persisted epochs come with the cluster (bbolt)
 	ec.Sched.MaxModelLen = m.Context
 	if cfg.MaxModelLen > 0 {
 		ec.Sched.MaxModelLen = min(cfg.MaxModelLen, m.Context)
 	}
 	info.Context = ec.Sched.MaxModelLen
-	eng, err := coordinator.NewEngine(ec, local)
+	var be *backend
+	if cfg.MinShards > 0 {
+		be, err = clusterBackend(cfg, f, m, ec.Sched.MaxBatchTokens)
+	} else {
+		be, err = localBackend(cfg, m)
+	}
+	if err != nil {
+		return err
+	}
+	defer be.close()
+	ec.Epoch = be.epoch
+	if be.firstSeq > 0 {
+		ec.Sched.FirstSeq = sched.SeqID(be.firstSeq)
+	}
+	eng, err := coordinator.NewEngine(ec, be.pipe)
 	if err != nil {
 		return err
 	}
@@ -154,18 +182,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		if eng.Draining() {
 			return errors.New("draining: not admitting requests")
 		}
+		if err := be.ready(); err != nil {
+			return err
+		}
 		st := eng.Stats()
 		if st.Waiting > 0 && st.Running == 0 && time.Since(st.LastStep) > 30*time.Second {
 			return fmt.Errorf("%d requests waiting and no step completed for %v", st.Waiting, time.Since(st.LastStep).Round(time.Second))
 		}
 		return nil
 	}
-	lv := coordinator.NewLocalView(coordinator.LocalViewConfig{
-		Engine: eng, Device: "cpu", CPUCores: uint32(pool.Workers()),
-		Stages: func() []coordinator.LocalStage { return localStages(local) },
-	})
 	sc := cfg.Server
-	sc.View, sc.StageTimings = lv.View, lv.StageTimings
+	sc.View, sc.StageTimings = be.views(eng)
 	srv := coordinator.NewServer(sc, eng, info, ready)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -176,13 +203,17 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
 	var wg sync.WaitGroup
-	wg.Go(func() { local.Run(runCtx) })
+	wg.Go(func() {
+		if err := be.run(runCtx); err != nil {
+			log.Error("pipeline", "err", err)
+		}
+	})
 	wg.Go(func() { eng.Run(runCtx) })
-	wg.Go(func() { logThroughput(runCtx, log, eng, local, cfg.LogEvery) })
+	wg.Go(func() { logThroughput(runCtx, log, eng, be.kvBlocks, cfg.LogEvery) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- hs.Serve(ln) })
-	log.Info("serving", "addr", ln.Addr().String(), "model", name, "layers", m.Layers, "local_shards", cfg.LocalShards,
-		"kv_blocks", local.Blocks(), "max_model_len", ec.Sched.MaxModelLen, "threads", pool.Workers())
+	log.Info("serving", append([]any{"addr", ln.Addr().String(), "model", name, "layers", m.Layers,
+		"max_model_len", ec.Sched.MaxModelLen, "epoch", ec.Epoch}, be.attrs...)...)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
@@ -220,7 +251,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 }
 
 // logThroughput writes the periodic line users of the seed project know.
-func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engine, local *shard.Local, every time.Duration) {
+func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engine, kvBlocks func() string, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	last, lastAt := eng.Stats().GeneratedTokens, time.Now()
@@ -236,12 +267,8 @@ func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engin
 			}
 			tps := float64(st.GeneratedTokens-last) / now.Sub(lastAt).Seconds()
 			last, lastAt = st.GeneratedTokens, now
-			var kv []string
-			for _, s := range local.StageStats() {
-				kv = append(kv, fmt.Sprintf("shard %d: %d/%d", s.Stage, s.BlocksUsed, s.BlocksTotal))
-			}
 			log.Info(fmt.Sprintf("Throughput (T/s) %.2f, Prefix cache hitrate %.2f%%, %d running, %d waiting",
-				tps, 100*st.KV.HitRate(), st.Running, st.Waiting), "kv_blocks", strings.Join(kv, ", "))
+				tps, 100*st.KV.HitRate(), st.Running, st.Waiting), "kv_blocks", kvBlocks())
 		}
 	}
 }
