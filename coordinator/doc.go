@@ -1,8 +1,26 @@
 // Package coordinator owns every request from the HTTP socket to the last
-// token: the API, the loop that owns the scheduler and the KV allocator,
-// placement and tombstone fan-out (DESIGN.md).
+// token (DESIGN.md).
 //
-// Until the cluster and API land, it offers Generate: the whole model in one
-// process, one prompt, greedy or sampled, for trying a model and measuring
-// its speed.
+//   - Engine is the loop: the one goroutine that owns the scheduler (and so
+//     the KV allocator). Requests (Submit), client disconnects and stop
+//     strings (Stream.Abort, Stream.Stop), and batch results become
+//     scheduler events; each Step's tombstones ride in the header of the next
+//     batch, and its updates go to the requests' Streams. The loop never
+//     blocks: a Stream is a bounded sink whose slow reader is aborted, and
+//     Pipeline.Dispatch never waits.
+//   - Pipeline is where batches go: in-process shards (shard.Local, wired by
+//     cmd/coordinator) or remote ones through Cluster, a DynamicPipeline that
+//     pauses while no placement is ready and changes shape on re-placement.
+//   - Cluster is the control plane for remote shards: membership
+//     (transport/membership), gRPC service Coordinator (Register, Control,
+//     Results, Weights), placement, the acked tombstone backstop, leases and
+//     epochs persisted in bbolt (Store).
+//   - Server is the OpenAI-compatible HTTP API over an Engine: validation at
+//     the edge with errors in OpenAI's envelope, streaming, stop strings,
+//     logprobs, /tokenize, /detokenize, /metrics, /v1/cluster and the status
+//     page.
+//   - Generate runs one prompt through the whole model in this process.
+//
+// Engine, Server and Cluster are safe for concurrent use through their
+// exported methods; a Stream is read by one handler.
 package coordinator
