@@ -57,7 +57,12 @@ type ClusterConfig struct {
 	// PlacementWait is how long the cluster may stay without a pipeline
 	// before Ready reports it as an outage (ErrNoPipeline).
 	PlacementWait time.Duration
-	Log           *slog.Logger
+	// ServerOptions are added to service Coordinator's gRPC server and
+	// StageDialOptions to the stage-0 link's connection: interceptors
+	// (tests use them to lose or delay control-stream and batch messages).
+	ServerOptions    []grpc.ServerOption
+	StageDialOptions []grpc.DialOption
+	Log              *slog.Logger
 }
 
 // DefaultClusterConfig returns the defaults of `coordinator serve`.
@@ -222,7 +227,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if restored != nil {
 		c.nextVersion = restored.Version + 1
 	}
-	c.srv = transport.NewServer(grpc.WaitForHandlers(true))
+	c.srv = transport.NewServer(append([]grpc.ServerOption{grpc.WaitForHandlers(true)}, cfg.ServerOptions...)...)
 	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
 	c.publish()
 	c.log.Info("cluster store opened", "cluster_id", st.ClusterID, "epoch", st.Epoch, "prev_epoch", st.PrevEpoch,
@@ -243,8 +248,19 @@ type clusterPipeline struct {
 
 var _ DynamicPipeline = clusterPipeline{}
 
-// Ready implements DynamicPipeline.
-func (p clusterPipeline) Ready() error { return p.c.Ready() }
+// Ready implements DynamicPipeline. Besides the published view it reads
+// the link itself: the view lags a pause by one turn of the cluster's loop,
+// and a batch the engine formed in that window would fail at Dispatch and
+// cost its requests a retry though nothing was lost.
+func (p clusterPipeline) Ready() error {
+	if err := p.c.Ready(); err != nil {
+		return err
+	}
+	if !p.remote.ready() {
+		return ErrNotReady
+	}
+	return nil
+}
 
 // Version implements DynamicPipeline.
 func (p clusterPipeline) Version() uint64 { return p.c.PlacementVersion() }

@@ -97,6 +97,7 @@ type collector struct {
 	promptTokens, genTokens                                *prometheus.Desc
 	allocBlocks, allocSeqs, prefixQueried, prefixHit       *prometheus.Desc
 	blocksUsed, blocksTotal, sequences, invariantOK, stage *prometheus.Desc
+	unacked, batchFailed                                   *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -123,6 +124,10 @@ func newCollector(eng *Engine, view func() ClusterView, stages func() []StageTim
 		sequences:     d("strata_kv_sequences", "Live sequences on an in-process shard.", "shard"),
 		invariantOK: d("strata_kv_invariant_ok",
 			"1 while an in-process shard's KV agrees with the allocator: the allocator's used+cached+free equals its total, the shard's blocks fit its pool, and when the engine is idle the shard holds exactly the allocator's live sequences and used blocks (a difference lasting over 1s).", "shard"),
+		unacked: d("strata_tombstones_unacked",
+			"Backstop tombstones sent on a shard's control stream and not yet acked (Cluster.UnackedTombstones); resent when the stream reconnects.", "shard"),
+		batchFailed: d("strata_batch_failed_total",
+			"Batches (or rows) the cluster reported failed, by reason: BatchFailed reports from shards, and pipeline_lost for in-flight batches failed by a loss (Cluster.BatchFailedByReason).", "reason"),
 		stage: d("strata_stage_latency_seconds",
 			"Time an in-process stage spent on a batch: count and sum only (the stages keep no per-batch samples; remote shards export buckets).", "shard"),
 	}
@@ -133,7 +138,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.running, c.waiting, c.inFlight, c.preemptions, c.tombstones, c.promptTokens, c.genTokens,
 		c.allocBlocks, c.allocSeqs, c.prefixQueried, c.prefixHit,
-		c.blocksUsed, c.blocksTotal, c.sequences, c.invariantOK, c.stage,
+		c.blocksUsed, c.blocksTotal, c.sequences, c.invariantOK, c.stage, c.unacked, c.batchFailed,
 	} {
 		ch <- d
 	}
@@ -171,8 +176,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	cnt(c.prefixHit, st.KV.PrefixHit)
 
 	if c.view != nil {
-		for _, s := range c.view().Shards {
+		v := c.view()
+		for r, n := range v.BatchFailed {
+			cnt(c.batchFailed, n, r)
+		}
+		for _, s := range v.Shards {
 			if !IsLocal(s) {
+				g(c.unacked, float64(s.TombstonesUnacked), s.ShardID)
 				continue
 			}
 			g(c.blocksUsed, float64(s.KVUsed), s.ShardID)

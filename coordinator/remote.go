@@ -388,7 +388,7 @@ type link struct {
 // under runCtx.
 func (c *Cluster) runLink(runCtx, ctx context.Context, l *link) {
 	defer l.cancel()
-	cc, err := transport.Dial(l.addr)
+	cc, err := transport.Dial(l.addr, c.cfg.StageDialOptions...)
 	if err != nil {
 		c.post(runCtx, evLink{l: l, err: err})
 		return

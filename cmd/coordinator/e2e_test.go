@@ -312,6 +312,9 @@ func TestE2EShardProcesses(t *testing.T) {
 	if c.coord.exited() {
 		t.Fatal("the coordinator exited")
 	}
+	if v, ok := metric(t, c.api, "strata_batch_failed_total"); !ok || v == 0 {
+		t.Errorf("strata_batch_failed_total = %v (found %v) after a shard loss under load, want > 0", v, ok)
+	}
 	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second)
 	text, _, err = c.complete(ctx, "Once upon a time", 64, false)
 	if err != nil || text != onceUponATime {
