@@ -22,9 +22,25 @@ type loadedModel struct {
 	sha  string
 	file *gguf.File
 	m    *model.Model
+	// have names the tensors a streamed model holds, verified; nil for a
+	// whole local file.
+	have map[string]bool
 
 	mu   sync.Mutex
 	refs int
+}
+
+// covers reports whether lm holds every tensor a needs.
+func (lm *loadedModel) covers(a *pb.Assign) bool {
+	if lm.have == nil {
+		return true
+	}
+	for _, t := range rangeOf(a).tensors(lm.file) {
+		if !lm.have[t.Name] {
+			return false
+		}
+	}
+	return true
 }
 
 func (lm *loadedModel) acquire() {
@@ -54,12 +70,13 @@ type modelCache struct {
 }
 
 // get returns a reference to the model a names, loading it when it is not
-// the cached one: the local file when its SHA-256 matches (or a names
-// none), otherwise streamed from the coordinator into the data dir.
+// the cached one (or, streamed, lacks a's range): the local file when its
+// SHA-256 matches (or a names none), otherwise from the weight cache in the
+// data dir, streamed from the coordinator when the cache lacks the range.
 func (c *modelCache) get(ctx context.Context, n *Node, a *pb.Assign) (*loadedModel, error) {
 	want := a.GetModelSha256()
 	c.mu.Lock()
-	if cur := c.cur; cur != nil && (want == "" || cur.sha == want) {
+	if cur := c.cur; cur != nil && (want == "" || cur.sha == want) && cur.covers(a) {
 		cur.acquire()
 		c.mu.Unlock()
 		return cur, nil

@@ -65,7 +65,7 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	fs := flag.NewFlagSet("shard join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "the coordinator's gossip address, HOST:PORT (required)")
-	fs.StringVar(&cfg.Model, "model", "", "local GGUF model file; without it the assigned layers are streamed from the coordinator")
+	fs.StringVar(&cfg.Model, "model", "", "local GGUF model file; without it the assigned layers are streamed from the coordinator and cached under --data-dir/weights")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "compute device: cpu")
 	fs.StringVar(&cfg.Gossip, "gossip", cfg.Gossip, "gossip (memberlist) bind address")
 	fs.StringVar(&cfg.GRPC, "grpc", cfg.GRPC, "stage endpoint (gRPC) bind address")

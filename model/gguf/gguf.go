@@ -160,6 +160,18 @@ func (t *Tensor) Elements() uint64 {
 	return n
 }
 
+// Size returns the tensor's bytes: len(Data) for a placed tensor, and the
+// same for one from ParseHeader, which has no Data.
+// A tensor of an unknown type or without dimensions (never one from this
+// package's parsers) has size 0.
+func (t *Tensor) Size() uint64 {
+	if !t.Type.Known() || len(t.Dims) == 0 {
+		return 0
+	}
+	n, _ := tensorSize(t.Type, t.Dims)
+	return n
+}
+
 // RowLen returns the number of elements in one row, Dims[0].
 func (t *Tensor) RowLen() int {
 	if len(t.Dims) == 0 {

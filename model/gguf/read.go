@@ -275,7 +275,15 @@ func fixed[T any](b []byte, size int, dec func([]byte) T) []T {
 
 // Parse parses a GGUF file held in data. The File's tensors are views of data,
 // which must stay unmodified while they are used; its metadata is copied.
-func Parse(data []byte) (*File, error) {
+func Parse(data []byte) (*File, error) { return parse(data, true) }
+
+// ParseHeader parses a file's header alone: its bytes up to the tensor
+// data, as Coordinator.Weights sends them first. It checks what Parse
+// checks except that the tensors fit in data; each Tensor gets its absolute
+// Offset and a nil Data, and Size gives its byte count.
+func ParseHeader(header []byte) (*File, error) { return parse(header, false) }
+
+func parse(data []byte, place bool) (*File, error) {
 	d := &decoder{data: data}
 	m, err := d.u32("magic")
 	if err != nil {
@@ -322,7 +330,7 @@ func Parse(data []byte) (*File, error) {
 		return nil, err
 	}
 	f.DataOffset = alignUp(uint64(d.off), f.Alignment)
-	if err := f.placeTensors(infoOffs); err != nil {
+	if err := f.placeTensors(infoOffs, place); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -477,8 +485,8 @@ func tensorSize(t ggml.Type, dims []uint64) (uint64, string) {
 }
 
 // placeTensors checks each tensor's data against the data section and sets
-// its absolute Offset and its Data view.
-func (f *File) placeTensors(infoOffs []int) error {
+// its absolute Offset and (when place is set) its Data view.
+func (f *File) placeTensors(infoOffs []int, place bool) error {
 	n := uint64(len(f.data))
 	for i, t := range f.Tensors {
 		size, _ := tensorSize(t.Type, t.Dims)
@@ -488,6 +496,13 @@ func (f *File) placeTensors(infoOffs []int) error {
 		rel := t.Offset
 		if rel%f.Alignment != 0 {
 			return errAt(ErrCorrupt, "data offset %d is not a multiple of the alignment %d", rel, f.Alignment)
+		}
+		if !place {
+			if rel > MaxTensorBytes*MaxTensors {
+				return errAt(ErrCorrupt, "data offset %d is past any file this reader accepts", rel)
+			}
+			t.Offset = f.DataOffset + rel
+			continue
 		}
 		if f.DataOffset > n || rel > n-f.DataOffset || size > n-f.DataOffset-rel {
 			return errAt(ErrTruncated, "data [%d, +%d) at data section offset %d ends past the end of the file (%d bytes)", rel, size, f.DataOffset, n)
