@@ -809,17 +809,28 @@ func (c *Cluster) place(now time.Time) {
 }
 
 // restore returns the restored placement under a new version if every one
-// of its shards is back (same node and incarnation) and connected.
+// of its stages' nodes is back and connected: the same process, or a new
+// incarnation of the same node ID (a restarted shard, whose weight cache
+// holds that range). After a coordinator restart no shard keeps KV of the
+// old epoch, so a new incarnation is as good as the old one.
 func (c *Cluster) restore(cands []*shardState) *Placement {
-	for _, st := range c.restored.Stages {
-		if !slices.ContainsFunc(cands, func(s *shardState) bool {
-			return s.rec.ShardID == st.ShardID && s.rec.Incarnation == st.Incarnation
-		}) {
-			return nil
-		}
-	}
 	p := *c.restored
 	p.Stages = slices.Clone(p.Stages)
+	used := map[string]bool{}
+	for i, st := range p.Stages {
+		j := slices.IndexFunc(cands, func(s *shardState) bool {
+			return !used[s.rec.ShardID] && s.rec.NodeID == st.NodeID && s.rec.Incarnation == st.Incarnation
+		})
+		if j < 0 {
+			j = slices.IndexFunc(cands, func(s *shardState) bool { return !used[s.rec.ShardID] && s.rec.NodeID == st.NodeID })
+		}
+		if j < 0 {
+			return nil
+		}
+		s := cands[j]
+		used[s.rec.ShardID] = true
+		p.Stages[i].ShardID, p.Stages[i].Incarnation, p.Stages[i].Addr = s.rec.ShardID, s.rec.Incarnation, s.rec.GRPCAddr
+	}
 	return &p
 }
 
