@@ -263,8 +263,17 @@ func (s *Server) writeError(c *call, e *apiError) {
 	if e.retryAfter > 0 {
 		c.w.Header().Set("Retry-After", fmt.Sprint(e.retryAfter))
 	}
+	// 4xx are the client's business; 503/429 are load or readiness (a
+	// probe polling /readyz must not flood the log); only other 5xx are
+	// our errors.
 	lvl := slog.LevelDebug
-	if e.status >= 500 {
+	switch {
+	case e.status == http.StatusServiceUnavailable || e.status == http.StatusTooManyRequests:
+		lvl = slog.LevelInfo
+		if c.r.URL.Path == "/readyz" {
+			lvl = slog.LevelDebug
+		}
+	case e.status >= 500:
 		lvl = slog.LevelError
 	}
 	c.log.Log(c.r.Context(), lvl, "request refused", "path", c.r.URL.Path, "status", e.status, "err", e.msg)
