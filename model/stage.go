@@ -62,8 +62,9 @@ type Stage struct {
 
 	// Scratch, grown to the largest batch seen; reused across calls.
 	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
-	pos                                                 []int // position of each token
-	rowOf                                               []int // row of each token
+	ropeCS                                              []float32 // per token: cos, sin of each rotated pair
+	pos                                                 []int     // position of each token
+	rowOf                                               []int     // row of each token
 	attnScratch                                         [][]float32
 
 	// The batch and layer in progress, read by the per-token steps below;
@@ -74,7 +75,7 @@ type Stage struct {
 	ll    int // stage-local layer
 	rope  bool
 	norm  []float32 // weights of the norm in progress
-	steps struct{ embed, norm, qkv, attend, swiGLU func(worker, t int) }
+	steps struct{ embed, rope, norm, qkv, attend, swiGLU func(worker, t int) }
 }
 
 // NewStage prepares layers [first, last) of m on be with kv.
@@ -84,6 +85,7 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	}
 	s := &Stage{m: m, first: first, last: last, be: be, kv: kv, attnScratch: make([][]float32, be.Workers())}
 	s.steps.embed = s.embedToken
+	s.steps.rope = s.ropeToken
 	s.steps.norm = s.normToken
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
@@ -140,6 +142,9 @@ func (s *Stage) Forward(rows []Row, in []float32) ([]float32, error) {
 	}
 	s.rows = rows
 	defer func() { s.rows, s.L, s.norm = nil, nil, nil }()
+	if m.RopeDims > 0 {
+		s.be.Parallel(T, s.steps.rope) // once per token for all layers
+	}
 	if s.First() {
 		s.be.Parallel(T, s.steps.embed)
 	} else {
@@ -160,6 +165,12 @@ func (s *Stage) embedToken(_, t int) {
 	dequantizeRow(s.m.Embed, int(r.Tokens[s.pos[t]-r.Pos]), s.x[t*E:(t+1)*E])
 }
 
+func (s *Stage) ropeToken(_, t int) {
+	m := s.m
+	d := m.RopeDims
+	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale)
+}
+
 func (s *Stage) normToken(_, t int) {
 	E := s.m.Embd
 	rmsNorm(s.h[t*E:(t+1)*E], s.x[t*E:(t+1)*E], s.norm, s.m.NormEps)
@@ -175,8 +186,9 @@ func (s *Stage) qkvToken(_, t int) {
 		addTo(vt, L.VBias)
 	}
 	if s.rope {
-		ropeHeads(qt, m.Heads, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
-		ropeHeads(kt, m.HeadsKV, m.HeadDim, m.RopeDims, s.pos[t], m.RopeBase, m.RopeScale, m.Rope)
+		cs := s.ropeCS[t*m.RopeDims : (t+1)*m.RopeDims]
+		ropeRotate(qt, m.Heads, m.HeadDim, cs, m.Rope)
+		ropeRotate(kt, m.HeadsKV, m.HeadDim, cs, m.Rope)
 	}
 }
 
@@ -249,6 +261,7 @@ func (s *Stage) grow(T int) {
 	g(&s.gate, T*m.FF)
 	g(&s.up, T*m.FF)
 	g(&s.out, T*E)
+	g(&s.ropeCS, T*m.RopeDims)
 	if cap(s.pos) < T {
 		s.pos = make([]int, T)
 		s.rowOf = make([]int, T)
@@ -345,19 +358,17 @@ func addTo(dst, src []float32) {
 	}
 }
 
-// ropeHeads rotates the first dims dimensions of each of n heads of width hd
-// by position pos, as ggml's rope does (theta advanced by repeated
-// multiplication in float32, positions divided by the linear scale).
-func ropeHeads(x []float32, n, hd, dims, pos int, base, scale float32, style RopeStyle) {
+// RoPE as ggml's rope computes it: theta advanced by repeated multiplication
+// in float32, positions divided by the linear scale. Forward computes each
+// token's angles once (ropeAngles) for every layer and for q and k;
+// ropeRotate applies them.
+
+// ropeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
+// angle at position pos, for the len(cache) rotated dimensions.
+func ropeAngles(cache []float32, pos int, base, scale float32) {
+	dims := len(cache)
 	thetaScale := float32(math.Pow(float64(base), float64(-2/float32(dims))))
 	freqScale := 1 / scale
-	var cs [2 * 256]float32 // cos, sin per pair; head dims above 512 fall back to the heap
-	var cache []float32
-	if dims <= 512 {
-		cache = cs[:dims]
-	} else {
-		cache = make([]float32, dims)
-	}
 	theta := float32(pos)
 	for i := 0; i < dims; i += 2 {
 		th := freqScale * theta
@@ -365,6 +376,12 @@ func ropeHeads(x []float32, n, hd, dims, pos int, base, scale float32, style Rop
 		cache[i+1] = float32(math.Sin(float64(th)))
 		theta *= thetaScale
 	}
+}
+
+// ropeRotate rotates the first len(cache) dimensions of each of n heads of
+// width hd by the angles in cache (see ropeAngles).
+func ropeRotate(x []float32, n, hd int, cache []float32, style RopeStyle) {
+	dims := len(cache)
 	for h := 0; h < n; h++ {
 		v := x[h*hd : (h+1)*hd]
 		for i := 0; i < dims; i += 2 {

@@ -13,7 +13,8 @@ var _ model.Backend = (*Backend)(nil)
 // Backend runs one stage's matrix products on a shared Pool.
 type Backend struct {
 	pool *Pool
-	act  []byte // activations converted to a weight's dot-product type
+	act  []byte   // activations converted to a weight's dot-product type
+	qrow [][]byte // per worker: one Q8_0 row on its way to the expanded layout
 
 	// The MatMul in progress, read by convFn and tileFn; method values made
 	// once so that a MatMul allocates nothing.
@@ -33,11 +34,15 @@ type matJob struct {
 	tile   int // weight rows per work item
 	ts     *tileSet
 	dot    VecDot
+	expand bool // activation rows in the X kernels' expanded layout
 }
 
 // NewBackend returns a Backend that runs its work on pool.
 func NewBackend(pool *Pool) *Backend {
 	b := &Backend{pool: pool}
+	if pool != nil {
+		b.qrow = make([][]byte, pool.Workers())
+	}
 	b.convFn = b.convertRow
 	b.tileFn = b.runTile
 	return b
@@ -87,6 +92,10 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 		if err != nil {
 			panic(fmt.Sprintf("cpu: %s: %v", w.Name, err))
 		}
+		if xts := xTilesFor(w.Type); xts != nil && vt == ggml.Q8_0 {
+			j.ts, j.expand = xts, true
+			rb = (K/ggml.QK + 1) / 2 * xPair
+		}
 		j.stride = rb
 		if cap(b.act) < rows*rb {
 			b.act = make([]byte, rows*rb)
@@ -102,10 +111,21 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 	*j = matJob{}
 }
 
-func (b *Backend) convertRow(_, r int) {
+func (b *Backend) convertRow(worker, r int) {
 	j := &b.job
 	K := j.w.Cols
-	convertActivation(j.w.Type, j.x[r*K:(r+1)*K], j.xb[r*j.stride:(r+1)*j.stride])
+	dst := j.xb[r*j.stride : (r+1)*j.stride]
+	if !j.expand {
+		convertActivation(j.w.Type, j.x[r*K:(r+1)*K], dst)
+		return
+	}
+	nb := K / ggml.QK
+	if cap(b.qrow[worker]) < nb*q80Bytes {
+		b.qrow[worker] = make([]byte, nb*q80Bytes)
+	}
+	q := b.qrow[worker][:nb*q80Bytes]
+	convertActivation(j.w.Type, j.x[r*K:(r+1)*K], q)
+	expandQ8X(j.w.Type, nb, q, dst)
 }
 
 // runTile computes weight rows [tile*j.tile, …) against every activation

@@ -91,5 +91,6 @@ func convertActivation(t ggml.Type, src []float32, dst []byte) {
 	ConvertActivation(t, src, dst)
 }
 
-// haveElementwise reports whether the AVX-512 element-wise kernels run.
-func haveElementwise() bool { return !portableOnly && haveAVX512 }
+// haveElementwise reports whether the AVX-512 element-wise kernels run
+// (not under avx2Only, which stands for a CPU without AVX-512).
+func haveElementwise() bool { return !portableOnly && !avx2Only && haveAVX512 }

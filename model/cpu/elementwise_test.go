@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/strata-llm/strata/model/ggml"
@@ -81,6 +82,91 @@ func cmpBits(t *testing.T, what string, got, want []float32) {
 	for i := range got {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("%s n=%d: [%d] = %g (%08x), portable %g (%08x)", what, len(got), i, got[i], math.Float32bits(got[i]), want[i], math.Float32bits(want[i]))
+		}
+	}
+}
+
+// f16Edge are float32 bit patterns around every rounding decision of
+// F32ToF16: the 13 (normal) or more (subnormal) dropped bits at, just
+// below and just above the halfway point, with odd and even kept bits.
+func f16Edge(r *rand.Rand) uint32 {
+	hi := r.Uint32() &^ (1<<13 - 1)
+	switch r.IntN(8) {
+	case 0:
+		return hi | 1<<12 // a tie
+	case 1:
+		return hi | (1<<12 - 1)
+	case 2:
+		return hi | (1<<12 + 1)
+	case 3: // around f16's subnormal and overflow range
+		e := uint32(101 + r.IntN(16))
+		if r.IntN(2) == 0 {
+			e = uint32(140 + r.IntN(5))
+		}
+		return r.Uint32()&0x807fffff | e<<23
+	case 4: // NaNs and infinities, quiet and signalling
+		return r.Uint32()&0x807fffff | 0x7f800000&^uint32(r.IntN(2))
+	}
+	return r.Uint32()
+}
+
+// TestF32ToF16EqualsVCVTPS2PH checks the SIMD f32→f16 conversion (KV.Store,
+// the attention query) and f16 scaling against ggml.F32ToF16 and the f16
+// table, bit for bit, on rounding ties, subnormals, overflow, infinities
+// and NaNs. STRATA_EXHAUSTIVE=1 tries all 2^32 inputs.
+func TestF32ToF16EqualsVCVTPS2PH(t *testing.T) {
+	if !haveElementwise() {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(55, 56))
+	check := func(src []float32) {
+		got := make([]uint16, len(src))
+		f32ToF16(got, src)
+		for i, x := range src {
+			if want := ggml.F32ToF16(x); got[i] != want {
+				t.Fatalf("F32ToF16(%08x): SIMD %04x, portable %04x", math.Float32bits(x), got[i], want)
+			}
+		}
+	}
+	for _, n := range []int{1, 5, 16, 17, 31, 64, 100, 1000} {
+		for range 200 {
+			src := make([]float32, n)
+			for i := range src {
+				src[i] = math.Float32frombits(f16Edge(r))
+			}
+			check(src)
+			h := make([]uint16, n)
+			for i := range h {
+				h[i] = uint16(r.Uint32())
+			}
+			scale := float32(r.NormFloat64())
+			got, want := make([]float32, n), make([]float32, n)
+			f16ScaleAVX512(n, &h[0], scale, &got[0])
+			for i, a := range h {
+				want[i] = f16Table[a] * scale
+			}
+			for i := range got {
+				g, w := got[i], want[i]
+				if math.Float32bits(g) != math.Float32bits(w) && !(g != g && w != w) {
+					t.Fatalf("f16 %04x × %g: SIMD %g, portable %g", h[i], scale, g, w)
+				}
+			}
+		}
+	}
+	if os.Getenv("STRATA_EXHAUSTIVE") == "" {
+		return
+	}
+	src := make([]float32, 1<<16)
+	got := make([]uint16, 1<<16)
+	for hi := range 1 << 16 {
+		for lo := range src {
+			src[lo] = math.Float32frombits(uint32(hi)<<16 | uint32(lo))
+		}
+		f32ToF16(got, src)
+		for i, x := range src {
+			if want := ggml.F32ToF16(x); got[i] != want {
+				t.Fatalf("F32ToF16(%08x): SIMD %04x, portable %04x", math.Float32bits(x), got[i], want)
+			}
 		}
 	}
 }

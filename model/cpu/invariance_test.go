@@ -96,6 +96,13 @@ func TestLogitsBatchInvariant(t *testing.T) {
 			if !slices.Equal(port[len(port)-1], last) {
 				t.Fatalf("portable kernels: last logits differ from the SIMD kernels'")
 			}
+			// So do the AVX2 kernels of a CPU without AVX-512.
+			cpu.SetAVX2Only(true)
+			avx2 := runInterleaved(t, newEngine(t, m, 2, 64, ggml.F16), &seqRun{seq: 1, tokens: prompt}, []int{1, 19, 20}, nil, rng)
+			cpu.SetAVX2Only(false)
+			if !slices.Equal(avx2[len(avx2)-1], last) {
+				t.Fatalf("AVX2 kernels: last logits differ from the AVX-512 kernels'")
+			}
 			for trial := 0; trial < 6; trial++ {
 				threads := 1 + trial%2
 				e := newEngine(t, m, threads, 256, ggml.F16)

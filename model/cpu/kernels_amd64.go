@@ -15,6 +15,9 @@ var (
 		cpu.X86.HasAVX512VL && cpu.X86.HasBMI2
 	haveVNNI = haveAVX512 && cpu.X86.HasAVX512VNNI
 	haveAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+	// haveF16C adds VCVTPH2PS, which the AVX2 block kernels use for the
+	// scales (every AVX2 CPU has it).
+	haveF16C = haveAVX2 && cpu.X86.HasF16C
 )
 
 // archTiles returns the fastest kernels this CPU runs for weights of type t,
@@ -29,21 +32,45 @@ func archTiles(t ggml.Type) *tileSet {
 			return &f32AVX2
 		}
 	case ggml.F16:
-		if haveAVX512 {
+		if haveAVX512 && !avx2Only {
 			return &f16AVX512
+		}
+		if haveF16C {
+			return &f16AVX2
 		}
 	case ggml.BF16:
 		if haveAVX512 {
 			return &bf16AVX512
 		}
 	case ggml.Q8_0:
-		if haveVNNI {
+		if haveVNNI && !avx2Only {
 			return &q80VNNI
 		}
+		if haveF16C {
+			return &q80AVX2
+		}
 	case ggml.Q4_0:
-		if haveVNNI {
+		if haveVNNI && !avx2Only {
 			return &q40VNNI
 		}
+		if haveF16C {
+			return &q40AVX2
+		}
+	}
+	return nil
+}
+
+// archXTiles returns the kernels for weights of type t that take expanded
+// activation rows (expandQ8X), or nil.
+func archXTiles(t ggml.Type) *tileSet {
+	if !haveVNNI || avx2Only {
+		return nil
+	}
+	switch t {
+	case ggml.Q8_0:
+		return &q80VNNIX
+	case ggml.Q4_0:
+		return &q40VNNIX
 	}
 	return nil
 }
@@ -125,5 +152,52 @@ func q80VNNI1(n int, w, x *byte) float32 {
 func q40VNNI1(n int, w, x *byte) float32 {
 	var out float32
 	q40VNNI_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var q80VNNIX = tileSet{name: "q80VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{q80VNNIX_1x1, q80VNNIX_1x2, q80VNNIX_1x3, q80VNNIX_1x4},
+	{q80VNNIX_2x1, q80VNNIX_2x2, q80VNNIX_2x3, q80VNNIX_2x4},
+	{q80VNNIX_3x1, q80VNNIX_3x2, q80VNNIX_3x3, q80VNNIX_3x4},
+	{q80VNNIX_4x1, q80VNNIX_4x2, q80VNNIX_4x3, q80VNNIX_4x4},
+}}
+
+var q40VNNIX = tileSet{name: "q40VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+	{q40VNNIX_1x1, q40VNNIX_1x2, q40VNNIX_1x3, q40VNNIX_1x4},
+	{q40VNNIX_2x1, q40VNNIX_2x2, q40VNNIX_2x3, q40VNNIX_2x4},
+	{q40VNNIX_3x1, q40VNNIX_3x2, q40VNNIX_3x3, q40VNNIX_3x4},
+	{q40VNNIX_4x1, q40VNNIX_4x2, q40VNNIX_4x3, q40VNNIX_4x4},
+}}
+
+var q80AVX2 = tileSet{one: q80AVX21, name: "q80AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{q80AVX2_1x1, q80AVX2_1x2},
+	{q80AVX2_2x1, q80AVX2_2x2},
+}}
+
+var q40AVX2 = tileSet{one: q40AVX21, name: "q40AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{q40AVX2_1x1, q40AVX2_1x2},
+	{q40AVX2_2x1, q40AVX2_2x2},
+}}
+
+func q80AVX21(n int, w, x *byte) float32 {
+	var out float32
+	q80AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+func q40AVX21(n int, w, x *byte) float32 {
+	var out float32
+	q40AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{f16AVX2_1x1, f16AVX2_1x2},
+	{f16AVX2_2x1, f16AVX2_2x2},
+}}
+
+func f16AVX21(n int, w, x *byte) float32 {
+	var out float32
+	f16AVX2_1x1(n, w, 0, x, 0, &out, 0)
 	return out
 }

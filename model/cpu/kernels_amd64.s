@@ -13616,6 +13616,6086 @@ done:
 	VMOVSS        X1, 12(AX)(DX*1)
 	RET
 
+// func q80VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_1x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x80808080, BX
+	VPBROADCASTD BX, Z0
+	VXORPS       Z1, Z1, Z1
+	MOVL         $0x0000ff00, BX
+	KMOVW        BX, K1
+	MOVL         $0x000000ff, BX
+	KMOVW        BX, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z2
+	VINSERTI64X4    $0x01, 36(CX), Z2, Z2
+	VPXORD          Z0, Z2, Z2
+	VPBROADCASTW    (CX), Y3
+	VPBROADCASTW    34(CX), K1, Y3
+	VCVTPH2PS       Y3, Z3
+	VMOVDQU32       64(DX), Z4
+	VPDPBUSD        (DX), Z2, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX), Z3, Z2
+	VFMADD231PS     Z2, Z4, Z1
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z2
+	VPXORD          Z0, Z2, Z2
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z3
+	VPDPBUSD        (DX), Z2, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          128(DX), Z0, Z0
+	VFMADD231PS     Z0, Z3, K2, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	RET
+
+// func q80VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_1x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x80808080, SI
+	VPBROADCASTD SI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K1
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z3
+	VINSERTI64X4    $0x01, 36(CX), Z3, Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VPBROADCASTW    34(CX), K1, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(DX), Z5
+	VPDPBUSD        (DX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX), Z4, Z6
+	VFMADD231PS     Z6, Z5, Z1
+	VMOVDQU32       64(DX)(BX*1), Z5
+	VPDPBUSD        (DX)(BX*1), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*1), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z4
+	VPDPBUSD        (DX), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX), Z0, Z5
+	VFMADD231PS     Z5, Z4, K2, Z1
+	VMOVDQU32       64(DX)(BX*1), Z4
+	VPDPBUSD        (DX)(BX*1), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX)(BX*1), Z0, Z0
+	VFMADD231PS     Z0, Z4, K2, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	RET
+
+// func q80VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_1x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x80808080, SI
+	VPBROADCASTD SI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K1
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z4
+	VINSERTI64X4    $0x01, 36(CX), Z4, Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VPBROADCASTW    34(CX), K1, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(DX), Z6
+	VPDPBUSD        (DX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX), Z5, Z7
+	VFMADD231PS     Z7, Z6, Z1
+	VMOVDQU32       64(DX)(BX*1), Z6
+	VPDPBUSD        (DX)(BX*1), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*1), Z5, Z7
+	VFMADD231PS     Z7, Z6, Z2
+	VMOVDQU32       64(DX)(BX*2), Z6
+	VPDPBUSD        (DX)(BX*2), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*2), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z3
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z5
+	VPDPBUSD        (DX), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX), Z0, Z6
+	VFMADD231PS     Z6, Z5, K2, Z1
+	VMOVDQU32       64(DX)(BX*1), Z5
+	VPDPBUSD        (DX)(BX*1), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*1), Z0, Z6
+	VFMADD231PS     Z6, Z5, K2, Z2
+	VMOVDQU32       64(DX)(BX*2), Z5
+	VPDPBUSD        (DX)(BX*2), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*2), Z0, Z0
+	VFMADD231PS     Z0, Z5, K2, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	RET
+
+// func q80VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_1x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(DX), Z7
+	VPDPBUSD        (DX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z1
+	VMOVDQU32       64(DX)(BX*1), Z7
+	VPDPBUSD        (DX)(BX*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(BX*1), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z2
+	VMOVDQU32       64(DX)(BX*2), Z7
+	VPDPBUSD        (DX)(BX*2), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(BX*2), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z3
+	VMOVDQU32       64(DX)(SI*1), Z7
+	VPDPBUSD        (DX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z6
+	VPDPBUSD        (DX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX), Z0, Z7
+	VFMADD231PS     Z7, Z6, K2, Z1
+	VMOVDQU32       64(DX)(BX*1), Z6
+	VPDPBUSD        (DX)(BX*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*1), Z0, Z7
+	VFMADD231PS     Z7, Z6, K2, Z2
+	VMOVDQU32       64(DX)(BX*2), Z6
+	VPDPBUSD        (DX)(BX*2), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*2), Z0, Z7
+	VFMADD231PS     Z7, Z6, K2, Z3
+	VMOVDQU32       64(DX)(SI*1), Z6
+	VPDPBUSD        (DX)(SI*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z6, K2, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	RET
+
+// func q80VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_2x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, SI
+	VPBROADCASTD SI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K1
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z3
+	VINSERTI64X4    $0x01, 36(CX), Z3, Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VPBROADCASTW    34(CX), K1, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z3
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z3, Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX)(DX*1), Y4
+	VPBROADCASTW    34(CX)(DX*1), K1, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, K2, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z3
+	VPXORD          Z0, Z3, Z3
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z4
+	VPDPBUSD        (BX), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z4, K2, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	RET
+
+// func q80VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_2x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z1
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z5
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VPBROADCASTW    34(CX)(DX*1), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z3
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, K2, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z0, Z7
+	VFMADD231PS     Z7, Z6, K2, Z3
+	VMOVDQU32       64(BX)(SI*1), Z6
+	VPDPBUSD        (BX)(SI*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z6, K2, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	RET
+
+// func q80VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_2x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z7
+	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    34(CX), K1, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z2
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z7
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z7, Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VPBROADCASTW    34(CX)(DX*1), K1, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z4
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z5
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z6
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, K2, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z8
+	VPDPBUSD        (BX), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX), Z0, Z9
+	VFMADD231PS     Z9, Z8, K2, Z4
+	VMOVDQU32       64(BX)(SI*1), Z8
+	VPDPBUSD        (BX)(SI*1), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*1), Z0, Z9
+	VFMADD231PS     Z9, Z8, K2, Z5
+	VMOVDQU32       64(BX)(SI*2), Z8
+	VPDPBUSD        (BX)(SI*2), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z8, K2, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	RET
+
+// func q80VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_2x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (SI)(SI*2), DI
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K1
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z9
+	VINSERTI64X4    $0x01, 36(CX), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    34(CX), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z2
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z3
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z9
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VPBROADCASTW    34(CX)(DX*1), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z6
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z7
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z8
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z3
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K2, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z10
+	VPDPBUSD        (BX), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX), Z0, Z11
+	VFMADD231PS     Z11, Z10, K2, Z5
+	VMOVDQU32       64(BX)(SI*1), Z10
+	VPDPBUSD        (BX)(SI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*1), Z0, Z11
+	VFMADD231PS     Z11, Z10, K2, Z6
+	VMOVDQU32       64(BX)(SI*2), Z10
+	VPDPBUSD        (BX)(SI*2), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*2), Z0, Z11
+	VFMADD231PS     Z11, Z10, K2, Z7
+	VMOVDQU32       64(BX)(DI*1), Z10
+	VPDPBUSD        (BX)(DI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(DI*1), Z0, Z0
+	VFMADD231PS     Z0, Z10, K2, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	RET
+
+// func q80VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_3x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, SI
+	VPBROADCASTD SI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K1
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z4
+	VINSERTI64X4    $0x01, 36(CX), Z4, Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VPBROADCASTW    34(CX), K1, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z4
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z4, Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*1), Y5
+	VPBROADCASTW    34(CX)(DX*1), K1, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z2
+	VBROADCASTI64X4 2(CX)(DX*2), Z4
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z4, Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*2), Y5
+	VPBROADCASTW    34(CX)(DX*2), K1, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z3
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, K2, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*1), Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, K2, Z2
+	VBROADCASTI64X4 2(CX)(DX*2), Z4
+	VPXORD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z5, K2, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	RET
+
+// func q80VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_3x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z7
+	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    34(CX), K1, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z7
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z7, Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VPBROADCASTW    34(CX)(DX*1), K1, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z3
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z4
+	VBROADCASTI64X4 2(CX)(DX*2), Z7
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z7, Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*2), Y8
+	VPBROADCASTW    34(CX)(DX*2), K1, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z5
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z6
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, K2, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K2, Z3
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, K2, Z4
+	VBROADCASTI64X4 2(CX)(DX*2), Z7
+	VPXORD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z8
+	VPDPBUSD        (BX), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX), Z0, Z9
+	VFMADD231PS     Z9, Z8, K2, Z5
+	VMOVDQU32       64(BX)(SI*1), Z8
+	VPDPBUSD        (BX)(SI*1), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z8, K2, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	RET
+
+// func q80VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_3x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z10
+	VINSERTI64X4    $0x01, 36(CX), Z10, Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    34(CX), K1, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z1
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z2
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z10
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z10, Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*1), Y11
+	VPBROADCASTW    34(CX)(DX*1), K1, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z4
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z5
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z6
+	VBROADCASTI64X4 2(CX)(DX*2), Z10
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z10, Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*2), Y11
+	VPBROADCASTW    34(CX)(DX*2), K1, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z7
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z8
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z9
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, K2, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*1), Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, K2, Z4
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, K2, Z5
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, K2, Z6
+	VBROADCASTI64X4 2(CX)(DX*2), Z10
+	VPXORD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z0, Z12
+	VFMADD231PS     Z12, Z11, K2, Z7
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z0, Z12
+	VFMADD231PS     Z12, Z11, K2, Z8
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z11, K2, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	RET
+
+// func q80VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_3x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (SI)(SI*2), DI
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K1
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z13
+	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VPBROADCASTW    34(CX), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z3
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z13
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VPBROADCASTW    34(CX)(DX*1), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z5
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z6
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z7
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z8
+	VBROADCASTI64X4 2(CX)(DX*2), Z13
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VPBROADCASTW    34(CX)(DX*2), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z9
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z10
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z11
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z12
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z3
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, K2, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z5
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z6
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z7
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, K2, Z8
+	VBROADCASTI64X4 2(CX)(DX*2), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z14
+	VPDPBUSD        (BX), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX), Z0, Z15
+	VFMADD231PS     Z15, Z14, K2, Z9
+	VMOVDQU32       64(BX)(SI*1), Z14
+	VPDPBUSD        (BX)(SI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*1), Z0, Z15
+	VFMADD231PS     Z15, Z14, K2, Z10
+	VMOVDQU32       64(BX)(SI*2), Z14
+	VPDPBUSD        (BX)(SI*2), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*2), Z0, Z15
+	VFMADD231PS     Z15, Z14, K2, Z11
+	VMOVDQU32       64(BX)(DI*1), Z14
+	VPDPBUSD        (BX)(DI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(DI*1), Z0, Z0
+	VFMADD231PS     Z0, Z14, K2, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(DX*1)
+	RET
+
+// func q80VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_4x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), SI
+	MOVL         $0x80808080, DI
+	VPBROADCASTD DI, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K1
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z5
+	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    34(CX), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z5
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VPBROADCASTW    34(CX)(DX*1), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z2
+	VBROADCASTI64X4 2(CX)(DX*2), Z5
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*2), Y6
+	VPBROADCASTW    34(CX)(DX*2), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z3
+	VBROADCASTI64X4 2(CX)(SI*1), Z5
+	VINSERTI64X4    $0x01, 36(CX)(SI*1), Z5, Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(SI*1), Y6
+	VPBROADCASTW    34(CX)(SI*1), K1, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K2, Z1
+	VBROADCASTI64X4 2(CX)(DX*1), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K2, Z2
+	VBROADCASTI64X4 2(CX)(DX*2), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*2), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K2, Z3
+	VBROADCASTI64X4 2(CX)(SI*1), Z5
+	VPXORD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(SI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z6, K2, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	RET
+
+// func q80VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_4x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K1
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z9
+	VINSERTI64X4    $0x01, 36(CX), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    34(CX), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z9
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VPBROADCASTW    34(CX)(DX*1), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z3
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z4
+	VBROADCASTI64X4 2(CX)(DX*2), Z9
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*2), Y10
+	VPBROADCASTW    34(CX)(DX*2), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z6
+	VBROADCASTI64X4 2(CX)(DI*1), Z9
+	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z9, Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DI*1), Y10
+	VPBROADCASTW    34(CX)(DI*1), K1, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z7
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z8
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K2, Z2
+	VBROADCASTI64X4 2(CX)(DX*1), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z3
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K2, Z4
+	VBROADCASTI64X4 2(CX)(DX*2), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*2), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K2, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K2, Z6
+	VBROADCASTI64X4 2(CX)(DI*1), Z9
+	VPXORD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z10
+	VPDPBUSD        (BX), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX), Z0, Z11
+	VFMADD231PS     Z11, Z10, K2, Z7
+	VMOVDQU32       64(BX)(SI*1), Z10
+	VPDPBUSD        (BX)(SI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z10, K2, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	RET
+
+// func q80VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_4x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVL         $0x80808080, R8
+	VPBROADCASTD R8, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K1
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z13
+	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VPBROADCASTW    34(CX), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z13
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VPBROADCASTW    34(CX)(DX*1), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z4
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z5
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z6
+	VBROADCASTI64X4 2(CX)(DX*2), Z13
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VPBROADCASTW    34(CX)(DX*2), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z7
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z8
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z9
+	VBROADCASTI64X4 2(CX)(DI*1), Z13
+	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z13, Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DI*1), Y14
+	VPBROADCASTW    34(CX)(DI*1), K1, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z10
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z11
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z12
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K2, Z3
+	VBROADCASTI64X4 2(CX)(DX*1), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z4
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z5
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K2, Z6
+	VBROADCASTI64X4 2(CX)(DX*2), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z7
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K2, Z8
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K2, Z9
+	VBROADCASTI64X4 2(CX)(DI*1), Z13
+	VPXORD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z14
+	VPDPBUSD        (BX), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX), Z0, Z15
+	VFMADD231PS     Z15, Z14, K2, Z10
+	VMOVDQU32       64(BX)(SI*1), Z14
+	VPDPBUSD        (BX)(SI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*1), Z0, Z15
+	VFMADD231PS     Z15, Z14, K2, Z11
+	VMOVDQU32       64(BX)(SI*2), Z14
+	VPDPBUSD        (BX)(SI*2), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z14, K2, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*2)
+	RET
+
+// func q80VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q80VNNIX_4x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	LEAQ         (SI)(SI*2), R8
+	MOVL         $0x80808080, R9
+	VPBROADCASTD R9, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	VXORPS       Z13, Z13, Z13
+	VXORPS       Z14, Z14, Z14
+	VXORPS       Z15, Z15, Z15
+	VXORPS       Z16, Z16, Z16
+	MOVL         $0x0000ff00, R9
+	KMOVW        R9, K1
+	MOVL         $0x000000ff, R9
+	KMOVW        R9, K2
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI64X4 2(CX), Z17
+	VINSERTI64X4    $0x01, 36(CX), Z17, Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VPBROADCASTW    34(CX), K1, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z1
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z2
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z3
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z17
+	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z17, Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*1), Y18
+	VPBROADCASTW    34(CX)(DX*1), K1, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z5
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z6
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z7
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z8
+	VBROADCASTI64X4 2(CX)(DX*2), Z17
+	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z17, Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*2), Y18
+	VPBROADCASTW    34(CX)(DX*2), K1, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z9
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z10
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z11
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z12
+	VBROADCASTI64X4 2(CX)(DI*1), Z17
+	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z17, Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DI*1), Y18
+	VPBROADCASTW    34(CX)(DI*1), K1, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z13
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z14
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z15
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z16
+	ADDQ            $0x44, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI64X4 2(CX), Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z1
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z2
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z3
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K2, Z4
+	VBROADCASTI64X4 2(CX)(DX*1), Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*1), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z5
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z6
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z7
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K2, Z8
+	VBROADCASTI64X4 2(CX)(DX*2), Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*2), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z9
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z10
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K2, Z11
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K2, Z12
+	VBROADCASTI64X4 2(CX)(DI*1), Z17
+	VPXORD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z18
+	VPDPBUSD        (BX), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX), Z0, Z19
+	VFMADD231PS     Z19, Z18, K2, Z13
+	VMOVDQU32       64(BX)(SI*1), Z18
+	VPDPBUSD        (BX)(SI*1), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(SI*1), Z0, Z19
+	VFMADD231PS     Z19, Z18, K2, Z14
+	VMOVDQU32       64(BX)(SI*2), Z18
+	VPDPBUSD        (BX)(SI*2), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(SI*2), Z0, Z19
+	VFMADD231PS     Z19, Z18, K2, Z15
+	VMOVDQU32       64(BX)(R8*1), Z18
+	VPDPBUSD        (BX)(R8*1), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(R8*1), Z0, Z0
+	VFMADD231PS     Z0, Z18, K2, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z13, Y0
+	VADDPS        Y0, Y13, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z14, Y0
+	VADDPS        Y0, Y14, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z15, Y0
+	VADDPS        Y0, Y15, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(DX*1)
+	RET
+
+// func q40VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_1x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x000000cc, BX
+	KMOVW        BX, K1
+	VXORPS       Z1, Z1, Z1
+	MOVL         $0x0000ff00, BX
+	KMOVW        BX, K2
+	MOVL         $0x000000ff, BX
+	KMOVW        BX, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z2
+	VINSERTI32X4    $0x02, 20(CX), Z2, Z2
+	VINSERTI32X4    $0x03, 20(CX), Z2, Z2
+	VPSRLW          $0x04, Z2, Z3
+	VMOVDQA64       Z3, K1, Z2
+	VPANDD          Z0, Z2, Z2
+	VPBROADCASTW    (CX), Y3
+	VPBROADCASTW    18(CX), K2, Y3
+	VCVTPH2PS       Y3, Z3
+	VMOVDQU32       64(DX), Z4
+	VPDPBUSD        (DX), Z2, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX), Z3, Z2
+	VFMADD231PS     Z2, Z4, Z1
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z2
+	VPSRLW          $0x04, Z2, Z3
+	VMOVDQA64       Z3, K1, Z2
+	VPANDD          Z0, Z2, Z2
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z3
+	VPDPBUSD        (DX), Z2, Z3
+	VCVTDQ2PS       Z3, Z3
+	VMULPS          128(DX), Z0, Z0
+	VFMADD231PS     Z0, Z3, K3, Z1
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	RET
+
+// func q40VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_1x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x000000cc, SI
+	KMOVW        SI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K2
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z3
+	VINSERTI32X4    $0x02, 20(CX), Z3, Z3
+	VINSERTI32X4    $0x03, 20(CX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VPBROADCASTW    18(CX), K2, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(DX), Z5
+	VPDPBUSD        (DX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX), Z4, Z6
+	VFMADD231PS     Z6, Z5, Z1
+	VMOVDQU32       64(DX)(BX*1), Z5
+	VPDPBUSD        (DX)(BX*1), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*1), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z4
+	VPDPBUSD        (DX), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX), Z0, Z5
+	VFMADD231PS     Z5, Z4, K3, Z1
+	VMOVDQU32       64(DX)(BX*1), Z4
+	VPDPBUSD        (DX)(BX*1), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(DX)(BX*1), Z0, Z0
+	VFMADD231PS     Z0, Z4, K3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	RET
+
+// func q40VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_1x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x000000cc, SI
+	KMOVW        SI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K2
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z4
+	VINSERTI32X4    $0x02, 20(CX), Z4, Z4
+	VINSERTI32X4    $0x03, 20(CX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VPBROADCASTW    18(CX), K2, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(DX), Z6
+	VPDPBUSD        (DX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX), Z5, Z7
+	VFMADD231PS     Z7, Z6, Z1
+	VMOVDQU32       64(DX)(BX*1), Z6
+	VPDPBUSD        (DX)(BX*1), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*1), Z5, Z7
+	VFMADD231PS     Z7, Z6, Z2
+	VMOVDQU32       64(DX)(BX*2), Z6
+	VPDPBUSD        (DX)(BX*2), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*2), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z3
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z5
+	VPDPBUSD        (DX), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX), Z0, Z6
+	VFMADD231PS     Z6, Z5, K3, Z1
+	VMOVDQU32       64(DX)(BX*1), Z5
+	VPDPBUSD        (DX)(BX*1), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*1), Z0, Z6
+	VFMADD231PS     Z6, Z5, K3, Z2
+	VMOVDQU32       64(DX)(BX*2), Z5
+	VPDPBUSD        (DX)(BX*2), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(DX)(BX*2), Z0, Z0
+	VFMADD231PS     Z0, Z5, K3, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	RET
+
+// func q40VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_1x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z5
+	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    18(CX), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(DX), Z7
+	VPDPBUSD        (DX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z1
+	VMOVDQU32       64(DX)(BX*1), Z7
+	VPDPBUSD        (DX)(BX*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(BX*1), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z2
+	VMOVDQU32       64(DX)(BX*2), Z7
+	VPDPBUSD        (DX)(BX*2), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(BX*2), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z3
+	VMOVDQU32       64(DX)(SI*1), Z7
+	VPDPBUSD        (DX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(DX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, DX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(DX), Z6
+	VPDPBUSD        (DX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX), Z0, Z7
+	VFMADD231PS     Z7, Z6, K3, Z1
+	VMOVDQU32       64(DX)(BX*1), Z6
+	VPDPBUSD        (DX)(BX*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*1), Z0, Z7
+	VFMADD231PS     Z7, Z6, K3, Z2
+	VMOVDQU32       64(DX)(BX*2), Z6
+	VPDPBUSD        (DX)(BX*2), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(BX*2), Z0, Z7
+	VFMADD231PS     Z7, Z6, K3, Z3
+	VMOVDQU32       64(DX)(SI*1), Z6
+	VPDPBUSD        (DX)(SI*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(DX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z6, K3, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	RET
+
+// func q40VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_2x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x000000cc, SI
+	KMOVW        SI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K2
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z3
+	VINSERTI32X4    $0x02, 20(CX), Z3, Z3
+	VINSERTI32X4    $0x03, 20(CX), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VPBROADCASTW    18(CX), K2, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z3
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z3, Z3
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z3, Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX)(DX*1), Y4
+	VPBROADCASTW    18(CX)(DX*1), K2, Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, Z2
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX), Y4
+	VCVTPH2PS       Y4, Z4
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z3, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z4, Z3
+	VFMADD231PS     Z3, Z5, K3, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z3
+	VPSRLW          $0x04, Z3, Z4
+	VMOVDQA64       Z4, K1, Z3
+	VPANDD          Z0, Z3, Z3
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z4
+	VPDPBUSD        (BX), Z3, Z4
+	VCVTDQ2PS       Z4, Z4
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z4, K3, Z2
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	RET
+
+// func q40VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_2x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z5
+	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    18(CX), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z1
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z5
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VPBROADCASTW    18(CX)(DX*1), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, Z3
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z8
+	VFMADD231PS     Z8, Z7, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z7
+	VPDPBUSD        (BX)(SI*1), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX)(SI*1), Z6, Z5
+	VFMADD231PS     Z5, Z7, K3, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z0, Z7
+	VFMADD231PS     Z7, Z6, K3, Z3
+	VMOVDQU32       64(BX)(SI*1), Z6
+	VPDPBUSD        (BX)(SI*1), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z6, K3, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	RET
+
+// func q40VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_2x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z7
+	VINSERTI32X4    $0x02, 20(CX), Z7, Z7
+	VINSERTI32X4    $0x03, 20(CX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    18(CX), K2, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z2
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z7
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z7, Z7
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VPBROADCASTW    18(CX)(DX*1), K2, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z4
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z5
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z6
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z10
+	VFMADD231PS     Z10, Z9, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z9
+	VPDPBUSD        (BX)(SI*2), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*2), Z8, Z7
+	VFMADD231PS     Z7, Z9, K3, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z8
+	VPDPBUSD        (BX), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX), Z0, Z9
+	VFMADD231PS     Z9, Z8, K3, Z4
+	VMOVDQU32       64(BX)(SI*1), Z8
+	VPDPBUSD        (BX)(SI*1), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*1), Z0, Z9
+	VFMADD231PS     Z9, Z8, K3, Z5
+	VMOVDQU32       64(BX)(SI*2), Z8
+	VPDPBUSD        (BX)(SI*2), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z8, K3, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	RET
+
+// func q40VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_2x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (SI)(SI*2), DI
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z0
+	MOVL         $0x000000cc, R8
+	KMOVW        R8, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K2
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z9
+	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    18(CX), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z2
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z3
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z9
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VPBROADCASTW    18(CX)(DX*1), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z6
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z7
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z8
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z3
+	VMOVDQU32       64(BX)(DI*1), Z11
+	VPDPBUSD        (BX)(DI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(DI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K3, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z10
+	VPDPBUSD        (BX), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX), Z0, Z11
+	VFMADD231PS     Z11, Z10, K3, Z5
+	VMOVDQU32       64(BX)(SI*1), Z10
+	VPDPBUSD        (BX)(SI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*1), Z0, Z11
+	VFMADD231PS     Z11, Z10, K3, Z6
+	VMOVDQU32       64(BX)(SI*2), Z10
+	VPDPBUSD        (BX)(SI*2), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*2), Z0, Z11
+	VFMADD231PS     Z11, Z10, K3, Z7
+	VMOVDQU32       64(BX)(DI*1), Z10
+	VPDPBUSD        (BX)(DI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(DI*1), Z0, Z0
+	VFMADD231PS     Z0, Z10, K3, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	RET
+
+// func q40VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_3x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z0
+	MOVL         $0x000000cc, SI
+	KMOVW        SI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0000ff00, SI
+	KMOVW        SI, K2
+	MOVL         $0x000000ff, SI
+	KMOVW        SI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z4
+	VINSERTI32X4    $0x02, 20(CX), Z4, Z4
+	VINSERTI32X4    $0x03, 20(CX), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VPBROADCASTW    18(CX), K2, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z4
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z4, Z4
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*1), Y5
+	VPBROADCASTW    18(CX)(DX*1), K2, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z2
+	VBROADCASTI32X4 2(CX)(DX*2), Z4
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z4, Z4
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z4, Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*2), Y5
+	VPBROADCASTW    18(CX)(DX*2), K2, Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, Z3
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX), Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, K3, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*1), Y5
+	VCVTPH2PS       Y5, Z5
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z4, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z5, Z4
+	VFMADD231PS     Z4, Z6, K3, Z2
+	VBROADCASTI32X4 2(CX)(DX*2), Z4
+	VPSRLW          $0x04, Z4, Z5
+	VMOVDQA64       Z5, K1, Z4
+	VPANDD          Z0, Z4, Z4
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z5
+	VPDPBUSD        (BX), Z4, Z5
+	VCVTDQ2PS       Z5, Z5
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z5, K3, Z3
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	RET
+
+// func q40VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_3x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z7
+	VINSERTI32X4    $0x02, 20(CX), Z7, Z7
+	VINSERTI32X4    $0x03, 20(CX), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VPBROADCASTW    18(CX), K2, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z7
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z7, Z7
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VPBROADCASTW    18(CX)(DX*1), K2, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z3
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z4
+	VBROADCASTI32X4 2(CX)(DX*2), Z7
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z7, Z7
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z7, Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*2), Y8
+	VPBROADCASTW    18(CX)(DX*2), K2, Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, Z5
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, Z6
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, K3, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*1), Y8
+	VCVTPH2PS       Y8, Z8
+	VMOVDQU32       64(BX), Z9
+	VPDPBUSD        (BX), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX), Z8, Z10
+	VFMADD231PS     Z10, Z9, K3, Z3
+	VMOVDQU32       64(BX)(SI*1), Z9
+	VPDPBUSD        (BX)(SI*1), Z7, Z9
+	VCVTDQ2PS       Z9, Z9
+	VMULPS          128(BX)(SI*1), Z8, Z7
+	VFMADD231PS     Z7, Z9, K3, Z4
+	VBROADCASTI32X4 2(CX)(DX*2), Z7
+	VPSRLW          $0x04, Z7, Z8
+	VMOVDQA64       Z8, K1, Z7
+	VPANDD          Z0, Z7, Z7
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z8
+	VPDPBUSD        (BX), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX), Z0, Z9
+	VFMADD231PS     Z9, Z8, K3, Z5
+	VMOVDQU32       64(BX)(SI*1), Z8
+	VPDPBUSD        (BX)(SI*1), Z7, Z8
+	VCVTDQ2PS       Z8, Z8
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z8, K3, Z6
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	RET
+
+// func q40VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_3x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z10
+	VINSERTI32X4    $0x02, 20(CX), Z10, Z10
+	VINSERTI32X4    $0x03, 20(CX), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VPBROADCASTW    18(CX), K2, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z1
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z2
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z10
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z10, Z10
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*1), Y11
+	VPBROADCASTW    18(CX)(DX*1), K2, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z4
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z5
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z6
+	VBROADCASTI32X4 2(CX)(DX*2), Z10
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z10, Z10
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z10, Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*2), Y11
+	VPBROADCASTW    18(CX)(DX*2), K2, Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z7
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, Z8
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, Z9
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX), Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, K3, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*1), Y11
+	VCVTPH2PS       Y11, Z11
+	VMOVDQU32       64(BX), Z12
+	VPDPBUSD        (BX), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX), Z11, Z13
+	VFMADD231PS     Z13, Z12, K3, Z4
+	VMOVDQU32       64(BX)(SI*1), Z12
+	VPDPBUSD        (BX)(SI*1), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*1), Z11, Z13
+	VFMADD231PS     Z13, Z12, K3, Z5
+	VMOVDQU32       64(BX)(SI*2), Z12
+	VPDPBUSD        (BX)(SI*2), Z10, Z12
+	VCVTDQ2PS       Z12, Z12
+	VMULPS          128(BX)(SI*2), Z11, Z10
+	VFMADD231PS     Z10, Z12, K3, Z6
+	VBROADCASTI32X4 2(CX)(DX*2), Z10
+	VPSRLW          $0x04, Z10, Z11
+	VMOVDQA64       Z11, K1, Z10
+	VPANDD          Z0, Z10, Z10
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z0, Z12
+	VFMADD231PS     Z12, Z11, K3, Z7
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z0, Z12
+	VFMADD231PS     Z12, Z11, K3, Z8
+	VMOVDQU32       64(BX)(SI*2), Z11
+	VPDPBUSD        (BX)(SI*2), Z10, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z11, K3, Z9
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	RET
+
+// func q40VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_3x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (SI)(SI*2), DI
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z0
+	MOVL         $0x000000cc, R8
+	KMOVW        R8, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K2
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z13
+	VINSERTI32X4    $0x02, 20(CX), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VPBROADCASTW    18(CX), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z3
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z13
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VPBROADCASTW    18(CX)(DX*1), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z5
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z6
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z7
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z8
+	VBROADCASTI32X4 2(CX)(DX*2), Z13
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VPBROADCASTW    18(CX)(DX*2), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z9
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z10
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z11
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z12
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z3
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, K3, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z5
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z6
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z7
+	VMOVDQU32       64(BX)(DI*1), Z15
+	VPDPBUSD        (BX)(DI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(DI*1), Z14, Z13
+	VFMADD231PS     Z13, Z15, K3, Z8
+	VBROADCASTI32X4 2(CX)(DX*2), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z14
+	VPDPBUSD        (BX), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX), Z0, Z15
+	VFMADD231PS     Z15, Z14, K3, Z9
+	VMOVDQU32       64(BX)(SI*1), Z14
+	VPDPBUSD        (BX)(SI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*1), Z0, Z15
+	VFMADD231PS     Z15, Z14, K3, Z10
+	VMOVDQU32       64(BX)(SI*2), Z14
+	VPDPBUSD        (BX)(SI*2), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*2), Z0, Z15
+	VFMADD231PS     Z15, Z14, K3, Z11
+	VMOVDQU32       64(BX)(DI*1), Z14
+	VPDPBUSD        (BX)(DI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(DI*1), Z0, Z0
+	VFMADD231PS     Z0, Z14, K3, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(DX*1)
+	RET
+
+// func q40VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_4x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), SI
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z0
+	MOVL         $0x000000cc, DI
+	KMOVW        DI, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0000ff00, DI
+	KMOVW        DI, K2
+	MOVL         $0x000000ff, DI
+	KMOVW        DI, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z5
+	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VPBROADCASTW    18(CX), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z5
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VPBROADCASTW    18(CX)(DX*1), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z2
+	VBROADCASTI32X4 2(CX)(DX*2), Z5
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*2), Y6
+	VPBROADCASTW    18(CX)(DX*2), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z3
+	VBROADCASTI32X4 2(CX)(SI*1), Z5
+	VINSERTI32X4    $0x02, 20(CX)(SI*1), Z5, Z5
+	VINSERTI32X4    $0x03, 20(CX)(SI*1), Z5, Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(SI*1), Y6
+	VPBROADCASTW    18(CX)(SI*1), K2, Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, Z4
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K3, Z1
+	VBROADCASTI32X4 2(CX)(DX*1), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*1), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K3, Z2
+	VBROADCASTI32X4 2(CX)(DX*2), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(DX*2), Y6
+	VCVTPH2PS       Y6, Z6
+	VMOVDQU32       64(BX), Z7
+	VPDPBUSD        (BX), Z5, Z7
+	VCVTDQ2PS       Z7, Z7
+	VMULPS          128(BX), Z6, Z5
+	VFMADD231PS     Z5, Z7, K3, Z3
+	VBROADCASTI32X4 2(CX)(SI*1), Z5
+	VPSRLW          $0x04, Z5, Z6
+	VMOVDQA64       Z6, K1, Z5
+	VPANDD          Z0, Z5, Z5
+	VPBROADCASTW    (CX)(SI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z6
+	VPDPBUSD        (BX), Z5, Z6
+	VCVTDQ2PS       Z6, Z6
+	VMULPS          128(BX), Z0, Z0
+	VFMADD231PS     Z0, Z6, K3, Z4
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	RET
+
+// func q40VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_4x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z0
+	MOVL         $0x000000cc, R8
+	KMOVW        R8, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K2
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z9
+	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VPBROADCASTW    18(CX), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z9
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VPBROADCASTW    18(CX)(DX*1), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z3
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z4
+	VBROADCASTI32X4 2(CX)(DX*2), Z9
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*2), Y10
+	VPBROADCASTW    18(CX)(DX*2), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z6
+	VBROADCASTI32X4 2(CX)(DI*1), Z9
+	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z9, Z9
+	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z9, Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DI*1), Y10
+	VPBROADCASTW    18(CX)(DI*1), K2, Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, Z7
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, Z8
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K3, Z2
+	VBROADCASTI32X4 2(CX)(DX*1), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*1), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z3
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K3, Z4
+	VBROADCASTI32X4 2(CX)(DX*2), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DX*2), Y10
+	VCVTPH2PS       Y10, Z10
+	VMOVDQU32       64(BX), Z11
+	VPDPBUSD        (BX), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX), Z10, Z12
+	VFMADD231PS     Z12, Z11, K3, Z5
+	VMOVDQU32       64(BX)(SI*1), Z11
+	VPDPBUSD        (BX)(SI*1), Z9, Z11
+	VCVTDQ2PS       Z11, Z11
+	VMULPS          128(BX)(SI*1), Z10, Z9
+	VFMADD231PS     Z9, Z11, K3, Z6
+	VBROADCASTI32X4 2(CX)(DI*1), Z9
+	VPSRLW          $0x04, Z9, Z10
+	VMOVDQA64       Z10, K1, Z9
+	VPANDD          Z0, Z9, Z9
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z10
+	VPDPBUSD        (BX), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX), Z0, Z11
+	VFMADD231PS     Z11, Z10, K3, Z7
+	VMOVDQU32       64(BX)(SI*1), Z10
+	VPDPBUSD        (BX)(SI*1), Z9, Z10
+	VCVTDQ2PS       Z10, Z10
+	VMULPS          128(BX)(SI*1), Z0, Z0
+	VFMADD231PS     Z0, Z10, K3, Z8
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	RET
+
+// func q40VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_4x3(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z0
+	MOVL         $0x000000cc, R8
+	KMOVW        R8, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	MOVL         $0x0000ff00, R8
+	KMOVW        R8, K2
+	MOVL         $0x000000ff, R8
+	KMOVW        R8, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z13
+	VINSERTI32X4    $0x02, 20(CX), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VPBROADCASTW    18(CX), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z13
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VPBROADCASTW    18(CX)(DX*1), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z4
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z5
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z6
+	VBROADCASTI32X4 2(CX)(DX*2), Z13
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VPBROADCASTW    18(CX)(DX*2), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z7
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z8
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z9
+	VBROADCASTI32X4 2(CX)(DI*1), Z13
+	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z13, Z13
+	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z13, Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DI*1), Y14
+	VPBROADCASTW    18(CX)(DI*1), K2, Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z10
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, Z11
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, Z12
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K3, Z3
+	VBROADCASTI32X4 2(CX)(DX*1), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*1), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z4
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z5
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K3, Z6
+	VBROADCASTI32X4 2(CX)(DX*2), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DX*2), Y14
+	VCVTPH2PS       Y14, Z14
+	VMOVDQU32       64(BX), Z15
+	VPDPBUSD        (BX), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z7
+	VMOVDQU32       64(BX)(SI*1), Z15
+	VPDPBUSD        (BX)(SI*1), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*1), Z14, Z16
+	VFMADD231PS     Z16, Z15, K3, Z8
+	VMOVDQU32       64(BX)(SI*2), Z15
+	VPDPBUSD        (BX)(SI*2), Z13, Z15
+	VCVTDQ2PS       Z15, Z15
+	VMULPS          128(BX)(SI*2), Z14, Z13
+	VFMADD231PS     Z13, Z15, K3, Z9
+	VBROADCASTI32X4 2(CX)(DI*1), Z13
+	VPSRLW          $0x04, Z13, Z14
+	VMOVDQA64       Z14, K1, Z13
+	VPANDD          Z0, Z13, Z13
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z14
+	VPDPBUSD        (BX), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX), Z0, Z15
+	VFMADD231PS     Z15, Z14, K3, Z10
+	VMOVDQU32       64(BX)(SI*1), Z14
+	VPDPBUSD        (BX)(SI*1), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*1), Z0, Z15
+	VFMADD231PS     Z15, Z14, K3, Z11
+	VMOVDQU32       64(BX)(SI*2), Z14
+	VPDPBUSD        (BX)(SI*2), Z13, Z14
+	VCVTDQ2PS       Z14, Z14
+	VMULPS          128(BX)(SI*2), Z0, Z0
+	VFMADD231PS     Z0, Z14, K3, Z12
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*2)
+	RET
+
+// func q40VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·q40VNNIX_4x4(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	LEAQ         (DX)(DX*2), DI
+	LEAQ         (SI)(SI*2), R8
+	MOVL         $0x0f0f0f0f, R9
+	VPBROADCASTD R9, Z0
+	MOVL         $0x000000cc, R9
+	KMOVW        R9, K1
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	VXORPS       Z8, Z8, Z8
+	VXORPS       Z9, Z9, Z9
+	VXORPS       Z10, Z10, Z10
+	VXORPS       Z11, Z11, Z11
+	VXORPS       Z12, Z12, Z12
+	VXORPS       Z13, Z13, Z13
+	VXORPS       Z14, Z14, Z14
+	VXORPS       Z15, Z15, Z15
+	VXORPS       Z16, Z16, Z16
+	MOVL         $0x0000ff00, R9
+	KMOVW        R9, K2
+	MOVL         $0x000000ff, R9
+	KMOVW        R9, K3
+
+loop:
+	CMPQ            AX, $0x02
+	JL              tail
+	VBROADCASTI32X4 2(CX), Z17
+	VINSERTI32X4    $0x02, 20(CX), Z17, Z17
+	VINSERTI32X4    $0x03, 20(CX), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VPBROADCASTW    18(CX), K2, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z1
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z2
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z3
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z17
+	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z17, Z17
+	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*1), Y18
+	VPBROADCASTW    18(CX)(DX*1), K2, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z5
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z6
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z7
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z8
+	VBROADCASTI32X4 2(CX)(DX*2), Z17
+	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z17, Z17
+	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*2), Y18
+	VPBROADCASTW    18(CX)(DX*2), K2, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z9
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z10
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z11
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z12
+	VBROADCASTI32X4 2(CX)(DI*1), Z17
+	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z17, Z17
+	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z17, Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DI*1), Y18
+	VPBROADCASTW    18(CX)(DI*1), K2, Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z13
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z14
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, Z15
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, Z16
+	ADDQ            $0x24, CX
+	ADDQ            $0xc0, BX
+	SUBQ            $0x02, AX
+	JMP             loop
+
+tail:
+	TESTQ           AX, AX
+	JZ              done
+	VBROADCASTI32X4 2(CX), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z1
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z2
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z3
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K3, Z4
+	VBROADCASTI32X4 2(CX)(DX*1), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*1), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z5
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z6
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z7
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K3, Z8
+	VBROADCASTI32X4 2(CX)(DX*2), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DX*2), Y18
+	VCVTPH2PS       Y18, Z18
+	VMOVDQU32       64(BX), Z19
+	VPDPBUSD        (BX), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z9
+	VMOVDQU32       64(BX)(SI*1), Z19
+	VPDPBUSD        (BX)(SI*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*1), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z10
+	VMOVDQU32       64(BX)(SI*2), Z19
+	VPDPBUSD        (BX)(SI*2), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(SI*2), Z18, Z20
+	VFMADD231PS     Z20, Z19, K3, Z11
+	VMOVDQU32       64(BX)(R8*1), Z19
+	VPDPBUSD        (BX)(R8*1), Z17, Z19
+	VCVTDQ2PS       Z19, Z19
+	VMULPS          128(BX)(R8*1), Z18, Z17
+	VFMADD231PS     Z17, Z19, K3, Z12
+	VBROADCASTI32X4 2(CX)(DI*1), Z17
+	VPSRLW          $0x04, Z17, Z18
+	VMOVDQA64       Z18, K1, Z17
+	VPANDD          Z0, Z17, Z17
+	VPBROADCASTW    (CX)(DI*1), Y0
+	VCVTPH2PS       Y0, Z0
+	VMOVDQU32       64(BX), Z18
+	VPDPBUSD        (BX), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX), Z0, Z19
+	VFMADD231PS     Z19, Z18, K3, Z13
+	VMOVDQU32       64(BX)(SI*1), Z18
+	VPDPBUSD        (BX)(SI*1), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(SI*1), Z0, Z19
+	VFMADD231PS     Z19, Z18, K3, Z14
+	VMOVDQU32       64(BX)(SI*2), Z18
+	VPDPBUSD        (BX)(SI*2), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(SI*2), Z0, Z19
+	VFMADD231PS     Z19, Z18, K3, Z15
+	VMOVDQU32       64(BX)(R8*1), Z18
+	VPDPBUSD        (BX)(R8*1), Z17, Z18
+	VCVTDQ2PS       Z18, Z18
+	VMULPS          128(BX)(R8*1), Z0, Z0
+	VFMADD231PS     Z0, Z18, K3, Z16
+
+done:
+	MOVQ          out+40(FP), AX
+	MOVQ          os+48(FP), CX
+	LEAQ          (CX)(CX*2), DX
+	VEXTRACTF64X4 $0x01, Z1, Y0
+	VADDPS        Y0, Y1, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)
+	VEXTRACTF64X4 $0x01, Z2, Y0
+	VADDPS        Y0, Y2, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z3, Y0
+	VADDPS        Y0, Y3, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z4, Y0
+	VADDPS        Y0, Y4, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, (AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z5, Y0
+	VADDPS        Y0, Y5, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)
+	VEXTRACTF64X4 $0x01, Z6, Y0
+	VADDPS        Y0, Y6, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z7, Y0
+	VADDPS        Y0, Y7, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z8, Y0
+	VADDPS        Y0, Y8, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 4(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z9, Y0
+	VADDPS        Y0, Y9, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)
+	VEXTRACTF64X4 $0x01, Z10, Y0
+	VADDPS        Y0, Y10, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z11, Y0
+	VADDPS        Y0, Y11, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z12, Y0
+	VADDPS        Y0, Y12, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 8(AX)(DX*1)
+	VEXTRACTF64X4 $0x01, Z13, Y0
+	VADDPS        Y0, Y13, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)
+	VEXTRACTF64X4 $0x01, Z14, Y0
+	VADDPS        Y0, Y14, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*1)
+	VEXTRACTF64X4 $0x01, Z15, Y0
+	VADDPS        Y0, Y15, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(CX*2)
+	VEXTRACTF64X4 $0x01, Z16, Y0
+	VADDPS        Y0, Y16, Y0
+	VEXTRACTF32X4 $0x01, Y0, X1
+	VADDPS        X1, X0, X1
+	VMOVHLPS      X1, X1, X0
+	VADDPS        X0, X1, X1
+	VMOVSHDUP     X1, X0
+	VADDSS        X0, X1, X1
+	VMOVSS        X1, 12(AX)(DX*1)
+	RET
+
 DATA maskTab<>+0(SB)/4, $0xffffffff
 DATA maskTab<>+4(SB)/4, $0xffffffff
 DATA maskTab<>+8(SB)/4, $0xffffffff
@@ -13972,6 +20052,1602 @@ done:
 	VMOVSS       X1, 4(AX)(CX*1)
 	RET
 
+// func f16AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2_1x1(SB), NOSPLIT, $64-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ        AX, $0x10
+	JL          tail
+	VCVTPH2PS   (DX), Y2
+	VCVTPH2PS   16(DX), Y3
+	VCVTPH2PS   (CX), Y4
+	VCVTPH2PS   16(CX), Y5
+	VFMADD231PS Y4, Y2, Y0
+	VFMADD231PS Y5, Y3, Y1
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x10, AX
+	JMP         loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y2, Y2, Y2
+	VMOVUPS Y2, (SP)
+	VMOVUPS Y2, 32(SP)
+	LEAQ    (CX), CX
+	XORQ    BX, BX
+
+copy0:
+	MOVW (CX)(BX*2), SI
+	MOVW SI, (SP)(BX*2)
+	INCQ BX
+	CMPQ BX, AX
+	JL   copy0
+	LEAQ (DX), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW        (CX)(DX*2), BX
+	MOVW        BX, 32(SP)(DX*2)
+	INCQ        DX
+	CMPQ        DX, AX
+	JL          copy1
+	MOVQ        $0x00000010, CX
+	SUBQ        AX, CX
+	LEAQ        maskTab<>+0(SB), AX
+	VMOVDQU     (AX)(CX*4), Y2
+	VMOVDQU     32(AX)(CX*4), Y3
+	VCVTPH2PS   (SP), Y4
+	VCVTPH2PS   32(SP), Y5
+	VFMADD213PS Y0, Y4, Y5
+	VBLENDVPS   Y2, Y5, Y0, Y0
+	VCVTPH2PS   16(SP), Y2
+	VCVTPH2PS   48(SP), Y4
+	VFMADD213PS Y1, Y2, Y4
+	VBLENDVPS   Y3, Y4, Y1, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	RET
+
+// func f16AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2_1x2(SB), NOSPLIT, $96-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ        AX, $0x10
+	JL          tail
+	VCVTPH2PS   (DX), Y4
+	VCVTPH2PS   16(DX), Y5
+	VCVTPH2PS   (DX)(BX*1), Y6
+	VCVTPH2PS   16(DX)(BX*1), Y7
+	VCVTPH2PS   (CX), Y8
+	VCVTPH2PS   16(CX), Y9
+	VFMADD231PS Y8, Y4, Y0
+	VFMADD231PS Y9, Y5, Y1
+	VFMADD231PS Y8, Y6, Y2
+	VFMADD231PS Y9, Y7, Y3
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, DX
+	SUBQ        $0x10, AX
+	JMP         loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y4, Y4, Y4
+	VMOVUPS Y4, (SP)
+	VMOVUPS Y4, 32(SP)
+	VMOVUPS Y4, 64(SP)
+	LEAQ    (CX), CX
+	XORQ    SI, SI
+
+copy0:
+	MOVW (CX)(SI*2), DI
+	MOVW DI, (SP)(SI*2)
+	INCQ SI
+	CMPQ SI, AX
+	JL   copy0
+	LEAQ (DX), CX
+	XORQ SI, SI
+
+copy1:
+	MOVW (CX)(SI*2), DI
+	MOVW DI, 32(SP)(SI*2)
+	INCQ SI
+	CMPQ SI, AX
+	JL   copy1
+	LEAQ (DX)(BX*1), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW        (CX)(DX*2), BX
+	MOVW        BX, 64(SP)(DX*2)
+	INCQ        DX
+	CMPQ        DX, AX
+	JL          copy2
+	MOVQ        $0x00000010, CX
+	SUBQ        AX, CX
+	LEAQ        maskTab<>+0(SB), AX
+	VMOVDQU     (AX)(CX*4), Y4
+	VMOVDQU     32(AX)(CX*4), Y5
+	VCVTPH2PS   (SP), Y6
+	VCVTPH2PS   32(SP), Y7
+	VFMADD213PS Y0, Y6, Y7
+	VBLENDVPS   Y4, Y7, Y0, Y0
+	VCVTPH2PS   64(SP), Y7
+	VFMADD213PS Y2, Y6, Y7
+	VBLENDVPS   Y4, Y7, Y2, Y2
+	VCVTPH2PS   16(SP), Y4
+	VCVTPH2PS   48(SP), Y6
+	VFMADD213PS Y1, Y4, Y6
+	VBLENDVPS   Y5, Y6, Y1, Y1
+	VCVTPH2PS   80(SP), Y6
+	VFMADD213PS Y3, Y4, Y6
+	VBLENDVPS   Y5, Y6, Y3, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	RET
+
+// func f16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2_2x1(SB), NOSPLIT, $96-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ        AX, $0x10
+	JL          tail
+	VCVTPH2PS   (BX), Y4
+	VCVTPH2PS   16(BX), Y5
+	VCVTPH2PS   (CX), Y6
+	VCVTPH2PS   16(CX), Y7
+	VFMADD231PS Y6, Y4, Y0
+	VFMADD231PS Y7, Y5, Y1
+	VCVTPH2PS   (CX)(DX*1), Y6
+	VCVTPH2PS   16(CX)(DX*1), Y7
+	VFMADD231PS Y6, Y4, Y2
+	VFMADD231PS Y7, Y5, Y3
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, BX
+	SUBQ        $0x10, AX
+	JMP         loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y4, Y4, Y4
+	VMOVUPS Y4, (SP)
+	VMOVUPS Y4, 32(SP)
+	VMOVUPS Y4, 64(SP)
+	LEAQ    (CX), SI
+	XORQ    DI, DI
+
+copy0:
+	MOVW (SI)(DI*2), R8
+	MOVW R8, (SP)(DI*2)
+	INCQ DI
+	CMPQ DI, AX
+	JL   copy0
+	LEAQ (CX)(DX*1), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW (CX)(DX*2), SI
+	MOVW SI, 32(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy1
+	LEAQ (BX), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW        (CX)(DX*2), BX
+	MOVW        BX, 64(SP)(DX*2)
+	INCQ        DX
+	CMPQ        DX, AX
+	JL          copy2
+	MOVQ        $0x00000010, CX
+	SUBQ        AX, CX
+	LEAQ        maskTab<>+0(SB), AX
+	VMOVDQU     (AX)(CX*4), Y4
+	VMOVDQU     32(AX)(CX*4), Y5
+	VCVTPH2PS   (SP), Y6
+	VCVTPH2PS   64(SP), Y7
+	VFMADD213PS Y0, Y6, Y7
+	VBLENDVPS   Y4, Y7, Y0, Y0
+	VCVTPH2PS   16(SP), Y6
+	VCVTPH2PS   80(SP), Y7
+	VFMADD213PS Y1, Y6, Y7
+	VBLENDVPS   Y5, Y7, Y1, Y1
+	VCVTPH2PS   32(SP), Y6
+	VCVTPH2PS   64(SP), Y7
+	VFMADD213PS Y2, Y6, Y7
+	VBLENDVPS   Y4, Y7, Y2, Y2
+	VCVTPH2PS   48(SP), Y4
+	VCVTPH2PS   80(SP), Y6
+	VFMADD213PS Y3, Y4, Y6
+	VBLENDVPS   Y5, Y6, Y3, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	RET
+
+// func f16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, F16C, FMA3
+TEXT ·f16AVX2_2x2(SB), NOSPLIT, $128-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ        AX, $0x10
+	JL          tail
+	VCVTPH2PS   (BX), Y8
+	VCVTPH2PS   16(BX), Y9
+	VCVTPH2PS   (BX)(SI*1), Y10
+	VCVTPH2PS   16(BX)(SI*1), Y11
+	VCVTPH2PS   (CX), Y12
+	VCVTPH2PS   16(CX), Y13
+	VFMADD231PS Y12, Y8, Y0
+	VFMADD231PS Y13, Y9, Y1
+	VFMADD231PS Y12, Y10, Y2
+	VFMADD231PS Y13, Y11, Y3
+	VCVTPH2PS   (CX)(DX*1), Y12
+	VCVTPH2PS   16(CX)(DX*1), Y13
+	VFMADD231PS Y12, Y8, Y4
+	VFMADD231PS Y13, Y9, Y5
+	VFMADD231PS Y12, Y10, Y6
+	VFMADD231PS Y13, Y11, Y7
+	ADDQ        $0x20, CX
+	ADDQ        $0x20, BX
+	SUBQ        $0x10, AX
+	JMP         loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y8, Y8, Y8
+	VMOVUPS Y8, (SP)
+	VMOVUPS Y8, 32(SP)
+	VMOVUPS Y8, 64(SP)
+	VMOVUPS Y8, 96(SP)
+	LEAQ    (CX), DI
+	XORQ    R8, R8
+
+copy0:
+	MOVW (DI)(R8*2), R9
+	MOVW R9, (SP)(R8*2)
+	INCQ R8
+	CMPQ R8, AX
+	JL   copy0
+	LEAQ (CX)(DX*1), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW (CX)(DX*2), DI
+	MOVW DI, 32(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy1
+	LEAQ (BX), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW (CX)(DX*2), DI
+	MOVW DI, 64(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy2
+	LEAQ (BX)(SI*1), CX
+	XORQ DX, DX
+
+copy3:
+	MOVW        (CX)(DX*2), BX
+	MOVW        BX, 96(SP)(DX*2)
+	INCQ        DX
+	CMPQ        DX, AX
+	JL          copy3
+	MOVQ        $0x00000010, CX
+	SUBQ        AX, CX
+	LEAQ        maskTab<>+0(SB), AX
+	VMOVDQU     (AX)(CX*4), Y8
+	VMOVDQU     32(AX)(CX*4), Y9
+	VCVTPH2PS   (SP), Y10
+	VCVTPH2PS   64(SP), Y11
+	VFMADD213PS Y0, Y10, Y11
+	VBLENDVPS   Y8, Y11, Y0, Y0
+	VCVTPH2PS   96(SP), Y11
+	VFMADD213PS Y2, Y10, Y11
+	VBLENDVPS   Y8, Y11, Y2, Y2
+	VCVTPH2PS   16(SP), Y10
+	VCVTPH2PS   80(SP), Y11
+	VFMADD213PS Y1, Y10, Y11
+	VBLENDVPS   Y9, Y11, Y1, Y1
+	VCVTPH2PS   112(SP), Y11
+	VFMADD213PS Y3, Y10, Y11
+	VBLENDVPS   Y9, Y11, Y3, Y3
+	VCVTPH2PS   32(SP), Y10
+	VCVTPH2PS   64(SP), Y11
+	VFMADD213PS Y4, Y10, Y11
+	VBLENDVPS   Y8, Y11, Y4, Y4
+	VCVTPH2PS   96(SP), Y11
+	VFMADD213PS Y6, Y10, Y11
+	VBLENDVPS   Y8, Y11, Y6, Y6
+	VCVTPH2PS   48(SP), Y8
+	VCVTPH2PS   80(SP), Y10
+	VFMADD213PS Y5, Y8, Y10
+	VBLENDVPS   Y9, Y10, Y5, Y5
+	VCVTPH2PS   112(SP), Y10
+	VFMADD213PS Y7, Y8, Y10
+	VBLENDVPS   Y9, Y10, Y7, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	VADDPS       Y7, Y6, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)(CX*1)
+	RET
+
+// func q80AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q80AVX2_1x1(SB), NOSPLIT, $0-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVSXBW    2(CX), Y2
+	VPMOVSXBW    18(CX), Y3
+	VPBROADCASTW (CX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBW    2(DX), Y5
+	VPMOVSXBW    18(DX), Y6
+	VPMADDWD     Y2, Y5, Y5
+	VPMADDWD     Y3, Y6, Y6
+	VPHADDD      Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y2, Y4, Y2
+	VFMADD231PS  Y2, Y5, Y0
+	VPMOVSXBW    36(CX), Y2
+	VPMOVSXBW    52(CX), Y3
+	VPBROADCASTW 34(CX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBW    36(DX), Y5
+	VPMOVSXBW    52(DX), Y6
+	VPMADDWD     Y2, Y5, Y5
+	VPMADDWD     Y3, Y6, Y6
+	VPHADDD      Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW 34(DX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y2, Y4, Y2
+	VFMADD231PS  Y2, Y5, Y1
+	ADDQ         $0x44, CX
+	ADDQ         $0x44, DX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVSXBW    2(CX), Y2
+	VPMOVSXBW    18(CX), Y3
+	VPBROADCASTW (CX), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBW    2(DX), Y5
+	VPMOVSXBW    18(DX), Y6
+	VPMADDWD     Y2, Y5, Y5
+	VPMADDWD     Y3, Y6, Y6
+	VPHADDD      Y6, Y5, Y5
+	VCVTDQ2PS    Y5, Y5
+	VPBROADCASTW (DX), X2
+	VCVTPH2PS    X2, Y2
+	VMULPS       Y2, Y4, Y2
+	VFMADD231PS  Y2, Y5, Y0
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	RET
+
+// func q80AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q80AVX2_1x2(SB), NOSPLIT, $0-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVSXBW    2(CX), Y4
+	VPMOVSXBW    18(CX), Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(DX), Y7
+	VPMOVSXBW    18(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y6, Y8
+	VFMADD231PS  Y8, Y7, Y0
+	VPMOVSXBW    2(DX)(BX*1), Y7
+	VPMOVSXBW    18(DX)(BX*1), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX)(BX*1), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y2
+	VPMOVSXBW    36(CX), Y4
+	VPMOVSXBW    52(CX), Y5
+	VPBROADCASTW 34(CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    36(DX), Y7
+	VPMOVSXBW    52(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW 34(DX), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y6, Y8
+	VFMADD231PS  Y8, Y7, Y1
+	VPMOVSXBW    36(DX)(BX*1), Y7
+	VPMOVSXBW    52(DX)(BX*1), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW 34(DX)(BX*1), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y3
+	ADDQ         $0x44, CX
+	ADDQ         $0x44, DX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVSXBW    2(CX), Y4
+	VPMOVSXBW    18(CX), Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(DX), Y7
+	VPMOVSXBW    18(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y6, Y8
+	VFMADD231PS  Y8, Y7, Y0
+	VPMOVSXBW    2(DX)(BX*1), Y7
+	VPMOVSXBW    18(DX)(BX*1), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX)(BX*1), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	RET
+
+// func q80AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q80AVX2_2x1(SB), NOSPLIT, $0-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVSXBW    2(CX), Y4
+	VPMOVSXBW    18(CX), Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(BX), Y7
+	VPMOVSXBW    18(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y0
+	VPMOVSXBW    2(CX)(DX*1), Y4
+	VPMOVSXBW    18(CX)(DX*1), Y5
+	VPBROADCASTW (CX)(DX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(BX), Y7
+	VPMOVSXBW    18(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y2
+	VPMOVSXBW    36(CX), Y4
+	VPMOVSXBW    52(CX), Y5
+	VPBROADCASTW 34(CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    36(BX), Y7
+	VPMOVSXBW    52(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW 34(BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y1
+	VPMOVSXBW    36(CX)(DX*1), Y4
+	VPMOVSXBW    52(CX)(DX*1), Y5
+	VPBROADCASTW 34(CX)(DX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    36(BX), Y7
+	VPMOVSXBW    52(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW 34(BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y3
+	ADDQ         $0x44, CX
+	ADDQ         $0x44, BX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVSXBW    2(CX), Y4
+	VPMOVSXBW    18(CX), Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(BX), Y7
+	VPMOVSXBW    18(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y0
+	VPMOVSXBW    2(CX)(DX*1), Y4
+	VPMOVSXBW    18(CX)(DX*1), Y5
+	VPBROADCASTW (CX)(DX*1), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(BX), Y7
+	VPMOVSXBW    18(BX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	RET
+
+// func q80AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q80AVX2_2x2(SB), NOSPLIT, $0-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVSXBW    2(CX), Y8
+	VPMOVSXBW    18(CX), Y9
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y0
+	VPMOVSXBW    2(BX)(SI*1), Y11
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y2
+	VPMOVSXBW    2(CX)(DX*1), Y8
+	VPMOVSXBW    18(CX)(DX*1), Y9
+	VPBROADCASTW (CX)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y4
+	VPMOVSXBW    2(BX)(SI*1), Y11
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y6
+	VPMOVSXBW    36(CX), Y8
+	VPMOVSXBW    52(CX), Y9
+	VPBROADCASTW 34(CX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    36(BX), Y11
+	VPMOVSXBW    52(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW 34(BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y1
+	VPMOVSXBW    36(BX)(SI*1), Y11
+	VPMOVSXBW    52(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW 34(BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y3
+	VPMOVSXBW    36(CX)(DX*1), Y8
+	VPMOVSXBW    52(CX)(DX*1), Y9
+	VPBROADCASTW 34(CX)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    36(BX), Y11
+	VPMOVSXBW    52(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW 34(BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y5
+	VPMOVSXBW    36(BX)(SI*1), Y11
+	VPMOVSXBW    52(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW 34(BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y7
+	ADDQ         $0x44, CX
+	ADDQ         $0x44, BX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVSXBW    2(CX), Y8
+	VPMOVSXBW    18(CX), Y9
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y0
+	VPMOVSXBW    2(BX)(SI*1), Y11
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y2
+	VPMOVSXBW    2(CX)(DX*1), Y8
+	VPMOVSXBW    18(CX)(DX*1), Y9
+	VPBROADCASTW (CX)(DX*1), X10
+	VCVTPH2PS    X10, Y10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y10, Y12
+	VFMADD231PS  Y12, Y11, Y4
+	VPMOVSXBW    2(BX)(SI*1), Y11
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPHADDD      Y12, Y11, Y11
+	VCVTDQ2PS    Y11, Y11
+	VPBROADCASTW (BX)(SI*1), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y10, Y8
+	VFMADD231PS  Y8, Y11, Y6
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	VADDPS       Y5, Y4, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	VADDPS       Y7, Y6, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)(CX*1)
+	RET
+
+// func q40AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q40AVX2_1x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x000f000f, BX
+	VMOVD        BX, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00080008, BX
+	VMOVD        BX, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVZXBW    2(CX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPAND        Y0, Y4, Y4
+	VPSUBW       Y1, Y4, Y4
+	VPSUBW       Y1, Y5, Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    2(DX), Y7
+	VPMOVSXBW    18(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y2
+	VPMOVZXBW    20(CX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPAND        Y0, Y4, Y4
+	VPSUBW       Y1, Y4, Y4
+	VPSUBW       Y1, Y5, Y5
+	VPBROADCASTW 18(CX), X6
+	VCVTPH2PS    X6, Y6
+	VPMOVSXBW    36(DX), Y7
+	VPMOVSXBW    52(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPHADDD      Y8, Y7, Y7
+	VCVTDQ2PS    Y7, Y7
+	VPBROADCASTW 34(DX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y6, Y4
+	VFMADD231PS  Y4, Y7, Y3
+	ADDQ         $0x24, CX
+	ADDQ         $0x44, DX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVZXBW    2(CX), Y4
+	VPSRLW       $0x04, Y4, Y5
+	VPAND        Y0, Y4, Y4
+	VPSUBW       Y1, Y4, Y4
+	VPSUBW       Y1, Y5, Y5
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBW    2(DX), Y1
+	VPMOVSXBW    18(DX), Y6
+	VPMADDWD     Y4, Y1, Y1
+	VPMADDWD     Y5, Y6, Y6
+	VPHADDD      Y6, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS    X4, Y4
+	VMULPS       Y4, Y0, Y4
+	VFMADD231PS  Y4, Y1, Y2
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	RET
+
+// func q40AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q40AVX2_1x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	MOVL         $0x000f000f, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00080008, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVZXBW    2(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    2(DX), Y9
+	VPMOVSXBW    18(DX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (DX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y8, Y10
+	VFMADD231PS  Y10, Y9, Y2
+	VPMOVSXBW    2(DX)(BX*1), Y9
+	VPMOVSXBW    18(DX)(BX*1), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (DX)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y4
+	VPMOVZXBW    20(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW 18(CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    36(DX), Y9
+	VPMOVSXBW    52(DX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW 34(DX), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y8, Y10
+	VFMADD231PS  Y10, Y9, Y3
+	VPMOVSXBW    36(DX)(BX*1), Y9
+	VPMOVSXBW    52(DX)(BX*1), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW 34(DX)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y5
+	ADDQ         $0x24, CX
+	ADDQ         $0x44, DX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVZXBW    2(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBW    2(DX), Y1
+	VPMOVSXBW    18(DX), Y8
+	VPMADDWD     Y6, Y1, Y1
+	VPMADDWD     Y7, Y8, Y8
+	VPHADDD      Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (DX), X8
+	VCVTPH2PS    X8, Y8
+	VMULPS       Y8, Y0, Y8
+	VFMADD231PS  Y8, Y1, Y2
+	VPMOVSXBW    2(DX)(BX*1), Y1
+	VPMOVSXBW    18(DX)(BX*1), Y8
+	VPMADDWD     Y6, Y1, Y1
+	VPMADDWD     Y7, Y8, Y8
+	VPHADDD      Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (DX)(BX*1), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y0, Y6
+	VFMADD231PS  Y6, Y1, Y4
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y5, Y4, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	RET
+
+// func q40AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q40AVX2_2x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x000f000f, SI
+	VMOVD        SI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00080008, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVZXBW    2(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    2(BX), Y9
+	VPMOVSXBW    18(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y2
+	VPMOVZXBW    2(CX)(DX*1), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX)(DX*1), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    2(BX), Y9
+	VPMOVSXBW    18(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y4
+	VPMOVZXBW    20(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW 18(CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    36(BX), Y9
+	VPMOVSXBW    52(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW 34(BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y3
+	VPMOVZXBW    20(CX)(DX*1), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW 18(CX)(DX*1), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    36(BX), Y9
+	VPMOVSXBW    52(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW 34(BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y5
+	ADDQ         $0x24, CX
+	ADDQ         $0x44, BX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVZXBW    2(CX), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, Y8
+	VPMOVSXBW    2(BX), Y9
+	VPMOVSXBW    18(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPHADDD      Y10, Y9, Y9
+	VCVTDQ2PS    Y9, Y9
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y8, Y6
+	VFMADD231PS  Y6, Y9, Y2
+	VPMOVZXBW    2(CX)(DX*1), Y6
+	VPSRLW       $0x04, Y6, Y7
+	VPAND        Y0, Y6, Y6
+	VPSUBW       Y1, Y6, Y6
+	VPSUBW       Y1, Y7, Y7
+	VPBROADCASTW (CX)(DX*1), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBW    2(BX), Y1
+	VPMOVSXBW    18(BX), Y8
+	VPMADDWD     Y6, Y1, Y1
+	VPMADDWD     Y7, Y8, Y8
+	VPHADDD      Y8, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, Y6
+	VMULPS       Y6, Y0, Y6
+	VFMADD231PS  Y6, Y1, Y4
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y5, Y4, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	RET
+
+// func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·q40AVX2_2x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	MOVL         $0x000f000f, DI
+	VMOVD        DI, X0
+	VPBROADCASTD X0, Y0
+	MOVL         $0x00080008, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       Y2, Y2, Y2
+	VXORPS       Y3, Y3, Y3
+	VXORPS       Y4, Y4, Y4
+	VXORPS       Y5, Y5, Y5
+	VXORPS       Y6, Y6, Y6
+	VXORPS       Y7, Y7, Y7
+	VXORPS       Y8, Y8, Y8
+	VXORPS       Y9, Y9, Y9
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VPMOVZXBW    2(CX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW (CX), X12
+	VCVTPH2PS    X12, Y12
+	VPMOVSXBW    2(BX), Y13
+	VPMOVSXBW    18(BX), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX), X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       Y14, Y12, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VPMOVSXBW    2(BX)(SI*1), Y13
+	VPMOVSXBW    18(BX)(SI*1), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y12, Y10
+	VFMADD231PS  Y10, Y13, Y4
+	VPMOVZXBW    2(CX)(DX*1), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW (CX)(DX*1), X12
+	VCVTPH2PS    X12, Y12
+	VPMOVSXBW    2(BX), Y13
+	VPMOVSXBW    18(BX), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX), X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       Y14, Y12, Y14
+	VFMADD231PS  Y14, Y13, Y6
+	VPMOVSXBW    2(BX)(SI*1), Y13
+	VPMOVSXBW    18(BX)(SI*1), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y12, Y10
+	VFMADD231PS  Y10, Y13, Y8
+	VPMOVZXBW    20(CX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW 18(CX), X12
+	VCVTPH2PS    X12, Y12
+	VPMOVSXBW    36(BX), Y13
+	VPMOVSXBW    52(BX), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW 34(BX), X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       Y14, Y12, Y14
+	VFMADD231PS  Y14, Y13, Y3
+	VPMOVSXBW    36(BX)(SI*1), Y13
+	VPMOVSXBW    52(BX)(SI*1), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW 34(BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y12, Y10
+	VFMADD231PS  Y10, Y13, Y5
+	VPMOVZXBW    20(CX)(DX*1), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW 18(CX)(DX*1), X12
+	VCVTPH2PS    X12, Y12
+	VPMOVSXBW    36(BX), Y13
+	VPMOVSXBW    52(BX), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW 34(BX), X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       Y14, Y12, Y14
+	VFMADD231PS  Y14, Y13, Y7
+	VPMOVSXBW    36(BX)(SI*1), Y13
+	VPMOVSXBW    52(BX)(SI*1), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW 34(BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y12, Y10
+	VFMADD231PS  Y10, Y13, Y9
+	ADDQ         $0x24, CX
+	ADDQ         $0x44, BX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ        AX, AX
+	JZ           done
+	VPMOVZXBW    2(CX), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW (CX), X12
+	VCVTPH2PS    X12, Y12
+	VPMOVSXBW    2(BX), Y13
+	VPMOVSXBW    18(BX), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX), X14
+	VCVTPH2PS    X14, Y14
+	VMULPS       Y14, Y12, Y14
+	VFMADD231PS  Y14, Y13, Y2
+	VPMOVSXBW    2(BX)(SI*1), Y13
+	VPMOVSXBW    18(BX)(SI*1), Y14
+	VPMADDWD     Y10, Y13, Y13
+	VPMADDWD     Y11, Y14, Y14
+	VPHADDD      Y14, Y13, Y13
+	VCVTDQ2PS    Y13, Y13
+	VPBROADCASTW (BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y12, Y10
+	VFMADD231PS  Y10, Y13, Y4
+	VPMOVZXBW    2(CX)(DX*1), Y10
+	VPSRLW       $0x04, Y10, Y11
+	VPAND        Y0, Y10, Y10
+	VPSUBW       Y1, Y10, Y10
+	VPSUBW       Y1, Y11, Y11
+	VPBROADCASTW (CX)(DX*1), X0
+	VCVTPH2PS    X0, Y0
+	VPMOVSXBW    2(BX), Y1
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y10, Y1, Y1
+	VPMADDWD     Y11, Y12, Y12
+	VPHADDD      Y12, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (BX), X12
+	VCVTPH2PS    X12, Y12
+	VMULPS       Y12, Y0, Y12
+	VFMADD231PS  Y12, Y1, Y6
+	VPMOVSXBW    2(BX)(SI*1), Y1
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y10, Y1, Y1
+	VPMADDWD     Y11, Y12, Y12
+	VPHADDD      Y12, Y1, Y1
+	VCVTDQ2PS    Y1, Y1
+	VPBROADCASTW (BX)(SI*1), X10
+	VCVTPH2PS    X10, Y10
+	VMULPS       Y10, Y0, Y10
+	VFMADD231PS  Y10, Y1, Y8
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y3, Y2, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y5, Y4, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	VADDPS       Y7, Y6, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	VADDPS       Y9, Y8, Y0
+	VPERMILPS    $0x4e, Y0, Y1
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)(CX*1)
+	RET
+
 DATA expTab<>+0(SB)/8, $0xc05a200000000000
 DATA expTab<>+8(SB)/8, $0x4056400000000000
 DATA expTab<>+16(SB)/8, $0x3ff71547652b82fe
@@ -14287,6 +21963,635 @@ loop:
 	ADDQ          $0x22, DX
 	DECQ          AX
 	JMP           loop
+
+done:
+	RET
+
+// func f32ToF16AVX512(n int, src *float32, dst *uint16)
+// Requires: AVX512F, BMI2
+TEXT ·f32ToF16AVX512(SB), NOSPLIT, $0-24
+	MOVQ n+0(FP), AX
+	MOVQ src+8(FP), CX
+	MOVQ dst+16(FP), DX
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VMOVUPS   (CX), Z0
+	VCVTPS2PH $0x00, Z0, (DX)
+	ADDQ      $0x40, CX
+	ADDQ      $0x20, DX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ     AX, AX
+	JZ        done
+	MOVL      $0xffffffff, BX
+	BZHIL     AX, BX, AX
+	KMOVW     AX, K1
+	VMOVUPS.Z (CX), K1, Z0
+	VCVTPS2PH $0x00, Z0, K1, (DX)
+
+done:
+	RET
+
+// func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32)
+// Requires: AVX512F, BMI2, SSE
+TEXT ·f16ScaleAVX512(SB), NOSPLIT, $0-32
+	MOVQ         n+0(FP), AX
+	MOVQ         src+8(FP), CX
+	MOVQ         dst+24(FP), DX
+	MOVSS        scale+16(FP), X0
+	VBROADCASTSS X0, Z0
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VCVTPH2PS (CX), Z1
+	VMULPS    Z0, Z1, Z1
+	VMOVUPS   Z1, (DX)
+	ADDQ      $0x20, CX
+	ADDQ      $0x40, DX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ       AX, AX
+	JZ          done
+	MOVL        $0xffffffff, BX
+	BZHIL       AX, BX, AX
+	KMOVW       AX, K1
+	VCVTPH2PS.Z (CX), K1, Z1
+	VMULPS      Z0, Z1, Z1
+	VMOVUPS     Z1, K1, (DX)
+
+done:
+	RET
+
+// func softmaxF16x1AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·softmaxF16x1AVX512(SB), NOSPLIT, $0-64
+	MOVQ  hd+0(FP), AX
+	MOVQ  acc+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVL  $0x3f800000, BX
+	VMOVD BX, X0
+
+pass:
+	MOVQ        AX, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K1
+	MOVQ        AX, BX
+	SUBQ        $0x10, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K2
+	MOVQ        AX, BX
+	SUBQ        $0x20, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K3
+	MOVQ        AX, BX
+	SUBQ        $0x30, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K4
+	VCVTPH2PS.Z (CX), K1, Z1
+	VCVTPH2PS.Z 32(CX), K2, Z2
+	VCVTPH2PS.Z 64(CX), K3, Z3
+	VCVTPH2PS.Z 96(CX), K4, Z4
+	MOVQ        m+40(FP), BX
+	MOVQ        ms+48(FP), SI
+	MOVQ        vs+56(FP), DI
+	MOVQ        stride+32(FP), R8
+	MOVQ        DX, R9
+
+key:
+	VUCOMISS (SI), X0
+	JNE      rescale0
+	JPS      rescale0
+
+values0:
+	VBROADCASTSS (DI), Z5
+	VCVTPH2PS.Z  (R9), K1, Z6
+	VFMADD231PS  Z5, Z6, Z1
+	VCVTPS2PH    $0x00, Z1, Y1
+	VCVTPH2PS    Y1, Z1
+	VCVTPH2PS.Z  32(R9), K2, Z6
+	VFMADD231PS  Z5, Z6, Z2
+	VCVTPS2PH    $0x00, Z2, Y2
+	VCVTPH2PS    Y2, Z2
+	VCVTPH2PS.Z  64(R9), K3, Z6
+	VFMADD231PS  Z5, Z6, Z3
+	VCVTPS2PH    $0x00, Z3, Y3
+	VCVTPH2PS    Y3, Z3
+	VCVTPH2PS.Z  96(R9), K4, Z6
+	VFMADD231PS  Z5, Z6, Z4
+	VCVTPS2PH    $0x00, Z4, Y4
+	VCVTPH2PS    Y4, Z4
+	ADDQ         R8, R9
+	ADDQ         $0x04, SI
+	ADDQ         $0x04, DI
+	DECQ         BX
+	JNZ          key
+	VCVTPS2PH    $0x00, Z1, K1, (CX)
+	VCVTPS2PH    $0x00, Z2, K2, 32(CX)
+	VCVTPS2PH    $0x00, Z3, K3, 64(CX)
+	VCVTPS2PH    $0x00, Z4, K4, 96(CX)
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x40, AX
+	JG           pass
+	RET
+
+rescale0:
+	VBROADCASTSS (SI), Z5
+	VMULPS       Z5, Z1, Z1
+	VCVTPS2PH    $0x00, Z1, Y1
+	VCVTPH2PS    Y1, Z1
+	VMULPS       Z5, Z2, Z2
+	VCVTPS2PH    $0x00, Z2, Y2
+	VCVTPH2PS    Y2, Z2
+	VMULPS       Z5, Z3, Z3
+	VCVTPS2PH    $0x00, Z3, Y3
+	VCVTPH2PS    Y3, Z3
+	VMULPS       Z5, Z4, Z4
+	VCVTPS2PH    $0x00, Z4, Y4
+	VCVTPH2PS    Y4, Z4
+	JMP          values0
+
+// func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·softmaxF32x1AVX512(SB), NOSPLIT, $0-64
+	MOVQ  hd+0(FP), AX
+	MOVQ  acc+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVL  $0x3f800000, BX
+	VMOVD BX, X0
+
+pass:
+	MOVQ      AX, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K1
+	MOVQ      AX, BX
+	SUBQ      $0x10, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K2
+	MOVQ      AX, BX
+	SUBQ      $0x20, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K3
+	MOVQ      AX, BX
+	SUBQ      $0x30, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K4
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS.Z 64(CX), K2, Z2
+	VMOVUPS.Z 128(CX), K3, Z3
+	VMOVUPS.Z 192(CX), K4, Z4
+	MOVQ      m+40(FP), BX
+	MOVQ      ms+48(FP), SI
+	MOVQ      vs+56(FP), DI
+	MOVQ      stride+32(FP), R8
+	MOVQ      DX, R9
+
+key:
+	VUCOMISS (SI), X0
+	JNE      rescale0
+	JPS      rescale0
+
+values0:
+	VBROADCASTSS (DI), Z5
+	VMOVUPS.Z    (R9), K1, Z6
+	VFMADD231PS  Z5, Z6, Z1
+	VMOVUPS.Z    64(R9), K2, Z6
+	VFMADD231PS  Z5, Z6, Z2
+	VMOVUPS.Z    128(R9), K3, Z6
+	VFMADD231PS  Z5, Z6, Z3
+	VMOVUPS.Z    192(R9), K4, Z6
+	VFMADD231PS  Z5, Z6, Z4
+	ADDQ         R8, R9
+	ADDQ         $0x04, SI
+	ADDQ         $0x04, DI
+	DECQ         BX
+	JNZ          key
+	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      Z2, K2, 64(CX)
+	VMOVUPS      Z3, K3, 128(CX)
+	VMOVUPS      Z4, K4, 192(CX)
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x40, AX
+	JG           pass
+	RET
+
+rescale0:
+	VBROADCASTSS (SI), Z5
+	VMULPS       Z5, Z1, Z1
+	VMULPS       Z5, Z2, Z2
+	VMULPS       Z5, Z3, Z3
+	VMULPS       Z5, Z4, Z4
+	JMP          values0
+
+// func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·softmaxF16x2AVX512(SB), NOSPLIT, $0-64
+	MOVQ  hd+0(FP), AX
+	MOVQ  acc+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVL  $0x3f800000, BX
+	VMOVD BX, X0
+
+pass:
+	MOVQ        AX, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K1
+	MOVQ        AX, BX
+	SUBQ        $0x10, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K2
+	MOVQ        AX, BX
+	SUBQ        $0x20, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K3
+	MOVQ        AX, BX
+	SUBQ        $0x30, BX
+	XORQ        SI, SI
+	CMPQ        BX, $0x00
+	CMOVQLT     SI, BX
+	MOVQ        $0x00000010, SI
+	CMPQ        BX, $0x10
+	CMOVQGT     SI, BX
+	MOVL        $0xffffffff, SI
+	BZHIL       BX, SI, BX
+	KMOVW       BX, K4
+	MOVQ        hd+0(FP), BX
+	SHLQ        $0x01, BX
+	VCVTPH2PS.Z (CX), K1, Z1
+	VCVTPH2PS.Z 32(CX), K2, Z2
+	VCVTPH2PS.Z 64(CX), K3, Z3
+	VCVTPH2PS.Z 96(CX), K4, Z4
+	VCVTPH2PS.Z (CX)(BX*1), K1, Z5
+	VCVTPH2PS.Z 32(CX)(BX*1), K2, Z6
+	VCVTPH2PS.Z 64(CX)(BX*1), K3, Z7
+	VCVTPH2PS.Z 96(CX)(BX*1), K4, Z8
+	MOVQ        m+40(FP), SI
+	MOVQ        ms+48(FP), DI
+	MOVQ        vs+56(FP), R8
+	MOVQ        stride+32(FP), R9
+	MOVQ        DX, R10
+	MOVQ        voff+24(FP), R11
+
+key:
+	VUCOMISS (DI), X0
+	JNE      rescale0
+	JPS      rescale0
+
+values0:
+	VUCOMISS 256(DI), X0
+	JNE      rescale1
+	JPS      rescale1
+
+values1:
+	VBROADCASTSS (R8), Z9
+	VCVTPH2PS.Z  (R10), K1, Z10
+	VFMADD231PS  Z9, Z10, Z1
+	VCVTPS2PH    $0x00, Z1, Y1
+	VCVTPH2PS    Y1, Z1
+	VCVTPH2PS.Z  32(R10), K2, Z10
+	VFMADD231PS  Z9, Z10, Z2
+	VCVTPS2PH    $0x00, Z2, Y2
+	VCVTPH2PS    Y2, Z2
+	VCVTPH2PS.Z  64(R10), K3, Z10
+	VFMADD231PS  Z9, Z10, Z3
+	VCVTPS2PH    $0x00, Z3, Y3
+	VCVTPH2PS    Y3, Z3
+	VCVTPH2PS.Z  96(R10), K4, Z10
+	VFMADD231PS  Z9, Z10, Z4
+	VCVTPS2PH    $0x00, Z4, Y4
+	VCVTPH2PS    Y4, Z4
+	VBROADCASTSS 256(R8), Z9
+	VCVTPH2PS.Z  (R10)(R11*1), K1, Z10
+	VFMADD231PS  Z9, Z10, Z5
+	VCVTPS2PH    $0x00, Z5, Y5
+	VCVTPH2PS    Y5, Z5
+	VCVTPH2PS.Z  32(R10)(R11*1), K2, Z10
+	VFMADD231PS  Z9, Z10, Z6
+	VCVTPS2PH    $0x00, Z6, Y6
+	VCVTPH2PS    Y6, Z6
+	VCVTPH2PS.Z  64(R10)(R11*1), K3, Z10
+	VFMADD231PS  Z9, Z10, Z7
+	VCVTPS2PH    $0x00, Z7, Y7
+	VCVTPH2PS    Y7, Z7
+	VCVTPH2PS.Z  96(R10)(R11*1), K4, Z10
+	VFMADD231PS  Z9, Z10, Z8
+	VCVTPS2PH    $0x00, Z8, Y8
+	VCVTPH2PS    Y8, Z8
+	ADDQ         R9, R10
+	ADDQ         $0x04, DI
+	ADDQ         $0x04, R8
+	DECQ         SI
+	JNZ          key
+	VCVTPS2PH    $0x00, Z1, K1, (CX)
+	VCVTPS2PH    $0x00, Z2, K2, 32(CX)
+	VCVTPS2PH    $0x00, Z3, K3, 64(CX)
+	VCVTPS2PH    $0x00, Z4, K4, 96(CX)
+	VCVTPS2PH    $0x00, Z5, K1, (CX)(BX*1)
+	VCVTPS2PH    $0x00, Z6, K2, 32(CX)(BX*1)
+	VCVTPS2PH    $0x00, Z7, K3, 64(CX)(BX*1)
+	VCVTPS2PH    $0x00, Z8, K4, 96(CX)(BX*1)
+	ADDQ         $0x00000080, CX
+	ADDQ         $0x00000080, DX
+	SUBQ         $0x40, AX
+	JG           pass
+	RET
+
+rescale0:
+	VBROADCASTSS (DI), Z9
+	VMULPS       Z9, Z1, Z1
+	VCVTPS2PH    $0x00, Z1, Y1
+	VCVTPH2PS    Y1, Z1
+	VMULPS       Z9, Z2, Z2
+	VCVTPS2PH    $0x00, Z2, Y2
+	VCVTPH2PS    Y2, Z2
+	VMULPS       Z9, Z3, Z3
+	VCVTPS2PH    $0x00, Z3, Y3
+	VCVTPH2PS    Y3, Z3
+	VMULPS       Z9, Z4, Z4
+	VCVTPS2PH    $0x00, Z4, Y4
+	VCVTPH2PS    Y4, Z4
+	JMP          values0
+
+rescale1:
+	VBROADCASTSS 256(DI), Z9
+	VMULPS       Z9, Z5, Z5
+	VCVTPS2PH    $0x00, Z5, Y5
+	VCVTPH2PS    Y5, Z5
+	VMULPS       Z9, Z6, Z6
+	VCVTPS2PH    $0x00, Z6, Y6
+	VCVTPH2PS    Y6, Z6
+	VMULPS       Z9, Z7, Z7
+	VCVTPS2PH    $0x00, Z7, Y7
+	VCVTPH2PS    Y7, Z7
+	VMULPS       Z9, Z8, Z8
+	VCVTPS2PH    $0x00, Z8, Y8
+	VCVTPH2PS    Y8, Z8
+	JMP          values1
+
+// func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+// Requires: AVX, AVX512F, BMI2, CMOV
+TEXT ·softmaxF32x2AVX512(SB), NOSPLIT, $0-64
+	MOVQ  hd+0(FP), AX
+	MOVQ  acc+8(FP), CX
+	MOVQ  v+16(FP), DX
+	MOVL  $0x3f800000, BX
+	VMOVD BX, X0
+
+pass:
+	MOVQ      AX, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K1
+	MOVQ      AX, BX
+	SUBQ      $0x10, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K2
+	MOVQ      AX, BX
+	SUBQ      $0x20, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K3
+	MOVQ      AX, BX
+	SUBQ      $0x30, BX
+	XORQ      SI, SI
+	CMPQ      BX, $0x00
+	CMOVQLT   SI, BX
+	MOVQ      $0x00000010, SI
+	CMPQ      BX, $0x10
+	CMOVQGT   SI, BX
+	MOVL      $0xffffffff, SI
+	BZHIL     BX, SI, BX
+	KMOVW     BX, K4
+	MOVQ      hd+0(FP), BX
+	SHLQ      $0x02, BX
+	VMOVUPS.Z (CX), K1, Z1
+	VMOVUPS.Z 64(CX), K2, Z2
+	VMOVUPS.Z 128(CX), K3, Z3
+	VMOVUPS.Z 192(CX), K4, Z4
+	VMOVUPS.Z (CX)(BX*1), K1, Z5
+	VMOVUPS.Z 64(CX)(BX*1), K2, Z6
+	VMOVUPS.Z 128(CX)(BX*1), K3, Z7
+	VMOVUPS.Z 192(CX)(BX*1), K4, Z8
+	MOVQ      m+40(FP), SI
+	MOVQ      ms+48(FP), DI
+	MOVQ      vs+56(FP), R8
+	MOVQ      stride+32(FP), R9
+	MOVQ      DX, R10
+	MOVQ      voff+24(FP), R11
+
+key:
+	VUCOMISS (DI), X0
+	JNE      rescale0
+	JPS      rescale0
+
+values0:
+	VUCOMISS 256(DI), X0
+	JNE      rescale1
+	JPS      rescale1
+
+values1:
+	VBROADCASTSS (R8), Z9
+	VMOVUPS.Z    (R10), K1, Z10
+	VFMADD231PS  Z9, Z10, Z1
+	VMOVUPS.Z    64(R10), K2, Z10
+	VFMADD231PS  Z9, Z10, Z2
+	VMOVUPS.Z    128(R10), K3, Z10
+	VFMADD231PS  Z9, Z10, Z3
+	VMOVUPS.Z    192(R10), K4, Z10
+	VFMADD231PS  Z9, Z10, Z4
+	VBROADCASTSS 256(R8), Z9
+	VMOVUPS.Z    (R10)(R11*1), K1, Z10
+	VFMADD231PS  Z9, Z10, Z5
+	VMOVUPS.Z    64(R10)(R11*1), K2, Z10
+	VFMADD231PS  Z9, Z10, Z6
+	VMOVUPS.Z    128(R10)(R11*1), K3, Z10
+	VFMADD231PS  Z9, Z10, Z7
+	VMOVUPS.Z    192(R10)(R11*1), K4, Z10
+	VFMADD231PS  Z9, Z10, Z8
+	ADDQ         R9, R10
+	ADDQ         $0x04, DI
+	ADDQ         $0x04, R8
+	DECQ         SI
+	JNZ          key
+	VMOVUPS      Z1, K1, (CX)
+	VMOVUPS      Z2, K2, 64(CX)
+	VMOVUPS      Z3, K3, 128(CX)
+	VMOVUPS      Z4, K4, 192(CX)
+	VMOVUPS      Z5, K1, (CX)(BX*1)
+	VMOVUPS      Z6, K2, 64(CX)(BX*1)
+	VMOVUPS      Z7, K3, 128(CX)(BX*1)
+	VMOVUPS      Z8, K4, 192(CX)(BX*1)
+	ADDQ         $0x00000100, CX
+	ADDQ         $0x00000100, DX
+	SUBQ         $0x40, AX
+	JG           pass
+	RET
+
+rescale0:
+	VBROADCASTSS (DI), Z9
+	VMULPS       Z9, Z1, Z1
+	VMULPS       Z9, Z2, Z2
+	VMULPS       Z9, Z3, Z3
+	VMULPS       Z9, Z4, Z4
+	JMP          values0
+
+rescale1:
+	VBROADCASTSS 256(DI), Z9
+	VMULPS       Z9, Z5, Z5
+	VMULPS       Z9, Z6, Z6
+	VMULPS       Z9, Z7, Z7
+	VMULPS       Z9, Z8, Z8
+	JMP          values1
+
+// func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte)
+// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512_VNNI
+TEXT ·expandQ8XAVX512(SB), NOSPLIT, $0-32
+	MOVQ         nb+0(FP), AX
+	MOVQ         q+8(FP), CX
+	MOVQ         dst+24(FP), DX
+	MOVL         cw+16(FP), BX
+	VPBROADCASTD BX, Z0
+	VPXORD       Z1, Z1, Z1
+	MOVL         $0x0000ff00, BX
+	KMOVW        BX, K1
+	MOVL         $0x000000ff, BX
+	KMOVW        BX, K2
+
+loop:
+	CMPQ         AX, $0x02
+	JL           tail
+	VMOVDQU      2(CX), Y2
+	VINSERTI64X4 $0x01, 36(CX), Z2, Z2
+	VMOVDQU64    Z2, (DX)
+	VPXORD       Z3, Z3, Z3
+	VPDPBUSD     Z2, Z0, Z3
+	VPSUBD       Z3, Z1, Z3
+	VMOVDQU64    Z3, 64(DX)
+	VPBROADCASTW (CX), Y2
+	VPBROADCASTW 34(CX), K1, Y2
+	VCVTPH2PS    Y2, Z4
+	VMOVUPS      Z4, 128(DX)
+	ADDQ         $0x44, CX
+	ADDQ         $0x000000c0, DX
+	SUBQ         $0x02, AX
+	JMP          loop
+
+tail:
+	TESTQ          AX, AX
+	JZ             done
+	VMOVDQU        2(CX), Y5
+	VMOVDQU64      Z5, (DX)
+	VPXORD         Z6, Z6, Z6
+	VPDPBUSD       Z5, Z0, Z6
+	VPSUBD         Z6, Z1, Z6
+	VMOVDQU64      Z6, 64(DX)
+	VPBROADCASTW.Z (CX), K2, Y0
+	VCVTPH2PS      Y0, Z0
+	VMOVUPS        Z0, 128(DX)
 
 done:
 	RET

@@ -7,6 +7,11 @@ import "github.com/strata-llm/strata/model/ggml"
 // archTiles returns nil: other architectures run the portable kernels.
 func archTiles(ggml.Type) *tileSet { return nil }
 
+// archXTiles returns nil: other architectures run the portable kernels.
+func archXTiles(ggml.Type) *tileSet { return nil }
+
+func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte) { panic("unreachable") }
+
 // archWsum returns nil: other architectures run the portable loop.
 
 const haveAVX512 = false
@@ -14,5 +19,21 @@ const haveAVX512 = false
 func swigluAVX512(n int, gate, up *float32)                     { panic("unreachable") }
 func expSubAVX512(n int, x *float32, sub float32, dst *float32) { panic("unreachable") }
 func quantQ80AVX512(nb int, x *float32, dst *byte)              { panic("unreachable") }
+func f32ToF16AVX512(n int, src *float32, dst *uint16)           { panic("unreachable") }
+func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32) {
+	panic("unreachable")
+}
+func softmaxF16x1AVX512(hd int, acc *uint16, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
 
 var avx2Only bool

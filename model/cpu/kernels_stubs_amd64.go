@@ -404,6 +404,166 @@ func q40VNNI_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q40VNNI_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// q80VNNIX_1x1 computes a 1×1 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_1x2 computes a 1×2 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_1x3 computes a 1×3 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_1x4 computes a 1×4 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_2x1 computes a 2×1 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_2x2 computes a 2×2 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_2x3 computes a 2×3 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_2x4 computes a 2×4 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_3x1 computes a 3×1 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_3x2 computes a 3×2 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_3x3 computes a 3×3 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_3x4 computes a 3×4 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_4x1 computes a 4×1 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_4x2 computes a 4×2 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_4x3 computes a 4×3 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80VNNIX_4x4 computes a 4×4 tile of q80VNNIX dot products.
+//
+//go:noescape
+func q80VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_1x1 computes a 1×1 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_1x2 computes a 1×2 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_1x3 computes a 1×3 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_1x4 computes a 1×4 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_2x1 computes a 2×1 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_2x2 computes a 2×2 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_2x3 computes a 2×3 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_2x4 computes a 2×4 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_3x1 computes a 3×1 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_3x2 computes a 3×2 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_3x3 computes a 3×3 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_3x4 computes a 3×4 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_4x1 computes a 4×1 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_4x2 computes a 4×2 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_4x3 computes a 4×3 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40VNNIX_4x4 computes a 4×4 tile of q40VNNIX dot products.
+//
+//go:noescape
+func q40VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
 // f32AVX2_1x1 computes a 1×1 tile of f32 dot products with AVX2 and FMA.
 //
 //go:noescape
@@ -424,6 +584,66 @@ func f32AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //go:noescape
 func f32AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// f16AVX2_1x1 computes a 1×1 tile of f16 dot products with AVX2, F16C and FMA.
+//
+//go:noescape
+func f16AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16AVX2_1x2 computes a 1×2 tile of f16 dot products with AVX2, F16C and FMA.
+//
+//go:noescape
+func f16AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16AVX2_2x1 computes a 2×1 tile of f16 dot products with AVX2, F16C and FMA.
+//
+//go:noescape
+func f16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16AVX2_2x2 computes a 2×2 tile of f16 dot products with AVX2, F16C and FMA.
+//
+//go:noescape
+func f16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80AVX2_1x1 computes a 1×1 tile of q80AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q80AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80AVX2_1x2 computes a 1×2 tile of q80AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q80AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80AVX2_2x1 computes a 2×1 tile of q80AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q80AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80AVX2_2x2 computes a 2×2 tile of q80AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q80AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40AVX2_1x1 computes a 1×1 tile of q40AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q40AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40AVX2_1x2 computes a 1×2 tile of q40AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q40AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40AVX2_2x1 computes a 2×1 tile of q40AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q40AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q40AVX2_2x2 computes a 2×2 tile of q40AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
 // expSubAVX512 sets dst[i] = expf(x[i] - sub) for i < n.
 //
 //go:noescape
@@ -438,3 +658,38 @@ func swigluAVX512(n int, gate *float32, up *float32)
 //
 //go:noescape
 func quantQ80AVX512(nb int, x *float32, dst *byte)
+
+// f32ToF16AVX512 sets dst[i] = ggml.F32ToF16(src[i]) for i < n.
+//
+//go:noescape
+func f32ToF16AVX512(n int, src *float32, dst *uint16)
+
+// f16ScaleAVX512 sets dst[i] = float32(src[i]) * scale for i < n, src in f16.
+//
+//go:noescape
+func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32)
+
+// softmaxF16x1AVX512 accumulates m keys' values of 1 heads into acc with Attend's online-softmax weights ms, vs.
+//
+//go:noescape
+func softmaxF16x1AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxF32x1AVX512 accumulates m keys' values of 1 heads into acc with Attend's online-softmax weights ms, vs.
+//
+//go:noescape
+func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxF16x2AVX512 accumulates m keys' values of 2 heads into acc with Attend's online-softmax weights ms, vs.
+//
+//go:noescape
+func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxF32x2AVX512 accumulates m keys' values of 2 heads into acc with Attend's online-softmax weights ms, vs.
+//
+//go:noescape
+func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// expandQ8XAVX512 writes nb Q8_0 activation blocks in the expanded layout of the X kernels.
+//
+//go:noescape
+func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte)

@@ -160,11 +160,21 @@ func TestVecDotPortableSwitch(t *testing.T) {
 // TestAttendEqualsPortable checks KV.Attend with the SIMD kernels against
 // the portable loops, bit for bit, over paged blocks in shuffled order.
 func TestAttendEqualsPortable(t *testing.T) {
+	testAttendEqualsPortable(t)
+	avx2Only = true // the portable loops with the AVX2 score kernels
+	defer func() { avx2Only = false }()
+	testAttendEqualsPortable(t)
+}
+
+func testAttendEqualsPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	for _, typ := range []ggml.Type{ggml.F16, ggml.F32} {
-		for _, hd := range []int{8, 20, 64, 72} {
-			for _, bs := range []int{1, 5, 16} {
-				cfg := KVConfig{Layers: 2, Blocks: 40 / bs * 2, BlockSize: bs, Heads: 4, HeadsKV: 2, HeadDim: hd, Type: typ}
+		for i, hd := range []int{8, 20, 64, 72, 128, 264} {
+			for _, bs := range []int{1, 5, 16, 70} {
+				const n = 301
+				// Head pairs sharing a KV head, with their own, and an odd head.
+				heads := [][2]int{{4, 2}, {3, 3}, {5, 1}}[(i+bs)%3]
+				cfg := KVConfig{Layers: 2, Blocks: (n + bs - 1) / bs * 2, BlockSize: bs, Heads: heads[0], HeadsKV: heads[1], HeadDim: hd, Type: typ}
 				c, err := NewKV(cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -174,11 +184,22 @@ func TestAttendEqualsPortable(t *testing.T) {
 					blocks[i] = int32(p)
 				}
 				kvd := cfg.HeadsKV * hd
-				for p := range 40 {
-					c.Store(1, blocks, p, randVec(r, kvd), randVec(r, kvd))
+				for p := range n {
+					k, v := randVec(r, kvd), randVec(r, kvd)
+					if p%7 == 3 { // large values: the f16 accumulator rounds coarsely
+						for i := range v {
+							v[i] *= 3000
+						}
+					}
+					c.Store(1, blocks, p, k, v)
 				}
-				for _, pos := range []int{0, 1, 4, 15, 16, 17, 39} {
+				for _, pos := range []int{0, 1, 4, 15, 16, 17, 39, 63, 64, 65, 128, 200, 300} {
 					q := randVec(r, cfg.Heads*hd)
+					if pos%2 == 0 { // sharper softmax: more new maxima, more rescales
+						for i := range q {
+							q[i] *= 8
+						}
+					}
 					got := make([]float32, cfg.Heads*hd)
 					want := make([]float32, cfg.Heads*hd)
 					c.Attend(1, blocks, pos, q, got, make([]float32, pos+1))
@@ -186,6 +207,65 @@ func TestAttendEqualsPortable(t *testing.T) {
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 							t.Fatalf("%s hd=%d bs=%d pos=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, i, got[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestXTilesEqualPortable checks the kernels on expanded activation rows
+// (all R×C shapes, odd and even block counts) against the portable kernel,
+// bit for bit.
+func TestXTilesEqualPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0} {
+		ts := archXTiles(typ)
+		if ts == nil {
+			t.Skipf("%s: no expanded-row kernels on this CPU", typ)
+		}
+		portable, err := VecDotFor(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nb := range []int{1, 2, 3, 4, 5, 7, 24, 25, 64, 67} {
+			n := 32 * nb
+			wrow := mustRowBytes(t, typ, n)
+			qrow := nb * q80Bytes
+			xrow := (nb + 1) / 2 * xPair
+			for R := 1; R <= ts.maxR; R++ {
+				for C := 1; C <= ts.maxC; C++ {
+					ws, xs := wrow+3*typ.TypeSize(), xrow+64
+					w := make([]byte, R*ws)
+					q := make([]byte, C*qrow)
+					x := make([]byte, C*xs)
+					for i := range R {
+						copy(w[i*ws:], randRow(t, r, typ, n))
+					}
+					for c := range C {
+						qc := q[c*qrow : (c+1)*qrow]
+						ConvertActivation(typ, randBytesVec(r, n), qc)
+						if r.IntN(3) == 0 { // extreme quants, -128 included
+							for b := range nb {
+								for i := 2; i < q80Bytes; i++ {
+									qc[b*q80Bytes+i] = byte(r.Uint32())
+								}
+							}
+						}
+						expandQ8X(typ, nb, qc, x[c*xs:c*xs+xrow])
+					}
+					const os = 5
+					out := make([]float32, C*os)
+					ts.k[R-1][C-1](nb, &w[0], ws, &x[0], xs, &out[0], 4*os)
+					for i := range R {
+						for c := range C {
+							var want float32
+							withPortable(func() { want = portable(n, w[i*ws:i*ws+wrow], q[c*qrow:(c+1)*qrow]) })
+							if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%sX_%dx%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+									typ, R, C, nb, i, c, got, math.Float32bits(got), want, math.Float32bits(want))
+							}
 						}
 					}
 				}

@@ -118,9 +118,22 @@ func (c *KV) put(dst []byte, src []float32) {
 		copy(unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), c.kvDim), src)
 		return
 	}
-	h := unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), c.kvDim)
+	f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), c.kvDim), src)
+}
+
+// f32ToF16 sets dst[i] = ggml.F32ToF16(src[i]) (VCVTPS2PH where the CPU has
+// it: the same bits for every input).
+func f32ToF16(dst []uint16, src []float32) {
+	dst = dst[:len(src)]
+	if len(src) == 0 {
+		return
+	}
+	if haveElementwise() {
+		f32ToF16AVX512(len(src), &src[0], &dst[0])
+		return
+	}
 	for i, x := range src {
-		h[i] = ggml.F32ToF16(x)
+		dst[i] = ggml.F32ToF16(x)
 	}
 }
 
@@ -140,6 +153,10 @@ func (c *KV) put(dst []byte, src []float32) {
 // Everything depends only on pos and the stored keys and values, never on
 // the batch, the chunking or the thread count.
 func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float32) {
+	if haveElementwise() {
+		c.attendSIMD(layer, blocks, pos, q, out)
+		return
+	}
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -158,10 +175,7 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 		if cfg.Type == ggml.F32 {
 			copy(unsafe.Slice((*float32)(unsafe.Pointer(&qb[0])), hd), qh)
 		} else {
-			qs := unsafe.Slice((*uint16)(unsafe.Pointer(&qb[0])), hd)
-			for i, x := range qh {
-				qs[i] = ggml.F32ToF16(x)
-			}
+			f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&qb[0])), hd), qh)
 		}
 		hoff := kvh * hd * esz
 		for j0 := 0; j0 < n; j0 += bs {
@@ -228,6 +242,136 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff int, scores, o []f
 	inv := 1 / S
 	for i, a := range acc {
 		o[i] = t[a] * inv
+	}
+}
+
+// softmaxChunk is the keys whose scores and softmax weights attendSIMD
+// holds at a time, in stack arrays; the value kernels find the second head's
+// weights softmaxChunk elements after the first's.
+const softmaxChunk = 64
+
+// attendSIMD is Attend with the SIMD kernels, bit for bit the portable
+// loops, two heads at a time so that the value kernel has eight independent
+// dependency chains (for head dims up to 64) to interleave. Per chunk of
+// keys and per head: the scores (tile kernels, times 1/sqrt(HeadDim)); a
+// scalar pass finds the running maximum M and each key's exponent (M-s for
+// a new maximum, s-M otherwise, rounded as the portable loop rounds them);
+// expSub exponentiates them; a key's weights are then ms = e, vs = 1 for a
+// new maximum and ms = 1, vs = e otherwise, and S = fma(S, ms, vs). The
+// value kernel rescales where ms != 1 (a rescale by exactly 1 is the
+// identity on every value the accumulator can hold) and accumulates the
+// values of each run of keys within one block.
+func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
+	cfg := c.cfg
+	hd := cfg.HeadDim
+	bs := cfg.BlockSize
+	group := cfg.Heads / cfg.HeadsKV
+	esz := cfg.Type.TypeSize()
+	f16 := cfg.Type == ggml.F16
+	n := pos + 1
+	ts := tilesFor(cfg.Type)
+	var buf [512]uint16
+	var acc16 []uint16
+	if f16 {
+		if 2*hd <= len(buf) {
+			acc16 = buf[:2*hd]
+		} else {
+			acc16 = make([]uint16, 2*hd)
+		}
+	}
+	var sc, ms, vs [2][softmaxChunk]float32
+	var fresh [2][softmaxChunk]bool
+	for h0 := 0; h0 < cfg.Heads; h0 += 2 {
+		H := min(2, cfg.Heads-h0)
+		o := out[h0*hd : (h0+H)*hd]
+		var qb [2][]byte
+		var hoff [2]int
+		for hh := range H {
+			h := h0 + hh
+			hoff[hh] = h / group * hd * esz
+			if f16 {
+				// The converted query lives in o until the values are
+				// scaled there: a stack buffer would escape through the
+				// kernel calls.
+				qs := unsafe.Slice((*uint16)(unsafe.Pointer(&o[hh*hd])), hd)
+				f32ToF16(qs, q[h*hd:(h+1)*hd])
+				qb[hh] = unsafe.Slice((*byte)(unsafe.Pointer(&qs[0])), 2*hd)
+			} else {
+				qb[hh] = unsafe.Slice((*byte)(unsafe.Pointer(&q[h*hd])), 4*hd)
+			}
+		}
+		if f16 {
+			clear(acc16[:H*hd])
+		} else {
+			clear(o)
+		}
+		M := [2]float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
+		var S [2]float32
+		for j0 := 0; j0 < n; j0 += softmaxChunk {
+			m := min(softmaxChunk, n-j0)
+			for hh := range H {
+				s := sc[hh][:m]
+				for k := 0; k < m; {
+					j := j0 + k
+					seg := min(m-k, bs-j%bs) // keys left in j's block
+					off := c.offset(layer, blocks, j) + hoff[hh]
+					_ = c.k[off+(seg-1)*c.row+hd*esz-1]
+					for r := 0; r < seg; r += ts.maxR {
+						R := min(ts.maxR, seg-r)
+						ts.k[R-1][0](hd, &c.k[off+r*c.row], c.row, &qb[hh][0], 0, &s[k+r], 4)
+					}
+					k += seg
+				}
+				e := ms[hh][:m]
+				for k, x := range s {
+					x *= c.scale
+					if x > M[hh] {
+						e[k], fresh[hh][k] = M[hh]-x, true
+						M[hh] = x
+					} else {
+						e[k], fresh[hh][k] = x-M[hh], false
+					}
+				}
+				expSub(e, e, 0)
+				for k := range e {
+					if fresh[hh][k] {
+						vs[hh][k] = 1
+					} else {
+						vs[hh][k], e[k] = e[k], 1
+					}
+					S[hh] = fma32(S[hh], e[k], vs[hh][k])
+				}
+			}
+			for k := 0; k < m; {
+				j := j0 + k
+				seg := min(m-k, bs-j%bs)
+				off := c.offset(layer, blocks, j) + hoff[0]
+				voff := hoff[H-1] - hoff[0]
+				_ = c.v[off+voff+(seg-1)*c.row+hd*esz-1]
+				switch {
+				case f16 && H == 2:
+					softmaxF16x2AVX512(hd, &acc16[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				case f16:
+					softmaxF16x1AVX512(hd, &acc16[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				case H == 2:
+					softmaxF32x2AVX512(hd, &o[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				default:
+					softmaxF32x1AVX512(hd, &o[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				}
+				k += seg
+			}
+		}
+		for hh := range H {
+			inv := 1 / S[hh]
+			oh := o[hh*hd : (hh+1)*hd]
+			if f16 {
+				f16ScaleAVX512(hd, &acc16[hh*hd], inv, &oh[0])
+				continue
+			}
+			for i := range oh {
+				oh[i] *= inv
+			}
+		}
 	}
 }
 

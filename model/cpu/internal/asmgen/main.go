@@ -42,6 +42,8 @@ func main() {
 		{"bf16AVX512", 4, 4, bf16AVX512},
 		{"q80VNNI", 4, 4, q80VNNI},
 		{"q40VNNI", 4, 4, q40VNNI},
+		{"q80VNNIX", 4, 4, q80VNNIX},
+		{"q40VNNIX", 4, 4, q40VNNIX},
 	} {
 		for r := 1; r <= k.maxR; r++ {
 			for c := 1; c <= k.maxC; c++ {
@@ -67,10 +69,40 @@ func main() {
 			RET()
 		}
 	}
+	for r := 1; r <= 2; r++ {
+		for c := 1; c <= 2; c++ {
+			TEXT(fmt.Sprintf("f16AVX2_%dx%d", r, c), NOSPLIT, signature)
+			Pragma("noescape")
+			Doc(fmt.Sprintf("f16AVX2_%dx%d computes a %d×%d tile of f16 dot products with AVX2, F16C and FMA.", r, c, r, c))
+			f16AVX2(newTile(r, c))
+			RET()
+		}
+	}
+	for _, k := range []struct {
+		name string
+		gen  func(t *tile)
+	}{{"q80AVX2", q80AVX2}, {"q40AVX2", q40AVX2}} {
+		for r := 1; r <= 2; r++ {
+			for c := 1; c <= 2; c++ {
+				TEXT(fmt.Sprintf("%s_%dx%d", k.name, r, c), NOSPLIT, signature)
+				Pragma("noescape")
+				Doc(fmt.Sprintf("%s_%dx%d computes a %d×%d tile of %s dot products with AVX2 and FMA.", k.name, r, c, r, c, k.name))
+				k.gen(newTile(r, c))
+				RET()
+			}
+		}
+	}
 	expConsts()
 	expSub()
 	swiGLU()
 	quantQ80()
+	f32ToF16()
+	f16Scale()
+	for _, H := range []int{1, 2} {
+		softmaxValues(true, H)
+		softmaxValues(false, H)
+	}
+	expandQ8X()
 	Generate()
 }
 
@@ -760,4 +792,609 @@ func q40VNNI(t *tile) {
 		VPSUBB(c08, z, z)
 		return z
 	})
+}
+
+// f32ToF16 emits func(n int, src *float32, dst *uint16): dst[i] =
+// ggml.F32ToF16(src[i]), which is VCVTPS2PH with round to nearest even
+// (imm 0) for every input, NaNs, infinities and subnormals included.
+func f32ToF16() {
+	TEXT("f32ToF16AVX512", NOSPLIT, "func(n int, src *float32, dst *uint16)")
+	Pragma("noescape")
+	Doc("f32ToF16AVX512 sets dst[i] = ggml.F32ToF16(src[i]) for i < n.")
+	n := param("n")
+	src := param("src")
+	dst := param("dst")
+	Label("loop")
+	CMPQ(n, Imm(16))
+	JL(LabelRef("tail"))
+	z := ZMM()
+	VMOVUPS(Mem{Base: src}, z)
+	VCVTPS2PH(Imm(0), z, Mem{Base: dst})
+	ADDQ(Imm(64), src)
+	ADDQ(Imm(32), dst)
+	SUBQ(Imm(16), n)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	k := tailMask(n)
+	VMOVUPS_Z(Mem{Base: src}, k, z)
+	VCVTPS2PH(Imm(0), z, k, Mem{Base: dst})
+	Label("done")
+	RET()
+}
+
+// f16Scale emits func(n int, src *uint16, scale float32, dst *float32):
+// dst[i] = f16(src[i]) * scale, rounded to float32.
+func f16Scale() {
+	TEXT("f16ScaleAVX512", NOSPLIT, "func(n int, src *uint16, scale float32, dst *float32)")
+	Pragma("noescape")
+	Doc("f16ScaleAVX512 sets dst[i] = float32(src[i]) * scale for i < n, src in f16.")
+	n := param("n")
+	src := param("src")
+	dst := param("dst")
+	sx := XMM()
+	Load(Param("scale"), sx)
+	sc := ZMM()
+	VBROADCASTSS(sx, sc)
+	z := ZMM()
+	Label("loop")
+	CMPQ(n, Imm(16))
+	JL(LabelRef("tail"))
+	VCVTPH2PS(Mem{Base: src}, z)
+	VMULPS(sc, z, z)
+	VMOVUPS(z, Mem{Base: dst})
+	ADDQ(Imm(32), src)
+	ADDQ(Imm(64), dst)
+	SUBQ(Imm(16), n)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	k := tailMask(n)
+	VCVTPH2PS_Z(Mem{Base: src}, k, z)
+	VMULPS(sc, z, z)
+	VMOVUPS(z, k, Mem{Base: dst})
+	Label("done")
+	RET()
+}
+
+// softmaxValues emits Attend's value accumulation over m consecutive keys of
+// one block for H heads (1 or 2; see softmaxValuesSIMD in package cpu):
+//
+//	func(hd int, acc *T, v *byte, voff int, stride int, m int, ms, vs *float32)
+//
+// Head h's accumulator is at acc + h*hd elements, its values of key j at
+// v + h*voff + j*stride, its weights at ms, vs + h*64 elements. For key
+// j < m and each head: when ms[j] != 1, acc = round(acc * ms[j]); then acc =
+// round(fma(v_j, vs[j], acc)), where round is VCVTPS2PH's round to nearest
+// even to f16 for an f16 accumulator and nothing (the FMA's float32
+// rounding) for a float32 one. Skipping the rescale by exactly 1 changes
+// nothing: acc only ever holds results of VCVTPS2PH or of arithmetic, never
+// a signalling NaN. Each head's accumulator is processed in passes of 64
+// elements held in four ZMM registers, so that 4*H independent dependency
+// chains run per key.
+func softmaxValues(f16 bool, H int) {
+	name, esz, accType := "softmaxF32", 4, "*float32"
+	if f16 {
+		name, esz, accType = "softmaxF16", 2, "*uint16"
+	}
+	name += fmt.Sprintf("x%dAVX512", H)
+	TEXT(name, NOSPLIT, "func(hd int, acc "+accType+", v *byte, voff int, stride int, m int, ms, vs *float32)")
+	Pragma("noescape")
+	Doc(name + fmt.Sprintf(" accumulates m keys' values of %d heads into acc with Attend's online-softmax weights ms, vs.", H))
+	const U = 4
+	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
+	rem := param("hd")
+	accp := param("acc")
+	vp := param("v")
+	g := GP32()
+	MOVL(U32(0x3f800000), g)
+	one := XMM()
+	VMOVD(g, one)
+	Label("pass")
+	var ks [U]reg.OpmaskVirtual
+	for i := range ks {
+		t := GP64()
+		MOVQ(rem, t)
+		if i > 0 {
+			SUBQ(Imm(uint64(16*i)), t)
+		}
+		z := GP64()
+		XORQ(z, z)
+		CMPQ(t, Imm(0))
+		CMOVQLT(z, t)
+		MOVQ(U32(16), z)
+		CMPQ(t, Imm(16))
+		CMOVQGT(z, t) // clamp to 0..16: BZHI reads the index's low byte only
+		ks[i] = tailMask(t)
+	}
+	hdB := GP64() // head 1's accumulator, bytes after head 0's
+	if H > 1 {
+		Load(Param("hd"), hdB)
+		SHLQ(Imm(uint64(map[int]int{2: 1, 4: 2}[esz])), hdB)
+	}
+	accMem := func(h, i int) Mem {
+		m := Mem{Base: accp, Disp: 16 * esz * i}
+		if h > 0 {
+			m.Index, m.Scale = hdB, 1
+		}
+		return m
+	}
+	var a [2][U]reg.VecVirtual
+	for h := 0; h < H; h++ {
+		for i := range U {
+			a[h][i] = ZMM()
+			if f16 {
+				VCVTPH2PS_Z(accMem(h, i), ks[i], a[h][i])
+			} else {
+				VMOVUPS_Z(accMem(h, i), ks[i], a[h][i])
+			}
+		}
+	}
+	round := func(z reg.VecVirtual) {
+		if f16 {
+			y := YMM()
+			VCVTPS2PH(Imm(0), z, y)
+			VCVTPH2PS(y, z)
+		}
+	}
+	cnt := param("m")
+	msp := param("ms")
+	vsp := param("vs")
+	stride := param("stride")
+	row := GP64()
+	MOVQ(vp, row)
+	var voff reg.GPVirtual
+	if H > 1 {
+		voff = param("voff")
+	}
+	Label("key")
+	for h := 0; h < H; h++ {
+		VUCOMISS(Mem{Base: msp, Disp: 4 * chunk * h}, one)
+		JNE(LabelRef(fmt.Sprintf("rescale%d", h)))
+		JPS(LabelRef(fmt.Sprintf("rescale%d", h)))
+		Label(fmt.Sprintf("values%d", h))
+	}
+	for h := 0; h < H; h++ {
+		b := ZMM()
+		VBROADCASTSS(Mem{Base: vsp, Disp: 4 * chunk * h}, b)
+		for i := range U {
+			m := Mem{Base: row, Disp: 16 * esz * i}
+			if h > 0 {
+				m.Index, m.Scale = voff, 1
+			}
+			t := ZMM()
+			if f16 {
+				VCVTPH2PS_Z(m, ks[i], t)
+			} else {
+				VMOVUPS_Z(m, ks[i], t)
+			}
+			VFMADD231PS(b, t, a[h][i])
+			round(a[h][i])
+		}
+	}
+	ADDQ(stride, row)
+	ADDQ(Imm(4), msp)
+	ADDQ(Imm(4), vsp)
+	DECQ(cnt)
+	JNZ(LabelRef("key"))
+	for h := 0; h < H; h++ {
+		for i := range U {
+			if f16 {
+				VCVTPS2PH(Imm(0), a[h][i], ks[i], accMem(h, i))
+			} else {
+				VMOVUPS(a[h][i], ks[i], accMem(h, i))
+			}
+		}
+	}
+	ADDQ(U32(16*U*esz), accp)
+	ADDQ(U32(16*U*esz), vp) // the value rows have acc's type
+	SUBQ(Imm(16*U), rem)
+	JG(LabelRef("pass"))
+	RET()
+	for h := 0; h < H; h++ {
+		Label(fmt.Sprintf("rescale%d", h))
+		bm := ZMM()
+		VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
+		for i := range U {
+			VMULPS(bm, a[h][i], a[h][i])
+			round(a[h][i])
+		}
+		JMP(LabelRef(fmt.Sprintf("values%d", h)))
+	}
+}
+
+// expandQ8X emits func(nb int, q *byte, cw uint32, dst *byte): the Q8_0
+// activation row q (nb blocks) in the expanded layout of blockLoopX, pair by
+// pair: the 64 quants, then 16 int32 lanes of -cw times the sum of each 4
+// quants, then the 16 float32 scales; an odd last block leaves the upper
+// half zero. cw (128 or 8) is passed as four equal bytes.
+func expandQ8X() {
+	TEXT("expandQ8XAVX512", NOSPLIT, "func(nb int, q *byte, cw uint32, dst *byte)")
+	Pragma("noescape")
+	Doc("expandQ8XAVX512 writes nb Q8_0 activation blocks in the expanded layout of the X kernels.")
+	n := param("nb")
+	q := param("q")
+	dst := param("dst")
+	g := GP32()
+	Load(Param("cw"), g)
+	cw := ZMM()
+	VPBROADCASTD(g, cw)
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	MOVL(U32(0xff00), g)
+	kHi := K()
+	KMOVW(g, kHi)
+	MOVL(U32(0x00ff), g)
+	kLo := K()
+	KMOVW(g, kLo)
+	body := func(single bool) {
+		z := ZMM()
+		VMOVDQU(Mem{Base: q, Disp: 2}, z.AsY()) // VEX: zeroes the upper half
+		if !single {
+			VINSERTI64X4(Imm(1), Mem{Base: q, Disp: q80 + 2}, z, z)
+		}
+		VMOVDQU64(z, Mem{Base: dst})
+		s := ZMM()
+		VPXORD(s, s, s)
+		vpdpbusd(z, cw, s)
+		VPSUBD(s, zero, s)
+		VMOVDQU64(s, Mem{Base: dst, Disp: 64})
+		y := YMM()
+		if single {
+			VPBROADCASTW_Z(Mem{Base: q}, kLo, y)
+		} else {
+			VPBROADCASTW(Mem{Base: q}, y)
+			VPBROADCASTW(Mem{Base: q, Disp: q80}, kHi, y)
+		}
+		d := ZMM()
+		VCVTPH2PS(y, d)
+		VMOVUPS(d, Mem{Base: dst, Disp: 128})
+	}
+	Label("loop")
+	CMPQ(n, Imm(2))
+	JL(LabelRef("tail"))
+	body(false)
+	ADDQ(Imm(2*q80), q)
+	ADDQ(U32(xPair), dst)
+	SUBQ(Imm(2), n)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	body(true)
+	Label("done")
+	RET()
+}
+
+// xPair is the bytes per pair of blocks of an expanded activation row (see
+// expandQ8X in package cpu): 32+32 quants, 16 int32 corrections (-cw times
+// the sum of each 4 quants), 16 float32 scales (block 2k's ×8, 2k+1's ×8).
+const xPair = 192
+
+// blockLoopX is blockLoop for expanded activation rows, with the roles of
+// the operands of VPDPBUSD swapped: the weights are the unsigned bytes
+// (w+128 for Q8_0, the raw nibbles for Q4_0) and the activations the signed
+// ones, so that the correction (cw times each lane's activation sum) was
+// computed once when the row was expanded and starts each integer sum.
+// Per weight row and activation row this leaves VPDPBUSD, VCVTDQ2PS, VMULPS
+// and VFMADD231PS, with the activation side read from memory. The integer
+// sums, scale products and FMAs are blockLoop's, so the results are too.
+func (t *tile) blockLoopX(wsz int, wquants func(r int, single bool) reg.VecVirtual) {
+	acc := t.zeroAcc()
+	g := GP32()
+	MOVL(U32(0xff00), g)
+	kHi := K()
+	KMOVW(g, kHi)
+	MOVL(U32(0x00ff), g)
+	kLo := K()
+	KMOVW(g, kLo)
+
+	body := func(single bool) {
+		for r := 0; r < t.R; r++ {
+			wu := wquants(r, single)
+			kk := kHi
+			if single {
+				kk = nil
+			}
+			wd := scales2(t.w(r, 0), t.w(r, wsz), kk)
+			for c := 0; c < t.C; c++ {
+				s := ZMM()
+				VMOVDQU32(t.x(c, 64), s)
+				vpdpbusd(t.x(c, 0), wu, s) // exact sum of w*x per lane
+				VCVTDQ2PS(s, s)
+				dd := ZMM()
+				VMULPS(t.x(c, 128), wd, dd)
+				if single {
+					VFMADD231PS(dd, s, kLo, acc[r][c])
+				} else {
+					VFMADD231PS(dd, s, acc[r][c])
+				}
+			}
+		}
+	}
+	Label("loop")
+	CMPQ(t.n, Imm(2))
+	JL(LabelRef("tail"))
+	body(false)
+	t.advance(2*wsz, xPair, 2)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(t.n, t.n)
+	JZ(LabelRef("done"))
+	body(true)
+	Label("done")
+	t.store(acc)
+}
+
+// q80VNNIX is q80VNNI on expanded activations: weights w+128 as unsigned.
+func q80VNNIX(t *tile) {
+	g := GP32()
+	MOVL(U32(0x80808080), g)
+	c80 := ZMM()
+	VPBROADCASTD(g, c80)
+	t.blockLoopX(q80, func(r int, single bool) reg.VecVirtual {
+		z := ZMM()
+		VBROADCASTI64X4(t.w(r, 2), z)
+		if !single {
+			VINSERTI64X4(Imm(1), t.w(r, q80+2), z, z)
+		}
+		VPXORD(c80, z, z)
+		return z
+	})
+}
+
+// q40VNNIX is q40VNNI on expanded activations: the nibbles q are the
+// unsigned bytes (the correction of -8 is in the activation row).
+func q40VNNIX(t *tile) {
+	g := GP32()
+	MOVL(U32(0x0f0f0f0f), g)
+	c0f := ZMM()
+	VPBROADCASTD(g, c0f)
+	MOVL(U32(0xcc), g)
+	kOdd := K()
+	KMOVW(g, kOdd)
+	t.blockLoopX(q40, func(r int, single bool) reg.VecVirtual {
+		z := ZMM()
+		VBROADCASTI32X4(t.w(r, 2), z)
+		if !single {
+			VINSERTI32X4(Imm(2), t.w(r, q40+2), z, z)
+			VINSERTI32X4(Imm(3), t.w(r, q40+2), z, z)
+		}
+		hi := ZMM()
+		VPSRLW(Imm(4), z, hi)
+		VMOVDQA64(hi, kOdd, z)
+		VPANDD(c0f, z, z)
+		return z
+	})
+}
+
+// blockAVX2 is the Q8_0/Q4_0 order of dotQ80Q80 with AVX2: lanes 0..7 of
+// every sum are one YMM (even blocks) and lanes 8..15 another (odd
+// blocks). Each block's quants are sign-extended to int16; VPMADDWD sums
+// the products in pairs and VPHADDD the pairs in fours, exactly (no
+// VPMADDUBSW, whose int16 sums saturate). VPHADDD leaves the eight 4-sums
+// of a block in the lane order [g0 g1 g4 g5 | g2 g3 g6 g7], the same for
+// every block, so the accumulators hold the lanes permuted and foldPerm
+// folds them in reduceLanes' order. wquants loads the int16 weights of
+// block disp of row r (elements 0..15, 16..31).
+func (t *tile) blockAVX2(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
+	type pair struct{ lo, hi reg.VecVirtual }
+	acc := make([][]pair, t.R)
+	for r := range acc {
+		acc[r] = make([]pair, t.C)
+		for c := range acc[r] {
+			acc[r][c] = pair{YMM(), YMM()}
+			VXORPS(acc[r][c].lo, acc[r][c].lo, acc[r][c].lo)
+			VXORPS(acc[r][c].hi, acc[r][c].hi, acc[r][c].hi)
+		}
+	}
+	block := func(b int) {
+		for r := 0; r < t.R; r++ {
+			wa, wb := wquants(r, b*wsz)
+			wd := YMM()
+			VPBROADCASTW(t.w(r, b*wsz), wd.AsX())
+			VCVTPH2PS(wd.AsX(), wd)
+			for c := 0; c < t.C; c++ {
+				xa, xb := YMM(), YMM()
+				VPMOVSXBW(t.x(c, b*q80+2), xa)
+				VPMOVSXBW(t.x(c, b*q80+18), xb)
+				VPMADDWD(wa, xa, xa)
+				VPMADDWD(wb, xb, xb)
+				VPHADDD(xb, xa, xa) // [g0 g1 g4 g5 | g2 g3 g6 g7], exact
+				VCVTDQ2PS(xa, xa)
+				dd := YMM()
+				VPBROADCASTW(t.x(c, b*q80), dd.AsX())
+				VCVTPH2PS(dd.AsX(), dd)
+				VMULPS(dd, wd, dd)
+				a := acc[r][c].lo
+				if b == 1 {
+					a = acc[r][c].hi
+				}
+				VFMADD231PS(dd, xa, a)
+			}
+		}
+	}
+	Label("loop")
+	CMPQ(t.n, Imm(2))
+	JL(LabelRef("tail"))
+	block(0)
+	block(1)
+	t.advance(2*wsz, 2*q80, 2)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(t.n, t.n)
+	JZ(LabelRef("done"))
+	block(0)
+	Label("done")
+	op := param("out")
+	os := param("os")
+	for r := range acc {
+		for c := range acc[r] {
+			s := foldPerm(acc[r][c].lo, acc[r][c].hi)
+			if c == 0 {
+				VMOVSS(s, Mem{Base: op, Disp: 4 * r})
+			} else {
+				VMOVSS(s, Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
+			}
+		}
+	}
+}
+
+// foldPerm is reduceLanes on 16 lanes held as lo (0..7) and hi (8..15) in
+// the order [0 1 4 5 | 2 3 6 7]: +8 (lo+hi), +4 (positions 0,1,4,5 gain
+// 2,3,6,7: VPERMILPS swaps the 64-bit halves of each 128-bit lane), +2
+// (positions 0,1 gain 4,5), +1.
+func foldPerm(lo, hi reg.VecVirtual) reg.VecVirtual {
+	y := YMM()
+	VADDPS(hi, lo, y)
+	t := YMM()
+	VPERMILPS(Imm(0x4e), y, t)
+	VADDPS(t, y, y)
+	x := XMM()
+	VEXTRACTF128(Imm(1), y, x)
+	VADDPS(x, y.AsX(), x)
+	h := XMM()
+	VMOVSHDUP(x, h)
+	VADDSS(h, x, x)
+	return x
+}
+
+func q80AVX2(t *tile) {
+	t.blockAVX2(q80, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+		a, b := YMM(), YMM()
+		VPMOVSXBW(t.w(r, disp+2), a)
+		VPMOVSXBW(t.w(r, disp+18), b)
+		return a, b
+	})
+}
+
+// q40AVX2 widens the 16 bytes of a block to words: the low nibbles are
+// elements 0..15, the high ones 16..31, each minus 8.
+func q40AVX2(t *tile) {
+	g := GP32()
+	MOVL(U32(0x000f000f), g)
+	c0f := YMM()
+	VMOVD(g, c0f.AsX())
+	VPBROADCASTD(c0f.AsX(), c0f)
+	MOVL(U32(0x00080008), g)
+	c08 := YMM()
+	VMOVD(g, c08.AsX())
+	VPBROADCASTD(c08.AsX(), c08)
+	t.blockAVX2(q40, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+		a, b := YMM(), YMM()
+		VPMOVZXBW(t.w(r, disp+2), a)
+		VPSRLW(Imm(4), a, b)
+		VPAND(c0f, a, a)
+		VPSUBW(c08, a, a)
+		VPSUBW(c08, b, b)
+		return a, b
+	})
+}
+
+// f16AVX2 is dotF16's order (DotF32's with each half converted exactly)
+// with 16 lanes held in two YMM registers, as f32AVX2. A tail of r < 16
+// elements is copied to zeroed stack buffers (AVX2 has no masked 16-bit
+// load) and its FMA blended into lanes 0..r-1 only.
+func f16AVX2(t *tile) {
+	type pair struct{ lo, hi reg.VecVirtual }
+	acc := make([][]pair, t.R)
+	for r := range acc {
+		acc[r] = make([]pair, t.C)
+		for c := range acc[r] {
+			acc[r][c] = pair{YMM(), YMM()}
+			VXORPS(acc[r][c].lo, acc[r][c].lo, acc[r][c].lo)
+			VXORPS(acc[r][c].hi, acc[r][c].hi, acc[r][c].hi)
+		}
+	}
+	buf := AllocLocal(32 * (t.R + t.C))
+	Label("loop")
+	CMPQ(t.n, Imm(16))
+	JL(LabelRef("tail"))
+	xv := make([]pair, t.C)
+	for c := range xv {
+		xv[c] = pair{YMM(), YMM()}
+		VCVTPH2PS(t.x(c, 0), xv[c].lo)
+		VCVTPH2PS(t.x(c, 16), xv[c].hi)
+	}
+	for r := 0; r < t.R; r++ {
+		wlo, whi := YMM(), YMM()
+		VCVTPH2PS(t.w(r, 0), wlo)
+		VCVTPH2PS(t.w(r, 16), whi)
+		for c := range xv {
+			VFMADD231PS(wlo, xv[c].lo, acc[r][c].lo)
+			VFMADD231PS(whi, xv[c].hi, acc[r][c].hi)
+		}
+	}
+	t.advance(32, 32, 16)
+	JMP(LabelRef("loop"))
+	Label("tail")
+	TESTQ(t.n, t.n)
+	JZ(LabelRef("done"))
+	// Copy each row's n halves to a zeroed 32-byte buffer.
+	z := YMM()
+	VXORPS(z, z, z)
+	for i := 0; i < t.R+t.C; i++ {
+		VMOVUPS(z, buf.Offset(32*i))
+	}
+	for i := 0; i < t.R+t.C; i++ {
+		var src Mem
+		if i < t.R {
+			src = t.w(i, 0)
+		} else {
+			src = t.x(i-t.R, 0)
+		}
+		p := GP64()
+		LEAQ(src, p)
+		j := GP64()
+		XORQ(j, j)
+		h := GP16()
+		Label(fmt.Sprintf("copy%d", i))
+		MOVW(Mem{Base: p, Index: j, Scale: 2}, h)
+		dst := buf.Offset(32 * i)
+		dst.Index, dst.Scale = j, 2
+		MOVW(h, dst)
+		INCQ(j)
+		CMPQ(j, t.n)
+		JL(LabelRef(fmt.Sprintf("copy%d", i)))
+	}
+	// Masks for lanes 0..n-1: maskTab + 4*(16-n).
+	off := GP64()
+	MOVQ(U32(16), off)
+	SUBQ(t.n, off)
+	tab := GP64()
+	LEAQ(maskTab, tab)
+	mlo, mhi := YMM(), YMM()
+	VMOVDQU(Mem{Base: tab, Index: off, Scale: 4}, mlo)
+	VMOVDQU(Mem{Base: tab, Index: off, Scale: 4, Disp: 32}, mhi)
+	for r := 0; r < t.R; r++ {
+		for hf, m := range []reg.VecVirtual{mlo, mhi} {
+			w := YMM()
+			VCVTPH2PS(buf.Offset(32*r+16*hf), w)
+			for c := 0; c < t.C; c++ {
+				a := acc[r][c].lo
+				if hf == 1 {
+					a = acc[r][c].hi
+				}
+				x := YMM()
+				VCVTPH2PS(buf.Offset(32*(t.R+c)+16*hf), x)
+				VFMADD213PS(a, w, x)  // x = w*x + acc
+				VBLENDVPS(m, x, a, a) // lanes in the tail take the FMA
+			}
+		}
+	}
+	Label("done")
+	op := param("out")
+	os := param("os")
+	for r := range acc {
+		for c := range acc[r] {
+			s := foldY(acc[r][c].lo, acc[r][c].hi)
+			if c == 0 {
+				VMOVSS(s, Mem{Base: op, Disp: 4 * r})
+			} else {
+				VMOVSS(s, Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
+			}
+		}
+	}
 }
