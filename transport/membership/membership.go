@@ -6,7 +6,9 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,6 +184,14 @@ type Node struct {
 	down    bool
 	meta    Meta
 	leaving bool
+
+	// view holds a copy of every live member, kept by the event delegate.
+	// memberlist's own Node structs are updated in place under its lock, so
+	// reading them from outside a callback is a data race; copies taken
+	// inside the callbacks (which run under that lock) are not.
+	vmu  sync.Mutex
+	view map[string]Member
+	name string // the local member's name
 }
 
 // New validates cfg, starts gossiping on its address (or Transport) and
@@ -201,6 +211,7 @@ func New(cfg Config) (*Node, error) {
 		events: make(chan Event, EventBuffer),
 		logger: logger,
 		meta:   cfg.Meta,
+		view:   map[string]Member{},
 	}
 	n.encoded.Store(&meta)
 
@@ -209,6 +220,7 @@ func New(cfg Config) (*Node, error) {
 	if mc.Name == "" {
 		mc.Name = fmt.Sprintf("%s-%016x", cfg.Meta.NodeID, cfg.Meta.Incarnation)
 	}
+	n.name = mc.Name
 	mc.BindAddr, mc.BindPort = cfg.BindAddr, cfg.BindPort
 	mc.AdvertiseAddr, mc.AdvertisePort = cfg.AdvertiseAddr, cfg.AdvertisePort
 	if mc.AdvertisePort == 0 {
@@ -326,18 +338,46 @@ func (n *Node) storeMetaLocked() error {
 }
 
 // Members returns the members currently alive or suspected, the local node
-// included. The slice is the caller's.
+// included, sorted by name. The slice is the caller's.
 func (n *Node) Members() []Member {
-	nodes := n.ml.Members()
-	out := make([]Member, len(nodes))
-	for i, nd := range nodes {
-		out[i] = toMember(nd)
+	n.vmu.Lock()
+	out := make([]Member, 0, len(n.view))
+	for _, m := range n.view {
+		out = append(out, m)
 	}
+	n.vmu.Unlock()
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // Local returns the local member.
-func (n *Node) Local() Member { return toMember(n.ml.LocalNode()) }
+func (n *Node) Local() Member {
+	n.vmu.Lock()
+	m, ok := n.view[n.name]
+	n.vmu.Unlock()
+	if ok {
+		return m
+	}
+	return Member{Name: n.name, Meta: n.localMeta()}
+}
+
+// localMeta returns the local metadata as last set.
+func (n *Node) localMeta() Meta {
+	n.life.Lock()
+	defer n.life.Unlock()
+	return n.meta
+}
+
+// track records a member's latest state for Members; gone removes it.
+func (n *Node) track(m Member, gone bool) {
+	n.vmu.Lock()
+	defer n.vmu.Unlock()
+	if gone {
+		delete(n.view, m.Name)
+		return
+	}
+	n.view[m.Name] = m
+}
 
 // Events returns the channel of membership changes, buffered EventBuffer
 // deep. Read it from one goroutine (the coordinator's loop); it is never
@@ -402,7 +442,9 @@ type eventDelegate struct{ n *Node }
 var _ memberlist.EventDelegate = eventDelegate{}
 
 func (d eventDelegate) NotifyJoin(nd *memberlist.Node) {
-	d.n.emit(Event{Kind: EventJoin, Member: toMember(nd)})
+	m := toMember(nd)
+	d.n.track(m, false)
+	d.n.emit(Event{Kind: EventJoin, Member: m})
 }
 
 // NotifyLeave fires for a graceful leave and for a death alike. memberlist
@@ -415,9 +457,12 @@ func (d eventDelegate) NotifyLeave(nd *memberlist.Node) {
 	if m.Leaving || nd.State == memberlist.StateLeft {
 		kind = EventLeave
 	}
+	d.n.track(m, true)
 	d.n.emit(Event{Kind: kind, Member: m})
 }
 
 func (d eventDelegate) NotifyUpdate(nd *memberlist.Node) {
-	d.n.emit(Event{Kind: EventUpdate, Member: toMember(nd)})
+	m := toMember(nd)
+	d.n.track(m, false)
+	d.n.emit(Event{Kind: EventUpdate, Member: m})
 }
