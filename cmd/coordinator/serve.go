@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,7 +75,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
-	n, err := parseSize(*kvMem)
+	n, err := shard.ParseSize(*kvMem)
 	if err != nil {
 		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
 	}
@@ -118,25 +117,6 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return cfg, nil
 }
 
-// parseSize reads a byte count such as 512MiB, 4GiB, 1G or 1048576.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
-		return 0, fmt.Errorf("want a positive size such as 512MiB or 4GiB, got %q", s)
-	}
-	return int64(v * float64(mult)), nil
-}
 
 // serve runs the coordinator with local shards until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig) error {

@@ -17,8 +17,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/strata-llm/strata/shard"
@@ -82,7 +80,7 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 		return cfg, fmt.Errorf("join: unexpected argument %q", fs.Arg(0))
 	}
 	if *kvMem != "0" {
-		v, err := parseSize(*kvMem)
+		v, err := shard.ParseSize(*kvMem)
 		if err != nil {
 			return cfg, fmt.Errorf("--kv-memory: %w", err)
 		}
@@ -96,22 +94,3 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// parseSize reads a byte count such as 512MiB, 4GiB, 1G or 1048576.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || v <= 0 || v*float64(mult) > 1<<50 {
-		return 0, fmt.Errorf("want a positive size such as 512MiB or 4GiB, got %q", s)
-	}
-	return int64(v * float64(mult)), nil
-}
