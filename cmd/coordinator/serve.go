@@ -117,7 +117,6 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return cfg, nil
 }
 
-
 // serve runs the coordinator with local shards until ctx ends, then drains.
 func serve(ctx context.Context, cfg serveConfig) error {
 	log := cfg.Log

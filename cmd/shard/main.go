@@ -93,4 +93,3 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return cfg, cfg.Validate()
 }
-
