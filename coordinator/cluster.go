@@ -440,7 +440,28 @@ type (
 		up  bool
 		err error
 	}
+	// evDownstream: a stage failed a whole batch because the stage after
+	// it (or the coordinator's Results) is unreachable.
+	evDownstream struct {
+		version uint64
+		shardID string
+		reason  string
+	}
 )
+
+// downstreamBackoff is how long the pipeline stays paused after a stage
+// reports its downstream unreachable before the stage-0 link is reopened:
+// long enough for the broken shard's control stream or membership to report
+// the loss (which then holds the pipeline until a new placement), so that
+// requests are not dispatched again and again into a pipeline with a hole,
+// each try costing them a retry.
+const downstreamBackoff = time.Second
+
+// downstreamDown reports whether a stage's BatchFailed reason says the
+// pipeline beyond it is broken, rather than something about the batch.
+func downstreamDown(reason string) bool {
+	return reason == "downstream_unavailable" || reason == "results_unavailable"
+}
 
 func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, serveErr <-chan error) error {
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -493,6 +514,11 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 		c.ctlMsg(s, e.msg, now)
 	case evLink:
 		c.linkEvent(e, now)
+	case evDownstream:
+		if c.active != nil && c.active.Version == e.version && c.pipe.ready() {
+			c.linkRetryAt = now.Add(downstreamBackoff)
+			c.pauseFor(fmt.Sprintf("shard %s: %s", e.shardID, e.reason), now)
+		}
 	}
 }
 

@@ -411,6 +411,9 @@ func (c *Cluster) runLink(runCtx, ctx context.Context, l *link) {
 			}
 			if f := rep.GetFailed(); f != nil {
 				c.pipe.batchFailed(f)
+				if len(f.GetSeqs()) == 0 && downstreamDown(f.GetReason()) {
+					c.post(runCtx, evDownstream{version: l.version, shardID: f.GetShardId(), reason: f.GetReason()})
+				}
 			}
 		}
 	})
