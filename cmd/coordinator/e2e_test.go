@@ -153,6 +153,7 @@ func waitReady(t *testing.T, url string, d time.Duration) {
 
 type e2eCluster struct {
 	t         *testing.T
+	model     string
 	api       string
 	gossip    string
 	coord     *proc
@@ -162,10 +163,14 @@ type e2eCluster struct {
 	shardMets []string
 }
 
-func startE2E(t *testing.T, nShards int) *e2eCluster {
+func startE2E(t *testing.T, nShards int) *e2eCluster { return startE2EModel(t, stories, nShards) }
+
+// startE2EModel starts a coordinator serving path and nShards shard
+// processes with the same file, and waits until the pipeline is ready.
+func startE2EModel(t *testing.T, path string, nShards int) *e2eCluster {
 	coordBin, shardBin := binaries(t)
-	c := &e2eCluster{t: t, api: freeAddr(t), gossip: freeAddr(t), shardBin: shardBin, dataDir: t.TempDir()}
-	c.coord = start(t, "coordinator", coordBin, "serve", "--model", stories, "--listen", c.api,
+	c := &e2eCluster{t: t, model: path, api: freeAddr(t), gossip: freeAddr(t), shardBin: shardBin, dataDir: t.TempDir()}
+	c.coord = start(t, "coordinator", coordBin, "serve", "--model", path, "--listen", c.api,
 		"--gossip", c.gossip, "--grpc", freeAddr(t), "--min-shards", fmt.Sprint(nShards), "--data-dir", c.dataDir,
 		"--threads", "1", "--kv-memory", "8MiB")
 	for range nShards {
@@ -179,7 +184,7 @@ func (c *e2eCluster) addShard() *proc {
 	c.t.Helper()
 	i := len(c.shards)
 	m := freeAddr(c.t)
-	p := start(c.t, fmt.Sprintf("shard-%d", i), c.shardBin, "join", "--coordinator", c.gossip, "--model", stories,
+	p := start(c.t, fmt.Sprintf("shard-%d", i), c.shardBin, "join", "--coordinator", c.gossip, "--model", c.model,
 		"--gossip", freeAddr(c.t), "--grpc", freeAddr(c.t), "--metrics", m, "--data-dir", c.t.TempDir(), "--threads", "1")
 	c.shards = append(c.shards, p)
 	c.shardMets = append(c.shardMets, m)
