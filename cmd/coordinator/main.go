@@ -82,8 +82,21 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	seed := fs.Uint64("seed", 0, "seed of the random draw")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
 	verbose := fs.Bool("v", false, "log what the command does")
+	benchMode := fs.Bool("bench", false, "measure CPU speed on generated models instead (pp128, tg64, batched decode, bandwidth)")
+	benchSizes := fs.String("bench-sizes", "15M,110M", "with --bench: model sizes among 15M, 110M, 1B")
+	benchTypes := fs.String("bench-types", "F32,Q8_0,Q4_0", "with --bench: weight types")
+	benchThreads := fs.String("bench-threads", "1,2", "with --bench: thread counts")
+	benchBatches := fs.String("bench-batches", "1,4,8,16", "with --bench: sequence counts of batched decode")
+	benchReps := fs.Int("bench-reps", 3, "with --bench: repetitions (the median is reported)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *benchMode {
+		bc, err := parseBenchConfig(*benchSizes, *benchTypes, *benchThreads, *benchBatches, *benchReps)
+		if err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		return runBench(ctx, bc, stdout)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("generate: unexpected argument %q", fs.Arg(0))

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestParseBenchConfig(t *testing.T) {
+	cfg, err := parseBenchConfig("15M,110M", "f32,Q8_0", "1,2", "1,8", 3)
+	if err != nil || len(cfg.Sizes) != 2 || len(cfg.Types) != 2 || len(cfg.Threads) != 2 || len(cfg.Batches) != 2 {
+		t.Fatalf("%+v, %v", cfg, err)
+	}
+	for _, bad := range [][4]string{{"2B", "F32", "1", "1"}, {"15M", "Q5_K", "1", "1"}, {"15M", "F32", "0", "1"}, {"15M", "F32", "1", "x"}} {
+		if _, err := parseBenchConfig(bad[0], bad[1], bad[2], bad[3], 1); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func TestRunBenchPrintsARow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("measures a generated model")
+	}
+	cfg, err := parseBenchConfig("15M", "Q8_0", "1", "2", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := runBench(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[2], "| 15M | Q8_0 | 1 |") || strings.Count(lines[2], "|") != 9 {
+		t.Fatalf("table:\n%s", out.String())
+	}
+}
