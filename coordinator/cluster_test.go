@@ -180,12 +180,12 @@ func TestClusterTombstoneBackstopResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the backstop tombstones", func() bool { _, ts, _, _ := sh.snapshot(); return len(ts) == 1 })
-	_, ts, _, batches := sh.snapshot()
+	_, ts, _, _ := sh.snapshot()
 	if got := ts[0].GetTombstones(); len(got) != 1 || got[0].GetSeq() != 3 || got[0].GetReason() != pb.Tombstone_ABORTED || ts[0].GetAckId() == 0 {
 		t.Fatalf("backstop = %v", ts[0])
 	}
 	waitUntil(t, "the in-band tombstone", func() bool { _, _, _, b := sh.snapshot(); return len(b) == 2 })
-	_, _, _, batches = sh.snapshot()
+	_, _, _, batches := sh.snapshot()
 	if got := batches[1].GetTombstones(); len(got) != 1 || got[0].GetSeq() != 3 {
 		t.Fatalf("in-band tombstones = %v", got)
 	}

@@ -77,7 +77,6 @@ func (t *tokenTimer) observe(n int) {
 	now := time.Now()
 	if t.last.IsZero() {
 		t.m.ttft.Observe(now.Sub(t.arrived).Seconds())
-		n-- // the first token's time is its TTFT
 	} else {
 		gap := now.Sub(t.last).Seconds() / float64(n)
 		for range n {

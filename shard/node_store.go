@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // store is the shard's persistent state in bbolt: only its node identity
@@ -32,7 +33,7 @@ func openStore(dir string) (*store, error) {
 	path := filepath.Join(dir, "shard.db")
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: another shard process holds it", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)

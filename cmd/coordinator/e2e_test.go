@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -241,28 +240,10 @@ func (c *e2eCluster) complete(ctx context.Context, prompt string, n int, stream 
 	return text.String(), resp.StatusCode, fmt.Errorf("stream ended without [DONE]: %v", sc.Err())
 }
 
-// metric reads one sample from a /metrics page: the sum of the lines that
-// start with name (and carry every label given).
+// metric reads the sum of every sample of name on a /metrics page.
 func metric(t *testing.T, addr, name string) (float64, bool) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0, false
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var sum float64
-	found := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, name+"{") || strings.HasPrefix(line, name+" ") {
-			var v float64
-			fields := strings.Fields(line)
-			fmt.Sscan(fields[len(fields)-1], &v)
-			sum += v
-			found = true
-		}
-	}
-	return sum, found
+	return metricWith(t, addr, name, "")
 }
 
 // TestE2EShardProcesses: a coordinator and two `shard join` processes on

@@ -211,7 +211,7 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff int, scores, o []float32) {
 	hd := len(o)
 	var buf [256]uint16
-	acc := buf[:0]
+	var acc []uint16
 	if hd <= len(buf) {
 		acc = buf[:hd]
 	} else {

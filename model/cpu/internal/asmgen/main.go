@@ -324,14 +324,12 @@ func quantQ80() {
 
 // tile holds the pointers and strides of one kernel call.
 type tile struct {
-	R, C       int
-	n          reg.GPVirtual
-	wp, ws     reg.GPVirtual
-	ws3        reg.GPVirtual
-	xp, xs     reg.GPVirtual
-	xs3        reg.GPVirtual
-	label      string
-	labelCount int
+	R, C   int
+	n      reg.GPVirtual
+	wp, ws reg.GPVirtual
+	ws3    reg.GPVirtual
+	xp, xs reg.GPVirtual
+	xs3    reg.GPVirtual
 }
 
 func param(name string) reg.GPVirtual {
@@ -458,8 +456,6 @@ func tailMask(n reg.GPVirtual) reg.OpmaskVirtual {
 	KMOVW(m, k)
 	return k
 }
-
-func (t *tile) lbl(s string) string { return s }
 
 // floatLoop emits the 16-lane float loop shared by F32, F16 and BF16. load
 // loads 16 elements of a row into a ZMM (mask nil: all; else zero-masked
@@ -744,10 +740,6 @@ func (t *tile) blockLoop(wsz int, wquants func(r int, single bool) reg.VecVirtua
 	Label("done")
 	t.store(acc)
 }
-
-// prefetch is how far ahead (bytes) the block kernels prefetch each weight
-// row: a matrix-vector product streams the weights from memory.
-var prefetch = 1024
 
 const (
 	q80 = 34
