@@ -143,8 +143,14 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 	}
 	m := r.stage.Model()
 	E := m.Embd
-	if !r.stage.First() && len(b.Hidden) != model.Tokens(toModel(b.Rows, nil))*E {
-		return nil, fmt.Errorf("%w: batch %d has %d hidden values for %d tokens", model.ErrBadBatch, b.ID, len(b.Hidden), model.Tokens(toModel(b.Rows, nil)))
+	if !r.stage.First() {
+		n := 0
+		for _, row := range b.Rows {
+			n += len(row.Tokens)
+		}
+		if len(b.Hidden) != n*E {
+			return nil, fmt.Errorf("%w: batch %d has %d hidden values for %d tokens", model.ErrBadBatch, b.ID, len(b.Hidden), n)
+		}
 	}
 	res := &Result{}
 	r.kept, r.rows, r.hidden = r.kept[:0], r.rows[:0], r.hidden[:0]
