@@ -90,7 +90,23 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
+	if p, ok := be.(Preparer); ok {
+		for _, L := range m.LayerWeights[first:last] {
+			for _, w := range []*Weight{L.Q, L.K, L.V, L.O, L.Gate, L.Up, L.Down} {
+				p.Prepare(w)
+			}
+		}
+		if last == m.Layers {
+			p.Prepare(m.Output)
+		}
+	}
 	return s, nil
+}
+
+// Preparer is a Backend that converts weights to a layout of its own
+// (repacking them for its kernels) once, before the first forward pass.
+type Preparer interface {
+	Prepare(w *Weight)
 }
 
 // First reports whether the stage embeds tokens (it starts at layer 0).

@@ -13,8 +13,13 @@ var _ model.Backend = (*Backend)(nil)
 // Backend runs one stage's matrix products on a shared Pool.
 type Backend struct {
 	pool *Pool
-	act  []byte   // activations converted to a weight's dot-product type
-	qrow [][]byte // per worker: one Q8_0 row on its way to the expanded layout
+	act  []byte      // activations converted to a weight's dot-product type
+	qrow [][]byte    // per worker: one Q8_0 row on its way to the expanded layout
+	tail [][]float32 // per worker: the outputs of a panel past the last row
+
+	// packed holds the repacked copy of every matrix the panel kernels
+	// read (see repack.go), made by Prepare or the first MatMul.
+	packed map[*model.Weight][]byte
 
 	// The MatMul in progress, read by convFn and tileFn; method values made
 	// once so that a MatMul allocates nothing.
@@ -34,18 +39,41 @@ type matJob struct {
 	tile   int // weight rows per work item
 	ts     *tileSet
 	dot    VecDot
-	expand bool // activation rows in the X kernels' expanded layout
+	ps     *panelSet // panel kernels over packed, activations expanded
+	packed []byte
 }
 
 // NewBackend returns a Backend that runs its work on pool.
 func NewBackend(pool *Pool) *Backend {
-	b := &Backend{pool: pool}
+	b := &Backend{pool: pool, packed: map[*model.Weight][]byte{}}
 	if pool != nil {
 		b.qrow = make([][]byte, pool.Workers())
+		b.tail = make([][]float32, pool.Workers())
+		for i := range b.tail {
+			b.tail[i] = make([]float32, panelRows*maxPanelC)
+		}
 	}
 	b.convFn = b.convertRow
 	b.tileFn = b.runTile
 	return b
+}
+
+// Prepare repacks w for the panel kernels when this CPU has them for its
+// type, so that the first MatMul need not. The copy lives as long as the
+// Backend; the stored matrix is still read for embeddings (a model whose
+// output matrix is its token embedding).
+func (b *Backend) Prepare(w *model.Weight) { b.packedFor(w) }
+
+func (b *Backend) packedFor(w *model.Weight) []byte {
+	if panelsFor(w.Type) == nil || w.Rows == 0 || w.Cols == 0 {
+		return nil
+	}
+	p, ok := b.packed[w]
+	if !ok {
+		p = repack(w.Type, w.Rows, w.Cols, w.Data)
+		b.packed[w] = p
+	}
+	return p
 }
 
 // Workers implements model.Backend.
@@ -83,6 +111,9 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 	}
 	j := &b.job
 	*j = matJob{w: w, x: x, rows: rows, out: out, dot: dot, ts: tilesFor(w.Type), wrow: len(w.Data) / w.Rows}
+	if packed := b.packedFor(w); packed != nil {
+		j.ps, j.packed, j.ts = panelsFor(w.Type), packed, nil
+	}
 	vt := w.Type.VecDotType()
 	if vt == ggml.F32 {
 		j.xb = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), rows*K*4)
@@ -92,9 +123,8 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 		if err != nil {
 			panic(fmt.Sprintf("cpu: %s: %v", w.Name, err))
 		}
-		if xts := xTilesFor(w.Type); xts != nil && vt == ggml.Q8_0 {
-			j.ts, j.expand = xts, true
-			rb = (K/ggml.QK + 1) / 2 * xPair
+		if j.ps != nil {
+			rb = K / ggml.QK * xBlock
 		}
 		j.stride = rb
 		if cap(b.act) < rows*rb {
@@ -115,7 +145,7 @@ func (b *Backend) convertRow(worker, r int) {
 	j := &b.job
 	K := j.w.Cols
 	dst := j.xb[r*j.stride : (r+1)*j.stride]
-	if !j.expand {
+	if j.ps == nil {
 		convertActivation(j.w.Type, j.x[r*K:(r+1)*K], dst)
 		return
 	}
@@ -125,17 +155,21 @@ func (b *Backend) convertRow(worker, r int) {
 	}
 	q := b.qrow[worker][:nb*q80Bytes]
 	convertActivation(j.w.Type, j.x[r*K:(r+1)*K], q)
-	expandQ8X(j.w.Type, nb, q, dst)
+	expandRow(j.w.Type, nb, q, dst)
 }
 
 // runTile computes weight rows [tile*j.tile, …) against every activation
 // row: activation rows in groups of up to maxC, and for each group the
 // item's weight rows in groups of up to maxR, so the item's weights stay in
 // cache while the activations stream.
-func (b *Backend) runTile(_, tile int) {
+func (b *Backend) runTile(worker, tile int) {
 	j := &b.job
 	N, K := j.w.Rows, j.w.Cols
 	lo, hi := tile*j.tile, min((tile+1)*j.tile, N)
+	if j.ps != nil {
+		b.runPanels(worker, lo, hi)
+		return
+	}
 	data := j.w.Data
 	ts := j.ts
 	if ts == nil {
@@ -156,6 +190,37 @@ func (b *Backend) runTile(_, tile int) {
 		for o := lo; o < hi; o += ts.maxR {
 			R := min(ts.maxR, hi-o)
 			ts.k[R-1][C-1](n, &data[o*j.wrow], j.wrow, &j.xb[c0*j.stride], j.stride, &j.out[c0*N+o], 4*N)
+		}
+	}
+}
+
+// runPanels computes weight rows [lo, hi) (lo a multiple of panelRows)
+// against every activation row with the panel kernels: activation rows in
+// groups of up to maxPanelC, and for each group the item's panels, so the
+// item's weights stay in cache while the activations stream. A panel that
+// runs past the last row writes to the worker's tail buffer first.
+func (b *Backend) runPanels(worker, lo, hi int) {
+	j := &b.job
+	N, nb := j.w.Rows, j.w.Cols/ggml.QK
+	pb := nb * panelBlockBytes(j.w.Type)
+	_ = j.packed[(hi+panelRows-1)/panelRows*pb-1]
+	_ = j.xb[j.rows*j.stride-1]
+	_ = j.out[(j.rows-1)*N+hi-1]
+	tail := b.tail[worker]
+	for c0 := 0; c0 < j.rows; c0 += maxPanelC {
+		C := min(maxPanelC, j.rows-c0)
+		k := j.ps.k[C-1]
+		for o := lo; o < hi; o += panelRows {
+			w := &j.packed[o/panelRows*pb]
+			x := &j.xb[c0*j.stride]
+			if o+panelRows <= N {
+				k(nb, w, x, j.stride, &j.out[c0*N+o], 4*N)
+				continue
+			}
+			k(nb, w, x, j.stride, &tail[0], 4*panelRows)
+			for c := range C {
+				copy(j.out[(c0+c)*N+o:(c0+c+1)*N], tail[c*panelRows:c*panelRows+N-o])
+			}
 		}
 	}
 }

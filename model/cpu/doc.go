@@ -1,6 +1,7 @@
 // Package cpu is strata's CPU backend: matrix products on quantized weights
-// read in place from the model file, a persistent worker pool, and paged
-// key/value storage.
+// (read in place from the model file, or repacked once into 16-row panels
+// for the VNNI kernels), a persistent worker pool, and paged key/value
+// storage.
 //
 // A Pool is shared by every stage of a process (--threads workers in all) and
 // is safe for concurrent use: jobs from different callers run one after
@@ -17,11 +18,13 @@
 // Kernels: on amd64 the dot products, attention sums, SwiGLU, softmax's exp
 // and the Q8_0 activation quantizer run as assembly generated with avo by
 // internal/asmgen (go generate; the generated kernels_amd64.s and stubs are
-// committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0 and Q4_0,
-// AVX2+FMA for F32, chosen at run time with golang.org/x/sys/cpu. Every
-// other case, and other architectures (or the purego tag), runs the
+// committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0 and Q4_0
+// (on weights repacked into panels of 16 rows, see repack.go), AVX2+FMA for
+// F32, F16, Q8_0 and Q4_0, chosen at run time with golang.org/x/sys/cpu.
+// Every other case, and other architectures (or the purego tag), runs the
 // portable Go kernels, which give the same bits: tests compare the two on
 // random inputs. Matrix products use R×C tile kernels (up to 4 weight rows ×
-// 4 activation rows per call) that reduce each output exactly as the
-// single-row kernel does.
+// 4 activation rows per call) or panel kernels (16 weight rows × up to 8
+// activation rows) that reduce each output exactly as the single-row kernel
+// does.
 package cpu

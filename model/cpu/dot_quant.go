@@ -18,31 +18,28 @@ const (
 
 // dotQ80Q80 is the Q8_0·Q8_0 kernel.
 //
-// Order: 16 float32 lane accumulators start at +0. Block b (in increasing
-// order) goes to lanes 8*(b%2) .. 8*(b%2)+7: dd = float32(f16(w.d) *
-// f16(x.d)) (rounded), and for l = 0..7, p is the exact int32 sum of
-// w.q[j]*x.q[j] for j = 4l..4l+3, and lane 8*(b%2)+l becomes
-// fma(float32(p), dd, lane) with a single rounding (VFMADD231PS). Then the
-// lanes are folded as in reduceLanes. This is the order of two blocks per
-// AVX-512 register with VPDPBUSD: one int32 lane per 4 bytes.
+// Order: one float32 accumulator starts at +0. For each block in increasing
+// order, p is the exact int32 sum of the 32 products w.q[j]*x.q[j], dd =
+// float32(f16(w.d) * f16(x.d)) (rounded), and acc becomes fma(float32(p),
+// dd, acc) with a single rounding. |p| < 2^24, so float32(p) is exact. This
+// is the order of llama.cpp's repacked CPU kernels (one integer sum per
+// block and row), and the one the panel kernels keep for 16 rows at once.
 func dotQ80Q80(n int, w, x []byte) float32 {
 	nb := n / ggml.QK
 	w, x = w[:nb*q80Bytes], x[:nb*q80Bytes]
 	t := f16Table
-	var acc [lanes]float32
+	var acc float32
 	for b := range nb {
 		wb := (*[q80Bytes]byte)(w[b*q80Bytes:])
 		xb := (*[q80Bytes]byte)(x[b*q80Bytes:])
 		dd := t[uint16(wb[0])|uint16(wb[1])<<8] * t[uint16(xb[0])|uint16(xb[1])<<8]
-		a := (*[8]float32)(acc[8*(b&1):])
-		for l := range 8 {
-			j := 2 + 4*l
-			p := int32(int8(wb[j]))*int32(int8(xb[j])) + int32(int8(wb[j+1]))*int32(int8(xb[j+1])) +
-				int32(int8(wb[j+2]))*int32(int8(xb[j+2])) + int32(int8(wb[j+3]))*int32(int8(xb[j+3]))
-			a[l] = fma32(float32(p), dd, a[l])
+		var p int32
+		for j := 2; j < q80Bytes; j++ {
+			p += int32(int8(wb[j])) * int32(int8(xb[j]))
 		}
+		acc = fma32(float32(p), dd, acc)
 	}
-	return reduceLanes(&acc)
+	return acc
 }
 
 // dotQ40Q80 is the Q4_0·Q8_0 kernel. Order as dotQ80Q80, with the weight
@@ -51,25 +48,18 @@ func dotQ40Q80(n int, w, x []byte) float32 {
 	nb := n / ggml.QK
 	w, x = w[:nb*q40Bytes], x[:nb*q80Bytes]
 	t := f16Table
-	var acc [lanes]float32
+	var acc float32
 	for b := range nb {
 		wb := (*[q40Bytes]byte)(w[b*q40Bytes:])
 		xb := (*[q80Bytes]byte)(x[b*q80Bytes:])
-		var q [32]int32
+		var p int32
 		for j := range 16 {
-			q[j] = int32(wb[2+j]&0xf) - 8
-			q[j+16] = int32(wb[2+j]>>4) - 8
+			p += (int32(wb[2+j]&0xf)-8)*int32(int8(xb[2+j])) + (int32(wb[2+j]>>4)-8)*int32(int8(xb[18+j]))
 		}
 		dd := t[uint16(wb[0])|uint16(wb[1])<<8] * t[uint16(xb[0])|uint16(xb[1])<<8]
-		a := (*[8]float32)(acc[8*(b&1):])
-		for l := range 8 {
-			j := 4 * l
-			p := q[j]*int32(int8(xb[2+j])) + q[j+1]*int32(int8(xb[3+j])) +
-				q[j+2]*int32(int8(xb[4+j])) + q[j+3]*int32(int8(xb[5+j]))
-			a[l] = fma32(float32(p), dd, a[l])
-		}
+		acc = fma32(float32(p), dd, acc)
 	}
-	return reduceLanes(&acc)
+	return acc
 }
 
 // dotQ4KQ8K is the Q4_K·Q8_K kernel, with the structure of ggml's

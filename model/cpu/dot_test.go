@@ -266,24 +266,16 @@ func TestBlockDotOrder(t *testing.T) {
 	q8K := func(x []byte, e int) int32 { return int32(int8(x[e/256*292+4+e%256])) }
 
 	spec32 := func(n int, w, x []byte, wq func(e int) int32, wd func(b int) float32) float32 {
-		var acc [16]float32
+		var acc float32
 		for b := 0; b < n/32; b++ {
 			dd := wd(b) * f16(x[34*b:])
-			for l := range 8 {
-				var p int32
-				for e := 32*b + 4*l; e < 32*b+4*l+4; e++ {
-					p += wq(e) * q80(x, e)
-				}
-				lane := 8*(b%2) + l
-				acc[lane] = fmaBig(float32(p), dd, acc[lane])
+			var p int32
+			for e := 32 * b; e < 32*b+32; e++ {
+				p += wq(e) * q80(x, e)
 			}
+			acc = fmaBig(float32(p), dd, acc)
 		}
-		for w := 8; w >= 1; w /= 2 {
-			for j := range w {
-				acc[j] = acc[j] + acc[j+w]
-			}
-		}
-		return acc[0]
+		return acc
 	}
 	for _, n := range []int{32, 64, 96, 288, 1024, 1056} {
 		for range 20 {

@@ -51,38 +51,37 @@ func tilesFor(t ggml.Type) *tileSet {
 	return archTiles(t)
 }
 
-// xTilesFor returns the kernels for weights of type t that take expanded
-// activation rows (see expandQ8X), or nil.
-func xTilesFor(t ggml.Type) *tileSet {
+// panelFunc computes a panel of 16 repacked weight rows (see repack.go)
+// against C activation rows in the expanded layout: out[c*os/4 + i] is the
+// dot product of the panel's row i with activation row c (at x + c*xs), for
+// i < 16; nb is the number of 32-element blocks. Each output is reduced in
+// exactly the order of the portable kernel of its type.
+type panelFunc func(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// maxPanelC bounds the activation rows of one panel kernel call.
+const maxPanelC = 8
+
+// panelSet is the panel kernels of one weight type, k[C-1] for C
+// activation rows.
+type panelSet struct {
+	name string
+	k    [maxPanelC]panelFunc
+}
+
+// panelsFor returns the kernels for repacked weights of type t, or nil when
+// the weights are used as stored.
+func panelsFor(t ggml.Type) *panelSet {
 	if portableOnly {
 		return nil
 	}
-	return archXTiles(t)
-}
-
-// xPair is the bytes per pair of 32-element blocks of an expanded
-// activation row: the 64 quants, 16 int32 corrections (-cw times the sum of
-// each 4 quants; cw is 128 for Q8_0 weights, 8 for Q4_0) and 16 float32
-// scales (block 2k's ×8, block 2k+1's ×8). The X kernels use the weights as
-// VPDPBUSD's unsigned bytes (w+128, or the raw nibbles) and the activations
-// as its signed ones, so the correction, computed once per activation row,
-// starts each integer sum; the sums, scale products and FMAs are those of
-// the other kernels, so the results are the same bits.
-const xPair = 192
-
-// expandQ8X writes the Q8_0 activation row q (nb blocks) to dst in the
-// expanded layout for weights of type t.
-func expandQ8X(t ggml.Type, nb int, q, dst []byte) {
-	cw := uint32(0x80808080)
-	if t == ggml.Q4_0 {
-		cw = 0x08080808
-	}
-	_, _ = q[nb*q80Bytes-1], dst[(nb+1)/2*xPair-1]
-	expandQ8XAVX512(nb, unsafe.SliceData(q), cw, unsafe.SliceData(dst))
+	return archPanels(t)
 }
 
 // ISA names the instruction set the kernels for weights of type t use.
 func ISA(t ggml.Type) string {
+	if ps := panelsFor(t); ps != nil {
+		return ps.name
+	}
 	if ts := tilesFor(t); ts != nil {
 		return ts.name
 	}

@@ -43,16 +43,10 @@ func archTiles(t ggml.Type) *tileSet {
 			return &bf16AVX512
 		}
 	case ggml.Q8_0:
-		if haveVNNI && !avx2Only {
-			return &q80VNNI
-		}
 		if haveF16C {
 			return &q80AVX2
 		}
 	case ggml.Q4_0:
-		if haveVNNI && !avx2Only {
-			return &q40VNNI
-		}
 		if haveF16C {
 			return &q40AVX2
 		}
@@ -60,20 +54,27 @@ func archTiles(t ggml.Type) *tileSet {
 	return nil
 }
 
-// archXTiles returns the kernels for weights of type t that take expanded
-// activation rows (expandQ8X), or nil.
-func archXTiles(t ggml.Type) *tileSet {
+// archPanels returns the kernels for repacked weights of type t, or nil.
+func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		return nil
 	}
 	switch t {
 	case ggml.Q8_0:
-		return &q80VNNIX
+		return &q80Panels
 	case ggml.Q4_0:
-		return &q40VNNIX
+		return &q40Panels
 	}
 	return nil
 }
+
+var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
+	q80Panel_1, q80Panel_2, q80Panel_3, q80Panel_4, q80Panel_5, q80Panel_6, q80Panel_7, q80Panel_8,
+}}
+
+var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{
+	q40Panel_1, q40Panel_2, q40Panel_3, q40Panel_4, q40Panel_5, q40Panel_6, q40Panel_7, q40Panel_8,
+}}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
 // AVX2 ones on an AVX-512 machine.
@@ -111,20 +112,6 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 	{bf16AVX512_4x1, bf16AVX512_4x2, bf16AVX512_4x3, bf16AVX512_4x4},
 }}
 
-var q80VNNI = tileSet{one: q80VNNI1, name: "q80VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
-	{q80VNNI_1x1, q80VNNI_1x2, q80VNNI_1x3, q80VNNI_1x4},
-	{q80VNNI_2x1, q80VNNI_2x2, q80VNNI_2x3, q80VNNI_2x4},
-	{q80VNNI_3x1, q80VNNI_3x2, q80VNNI_3x3, q80VNNI_3x4},
-	{q80VNNI_4x1, q80VNNI_4x2, q80VNNI_4x3, q80VNNI_4x4},
-}}
-
-var q40VNNI = tileSet{one: q40VNNI1, name: "q40VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
-	{q40VNNI_1x1, q40VNNI_1x2, q40VNNI_1x3, q40VNNI_1x4},
-	{q40VNNI_2x1, q40VNNI_2x2, q40VNNI_2x3, q40VNNI_2x4},
-	{q40VNNI_3x1, q40VNNI_3x2, q40VNNI_3x3, q40VNNI_3x4},
-	{q40VNNI_4x1, q40VNNI_4x2, q40VNNI_4x3, q40VNNI_4x4},
-}}
-
 func f32AVX5121(n int, w, x *byte) float32 {
 	var out float32
 	f32AVX512_1x1(n, w, 0, x, 0, &out, 0)
@@ -142,32 +129,6 @@ func bf16AVX5121(n int, w, x *byte) float32 {
 	bf16AVX512_1x1(n, w, 0, x, 0, &out, 0)
 	return out
 }
-
-func q80VNNI1(n int, w, x *byte) float32 {
-	var out float32
-	q80VNNI_1x1(n, w, 0, x, 0, &out, 0)
-	return out
-}
-
-func q40VNNI1(n int, w, x *byte) float32 {
-	var out float32
-	q40VNNI_1x1(n, w, 0, x, 0, &out, 0)
-	return out
-}
-
-var q80VNNIX = tileSet{name: "q80VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
-	{q80VNNIX_1x1, q80VNNIX_1x2, q80VNNIX_1x3, q80VNNIX_1x4},
-	{q80VNNIX_2x1, q80VNNIX_2x2, q80VNNIX_2x3, q80VNNIX_2x4},
-	{q80VNNIX_3x1, q80VNNIX_3x2, q80VNNIX_3x3, q80VNNIX_3x4},
-	{q80VNNIX_4x1, q80VNNIX_4x2, q80VNNIX_4x3, q80VNNIX_4x4},
-}}
-
-var q40VNNIX = tileSet{name: "q40VNNI", unit: 32, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
-	{q40VNNIX_1x1, q40VNNIX_1x2, q40VNNIX_1x3, q40VNNIX_1x4},
-	{q40VNNIX_2x1, q40VNNIX_2x2, q40VNNIX_2x3, q40VNNIX_2x4},
-	{q40VNNIX_3x1, q40VNNIX_3x2, q40VNNIX_3x3, q40VNNIX_3x4},
-	{q40VNNIX_4x1, q40VNNIX_4x2, q40VNNIX_4x3, q40VNNIX_4x4},
-}}
 
 var q80AVX2 = tileSet{one: q80AVX21, name: "q80AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{q80AVX2_1x1, q80AVX2_1x2},

@@ -5952,13750 +5952,6 @@ done:
 	VMOVSS        X1, 12(AX)(DX*1)
 	RET
 
-// func q80VNNI_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_1x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	VXORPS       Z0, Z0, Z0
-	MOVL         $0x80808080, BX
-	VPBROADCASTD BX, Z1
-	MOVL         $0x0000ff00, BX
-	KMOVW        BX, K1
-	MOVL         $0x000000ff, BX
-	KMOVW        BX, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z2
-	VINSERTI64X4    $0x01, 36(DX), Z2, Z2
-	VPXORD          Z1, Z2, Z2
-	VPBROADCASTW    (DX), Y3
-	VPBROADCASTW    34(DX), K1, Y3
-	VCVTPH2PS       Y3, Z3
-	VBROADCASTI64X4 2(CX), Z4
-	VINSERTI64X4    $0x01, 36(CX), Z4, Z4
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z4, Z1, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    34(CX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z4, Z2, Z7
-	VPSUBD          Z5, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z3, Z6, Z2
-	VFMADD231PS     Z2, Z7, Z0
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z2
-	VPXORD          Z1, Z2, Z2
-	VPBROADCASTW    (DX), Y3
-	VCVTPH2PS       Y3, Z3
-	VBROADCASTI64X4 2(CX), Z4
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z4, Z1, Z5
-	VPBROADCASTW    (CX), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z4, Z2, Z6
-	VPSUBD          Z5, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z3, Z1, Z1
-	VFMADD231PS     Z1, Z6, K2, Z0
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y1
-	VADDPS        Y1, Y0, Y1
-	VEXTRACTF32X4 $0x01, Y1, X0
-	VADDPS        X0, X1, X0
-	VMOVHLPS      X0, X0, X1
-	VADDPS        X1, X0, X0
-	VMOVSHDUP     X0, X1
-	VADDSS        X1, X0, X0
-	VMOVSS        X0, (AX)
-	RET
-
-// func q80VNNI_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_1x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z3
-	VINSERTI64X4    $0x01, 36(DX), Z3, Z3
-	VPXORD          Z2, Z3, Z3
-	VPBROADCASTW    (DX), Y4
-	VPBROADCASTW    34(DX), K1, Y4
-	VCVTPH2PS       Y4, Z4
-	VBROADCASTI64X4 2(DX)(BX*1), Z5
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z5, Z5
-	VPXORD          Z2, Z5, Z5
-	VPBROADCASTW    (DX)(BX*1), Y6
-	VPBROADCASTW    34(DX)(BX*1), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(CX), Z7
-	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z2, Z8
-	VPBROADCASTW    (CX), Y9
-	VPBROADCASTW    34(CX), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z3, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z4, Z9, Z3
-	VFMADD231PS     Z3, Z10, Z0
-	VXORPS          Z3, Z3, Z3
-	VPDPBUSD        Z7, Z5, Z3
-	VPSUBD          Z8, Z3, Z3
-	VCVTDQ2PS       Z3, Z3
-	VMULPS          Z6, Z9, Z4
-	VFMADD231PS     Z4, Z3, Z1
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z3
-	VPXORD          Z2, Z3, Z3
-	VPBROADCASTW    (DX), Y4
-	VCVTPH2PS       Y4, Z4
-	VBROADCASTI64X4 2(DX)(BX*1), Z5
-	VPXORD          Z2, Z5, Z5
-	VPBROADCASTW    (DX)(BX*1), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(CX), Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z2, Z8
-	VPBROADCASTW    (CX), Y2
-	VCVTPH2PS       Y2, Z2
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z7, Z3, Z9
-	VPSUBD          Z8, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z4, Z2, Z3
-	VFMADD231PS     Z3, Z9, K2, Z0
-	VXORPS          Z3, Z3, Z3
-	VPDPBUSD        Z7, Z5, Z3
-	VPSUBD          Z8, Z3, Z3
-	VCVTDQ2PS       Z3, Z3
-	VMULPS          Z6, Z2, Z2
-	VFMADD231PS     Z2, Z3, K2, Z1
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y2
-	VADDPS        Y2, Y0, Y2
-	VEXTRACTF32X4 $0x01, Y2, X0
-	VADDPS        X0, X2, X0
-	VMOVHLPS      X0, X0, X2
-	VADDPS        X2, X0, X0
-	VMOVSHDUP     X0, X2
-	VADDSS        X2, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	RET
-
-// func q80VNNI_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_1x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z4
-	VINSERTI64X4    $0x01, 36(DX), Z4, Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (DX), Y5
-	VPBROADCASTW    34(DX), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI64X4 2(DX)(BX*1), Z6
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z6, Z6
-	VPXORD          Z3, Z6, Z6
-	VPBROADCASTW    (DX)(BX*1), Y7
-	VPBROADCASTW    34(DX)(BX*1), K1, Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI64X4 2(DX)(BX*2), Z8
-	VINSERTI64X4    $0x01, 36(DX)(BX*2), Z8, Z8
-	VPXORD          Z3, Z8, Z8
-	VPBROADCASTW    (DX)(BX*2), Y9
-	VPBROADCASTW    34(DX)(BX*2), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VBROADCASTI64X4 2(CX), Z10
-	VINSERTI64X4    $0x01, 36(CX), Z10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z10, Z3, Z11
-	VPBROADCASTW    (CX), Y12
-	VPBROADCASTW    34(CX), K1, Y12
-	VCVTPH2PS       Y12, Z12
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z10, Z4, Z13
-	VPSUBD          Z11, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z5, Z12, Z4
-	VFMADD231PS     Z4, Z13, Z0
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z10, Z6, Z4
-	VPSUBD          Z11, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z7, Z12, Z5
-	VFMADD231PS     Z5, Z4, Z1
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z10, Z8, Z4
-	VPSUBD          Z11, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z9, Z12, Z5
-	VFMADD231PS     Z5, Z4, Z2
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (DX), Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI64X4 2(DX)(BX*1), Z6
-	VPXORD          Z3, Z6, Z6
-	VPBROADCASTW    (DX)(BX*1), Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI64X4 2(DX)(BX*2), Z8
-	VPXORD          Z3, Z8, Z8
-	VPBROADCASTW    (DX)(BX*2), Y9
-	VCVTPH2PS       Y9, Z9
-	VBROADCASTI64X4 2(CX), Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z10, Z3, Z11
-	VPBROADCASTW    (CX), Y3
-	VCVTPH2PS       Y3, Z3
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z10, Z4, Z12
-	VPSUBD          Z11, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z5, Z3, Z4
-	VFMADD231PS     Z4, Z12, K2, Z0
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z10, Z6, Z4
-	VPSUBD          Z11, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z7, Z3, Z5
-	VFMADD231PS     Z5, Z4, K2, Z1
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z10, Z8, Z4
-	VPSUBD          Z11, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z9, Z3, Z3
-	VFMADD231PS     Z3, Z4, K2, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y3
-	VADDPS        Y3, Y0, Y3
-	VEXTRACTF32X4 $0x01, Y3, X0
-	VADDPS        X0, X3, X0
-	VMOVHLPS      X0, X0, X3
-	VADDPS        X3, X0, X0
-	VMOVSHDUP     X0, X3
-	VADDSS        X3, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	RET
-
-// func q80VNNI_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_1x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z5
-	VINSERTI64X4    $0x01, 36(DX), Z5, Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (DX), Y6
-	VPBROADCASTW    34(DX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(DX)(BX*1), Z7
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z7, Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (DX)(BX*1), Y8
-	VPBROADCASTW    34(DX)(BX*1), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(DX)(BX*2), Z9
-	VINSERTI64X4    $0x01, 36(DX)(BX*2), Z9, Z9
-	VPXORD          Z4, Z9, Z9
-	VPBROADCASTW    (DX)(BX*2), Y10
-	VPBROADCASTW    34(DX)(BX*2), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(DX)(SI*1), Z11
-	VINSERTI64X4    $0x01, 36(DX)(SI*1), Z11, Z11
-	VPXORD          Z4, Z11, Z11
-	VPBROADCASTW    (DX)(SI*1), Y12
-	VPBROADCASTW    34(DX)(SI*1), K1, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z4, Z14
-	VPBROADCASTW    (CX), Y15
-	VPBROADCASTW    34(CX), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z5, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z6, Z15, Z5
-	VFMADD231PS     Z5, Z16, Z0
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z7, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z8, Z15, Z6
-	VFMADD231PS     Z6, Z5, Z1
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z9, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z10, Z15, Z6
-	VFMADD231PS     Z6, Z5, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z11, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z12, Z15, Z6
-	VFMADD231PS     Z6, Z5, Z3
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (DX), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(DX)(BX*1), Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (DX)(BX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(DX)(BX*2), Z9
-	VPXORD          Z4, Z9, Z9
-	VPBROADCASTW    (DX)(BX*2), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(DX)(SI*1), Z11
-	VPXORD          Z4, Z11, Z11
-	VPBROADCASTW    (DX)(SI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z4, Z14
-	VPBROADCASTW    (CX), Y4
-	VCVTPH2PS       Y4, Z4
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z13, Z5, Z15
-	VPSUBD          Z14, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z6, Z4, Z5
-	VFMADD231PS     Z5, Z15, K2, Z0
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z7, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z8, Z4, Z6
-	VFMADD231PS     Z6, Z5, K2, Z1
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z9, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z10, Z4, Z6
-	VFMADD231PS     Z6, Z5, K2, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z13, Z11, Z5
-	VPSUBD          Z14, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z12, Z4, Z4
-	VFMADD231PS     Z4, Z5, K2, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z0, Y4
-	VADDPS        Y4, Y0, Y4
-	VEXTRACTF32X4 $0x01, Y4, X0
-	VADDPS        X0, X4, X0
-	VMOVHLPS      X0, X0, X4
-	VADDPS        X4, X0, X0
-	VMOVSHDUP     X0, X4
-	VADDSS        X4, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	RET
-
-// func q80VNNI_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_2x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z3
-	VINSERTI64X4    $0x01, 36(BX), Z3, Z3
-	VPXORD          Z2, Z3, Z3
-	VPBROADCASTW    (BX), Y4
-	VPBROADCASTW    34(BX), K1, Y4
-	VCVTPH2PS       Y4, Z4
-	VBROADCASTI64X4 2(CX), Z5
-	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z5, Z2, Z6
-	VPBROADCASTW    (CX), Y7
-	VPBROADCASTW    34(CX), K1, Y7
-	VCVTPH2PS       Y7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z5, Z3, Z8
-	VPSUBD          Z6, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z4, Z7, Z5
-	VFMADD231PS     Z5, Z8, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z5, Z5
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z5, Z2, Z6
-	VPBROADCASTW    (CX)(DX*1), Y7
-	VPBROADCASTW    34(CX)(DX*1), K1, Y7
-	VCVTPH2PS       Y7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z5, Z3, Z8
-	VPSUBD          Z6, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z4, Z7, Z3
-	VFMADD231PS     Z3, Z8, Z1
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z3
-	VPXORD          Z2, Z3, Z3
-	VPBROADCASTW    (BX), Y4
-	VCVTPH2PS       Y4, Z4
-	VBROADCASTI64X4 2(CX), Z5
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z5, Z2, Z6
-	VPBROADCASTW    (CX), Y7
-	VCVTPH2PS       Y7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z5, Z3, Z8
-	VPSUBD          Z6, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z4, Z7, Z5
-	VFMADD231PS     Z5, Z8, K2, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z5, Z2, Z6
-	VPBROADCASTW    (CX)(DX*1), Y2
-	VCVTPH2PS       Y2, Z2
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z5, Z3, Z7
-	VPSUBD          Z6, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z4, Z2, Z2
-	VFMADD231PS     Z2, Z7, K2, Z1
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y2
-	VADDPS        Y2, Y0, Y2
-	VEXTRACTF32X4 $0x01, Y2, X0
-	VADDPS        X0, X2, X0
-	VMOVHLPS      X0, X0, X2
-	VADDPS        X2, X0, X0
-	VMOVSHDUP     X0, X2
-	VADDSS        X2, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	RET
-
-// func q80VNNI_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_2x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z5
-	VINSERTI64X4    $0x01, 36(BX), Z5, Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VPBROADCASTW    34(BX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(BX)(SI*1), Z7
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z7, Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (BX)(SI*1), Y8
-	VPBROADCASTW    34(BX)(SI*1), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(CX), Z9
-	VINSERTI64X4    $0x01, 36(CX), Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z4, Z10
-	VPBROADCASTW    (CX), Y11
-	VPBROADCASTW    34(CX), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z5, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z6, Z11, Z13
-	VFMADD231PS     Z13, Z12, Z0
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z4, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VPBROADCASTW    34(CX)(DX*1), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z5, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z6, Z11, Z5
-	VFMADD231PS     Z5, Z12, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z9, Z7, Z5
-	VPSUBD          Z10, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z8, Z11, Z6
-	VFMADD231PS     Z6, Z5, Z3
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(BX)(SI*1), Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (BX)(SI*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(CX), Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z4, Z10
-	VPBROADCASTW    (CX), Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z5, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z6, Z11, Z13
-	VFMADD231PS     Z13, Z12, K2, Z0
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z4, Z10
-	VPBROADCASTW    (CX)(DX*1), Y4
-	VCVTPH2PS       Y4, Z4
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z9, Z5, Z11
-	VPSUBD          Z10, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z6, Z4, Z5
-	VFMADD231PS     Z5, Z11, K2, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z9, Z7, Z5
-	VPSUBD          Z10, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z8, Z4, Z4
-	VFMADD231PS     Z4, Z5, K2, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y4
-	VADDPS        Y4, Y0, Y4
-	VEXTRACTF32X4 $0x01, Y4, X0
-	VADDPS        X0, X4, X0
-	VMOVHLPS      X0, X0, X4
-	VADDPS        X4, X0, X0
-	VMOVSHDUP     X0, X4
-	VADDSS        X4, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	RET
-
-// func q80VNNI_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_2x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z7
-	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VPBROADCASTW    34(BX), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z9, Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VPBROADCASTW    34(BX)(SI*1), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*2), Z11
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z11, Z11
-	VPXORD          Z6, Z11, Z11
-	VPBROADCASTW    (BX)(SI*2), Y12
-	VPBROADCASTW    34(BX)(SI*2), K1, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z6, Z14
-	VPBROADCASTW    (CX), Y15
-	VPBROADCASTW    34(CX), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z7, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z8, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z0
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z1
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z6, Z14
-	VPBROADCASTW    (CX)(DX*1), Y15
-	VPBROADCASTW    34(CX)(DX*1), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z7, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z8, Z15, Z7
-	VFMADD231PS     Z7, Z16, Z3
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z13, Z9, Z7
-	VPSUBD          Z14, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z15, Z8
-	VFMADD231PS     Z8, Z7, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z13, Z11, Z7
-	VPSUBD          Z14, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z12, Z15, Z8
-	VFMADD231PS     Z8, Z7, Z5
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*2), Z11
-	VPXORD          Z6, Z11, Z11
-	VPBROADCASTW    (BX)(SI*2), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z6, Z14
-	VPBROADCASTW    (CX), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z7, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z8, Z15, Z17
-	VFMADD231PS     Z17, Z16, K2, Z0
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K2, Z1
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z6, Z14
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VCVTPH2PS       Y6, Z6
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z13, Z7, Z15
-	VPSUBD          Z14, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z8, Z6, Z7
-	VFMADD231PS     Z7, Z15, K2, Z3
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z13, Z9, Z7
-	VPSUBD          Z14, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z6, Z8
-	VFMADD231PS     Z8, Z7, K2, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z13, Z11, Z7
-	VPSUBD          Z14, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z12, Z6, Z6
-	VFMADD231PS     Z6, Z7, K2, Z5
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y6
-	VADDPS        Y6, Y0, Y6
-	VEXTRACTF32X4 $0x01, Y6, X0
-	VADDPS        X0, X6, X0
-	VMOVHLPS      X0, X0, X6
-	VADDPS        X6, X0, X0
-	VMOVSHDUP     X0, X6
-	VADDSS        X6, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	RET
-
-// func q80VNNI_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_2x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z9
-	VINSERTI64X4    $0x01, 36(BX), Z9, Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VPBROADCASTW    34(BX), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z11, Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VPBROADCASTW    34(BX)(SI*1), K1, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*2), Z13
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z13, Z13
-	VPXORD          Z8, Z13, Z13
-	VPBROADCASTW    (BX)(SI*2), Y14
-	VPBROADCASTW    34(BX)(SI*2), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(DI*1), Z15
-	VINSERTI64X4    $0x01, 36(BX)(DI*1), Z15, Z15
-	VPXORD          Z8, Z15, Z15
-	VPBROADCASTW    (BX)(DI*1), Y16
-	VPBROADCASTW    34(BX)(DI*1), K1, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(CX), Z17
-	VINSERTI64X4    $0x01, 36(CX), Z17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z17, Z8, Z18
-	VPBROADCASTW    (CX), Y19
-	VPBROADCASTW    34(CX), K1, Y19
-	VCVTPH2PS       Y19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z9, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z10, Z19, Z21
-	VFMADD231PS     Z21, Z20, Z0
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z11, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z12, Z19, Z21
-	VFMADD231PS     Z21, Z20, Z1
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z13, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z14, Z19, Z21
-	VFMADD231PS     Z21, Z20, Z2
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z15, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z16, Z19, Z17
-	VFMADD231PS     Z17, Z20, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z17
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z17, Z8, Z18
-	VPBROADCASTW    (CX)(DX*1), Y19
-	VPBROADCASTW    34(CX)(DX*1), K1, Y19
-	VCVTPH2PS       Y19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z9, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z10, Z19, Z9
-	VFMADD231PS     Z9, Z20, Z4
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z11, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z19, Z10
-	VFMADD231PS     Z10, Z9, Z5
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z13, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z14, Z19, Z10
-	VFMADD231PS     Z10, Z9, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z15, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z16, Z19, Z10
-	VFMADD231PS     Z10, Z9, Z7
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*2), Z13
-	VPXORD          Z8, Z13, Z13
-	VPBROADCASTW    (BX)(SI*2), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(DI*1), Z15
-	VPXORD          Z8, Z15, Z15
-	VPBROADCASTW    (BX)(DI*1), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(CX), Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z17, Z8, Z18
-	VPBROADCASTW    (CX), Y19
-	VCVTPH2PS       Y19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z9, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z10, Z19, Z21
-	VFMADD231PS     Z21, Z20, K2, Z0
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z11, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z12, Z19, Z21
-	VFMADD231PS     Z21, Z20, K2, Z1
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z13, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z14, Z19, Z21
-	VFMADD231PS     Z21, Z20, K2, Z2
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z17, Z15, Z20
-	VPSUBD          Z18, Z20, Z20
-	VCVTDQ2PS       Z20, Z20
-	VMULPS          Z16, Z19, Z17
-	VFMADD231PS     Z17, Z20, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z17, Z8, Z18
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z17, Z9, Z19
-	VPSUBD          Z18, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z10, Z8, Z9
-	VFMADD231PS     Z9, Z19, K2, Z4
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z11, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z5
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z13, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z14, Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z17, Z15, Z9
-	VPSUBD          Z18, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z16, Z8, Z8
-	VFMADD231PS     Z8, Z9, K2, Z7
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z0, Y8
-	VADDPS        Y8, Y0, Y8
-	VEXTRACTF32X4 $0x01, Y8, X0
-	VADDPS        X0, X8, X0
-	VMOVHLPS      X0, X0, X8
-	VADDPS        X8, X0, X0
-	VMOVSHDUP     X0, X8
-	VADDSS        X8, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	RET
-
-// func q80VNNI_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_3x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z4
-	VINSERTI64X4    $0x01, 36(BX), Z4, Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (BX), Y5
-	VPBROADCASTW    34(BX), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI64X4 2(CX), Z6
-	VINSERTI64X4    $0x01, 36(CX), Z6, Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    34(CX), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z6
-	VFMADD231PS     Z6, Z9, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z6
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z6, Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VPBROADCASTW    34(CX)(DX*1), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z6
-	VFMADD231PS     Z6, Z9, Z1
-	VBROADCASTI64X4 2(CX)(DX*2), Z6
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z6, Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX)(DX*2), Y8
-	VPBROADCASTW    34(CX)(DX*2), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z4
-	VFMADD231PS     Z4, Z9, Z2
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (BX), Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI64X4 2(CX), Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX), Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z6
-	VFMADD231PS     Z6, Z9, K2, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z6
-	VFMADD231PS     Z6, Z9, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*2), Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX)(DX*2), Y3
-	VCVTPH2PS       Y3, Z3
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z6, Z4, Z8
-	VPSUBD          Z7, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z5, Z3, Z3
-	VFMADD231PS     Z3, Z8, K2, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y3
-	VADDPS        Y3, Y0, Y3
-	VEXTRACTF32X4 $0x01, Y3, X0
-	VADDPS        X0, X3, X0
-	VMOVHLPS      X0, X0, X3
-	VADDPS        X3, X0, X0
-	VMOVSHDUP     X0, X3
-	VADDSS        X3, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	RET
-
-// func q80VNNI_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_3x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z7
-	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VPBROADCASTW    34(BX), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z9, Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VPBROADCASTW    34(BX)(SI*1), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(CX), Z11
-	VINSERTI64X4    $0x01, 36(CX), Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX), Y13
-	VPBROADCASTW    34(CX), K1, Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, Z0
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z11
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX)(DX*1), Y13
-	VPBROADCASTW    34(CX)(DX*1), K1, Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, Z2
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, Z3
-	VBROADCASTI64X4 2(CX)(DX*2), Z11
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX)(DX*2), Y13
-	VPBROADCASTW    34(CX)(DX*2), K1, Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z7
-	VFMADD231PS     Z7, Z14, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z11, Z9, Z7
-	VPSUBD          Z12, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z13, Z8
-	VFMADD231PS     Z8, Z7, Z5
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(CX), Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX), Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, K2, Z0
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX)(DX*1), Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, K2, Z2
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*2), Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX)(DX*2), Y6
-	VCVTPH2PS       Y6, Z6
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z11, Z7, Z13
-	VPSUBD          Z12, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z8, Z6, Z7
-	VFMADD231PS     Z7, Z13, K2, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z11, Z9, Z7
-	VPSUBD          Z12, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z6, Z6
-	VFMADD231PS     Z6, Z7, K2, Z5
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y6
-	VADDPS        Y6, Y0, Y6
-	VEXTRACTF32X4 $0x01, Y6, X0
-	VADDPS        X0, X6, X0
-	VMOVHLPS      X0, X0, X6
-	VADDPS        X6, X0, X0
-	VMOVSHDUP     X0, X6
-	VADDSS        X6, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	RET
-
-// func q80VNNI_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_3x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z9
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z10
-	VINSERTI64X4    $0x01, 36(BX), Z10, Z10
-	VPXORD          Z9, Z10, Z10
-	VPBROADCASTW    (BX), Y11
-	VPBROADCASTW    34(BX), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VBROADCASTI64X4 2(BX)(SI*1), Z12
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z12, Z12
-	VPXORD          Z9, Z12, Z12
-	VPBROADCASTW    (BX)(SI*1), Y13
-	VPBROADCASTW    34(BX)(SI*1), K1, Y13
-	VCVTPH2PS       Y13, Z13
-	VBROADCASTI64X4 2(BX)(SI*2), Z14
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z14, Z14
-	VPXORD          Z9, Z14, Z14
-	VPBROADCASTW    (BX)(SI*2), Y15
-	VPBROADCASTW    34(BX)(SI*2), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VBROADCASTI64X4 2(CX), Z16
-	VINSERTI64X4    $0x01, 36(CX), Z16, Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX), Y18
-	VPBROADCASTW    34(CX), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z10, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z11, Z18, Z20
-	VFMADD231PS     Z20, Z19, Z0
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z12, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z13, Z18, Z20
-	VFMADD231PS     Z20, Z19, Z1
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z14, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z15, Z18, Z16
-	VFMADD231PS     Z16, Z19, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z16
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z16, Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VPBROADCASTW    34(CX)(DX*1), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z10, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z11, Z18, Z20
-	VFMADD231PS     Z20, Z19, Z3
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z12, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z13, Z18, Z20
-	VFMADD231PS     Z20, Z19, Z4
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z14, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z15, Z18, Z16
-	VFMADD231PS     Z16, Z19, Z5
-	VBROADCASTI64X4 2(CX)(DX*2), Z16
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z16, Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX)(DX*2), Y18
-	VPBROADCASTW    34(CX)(DX*2), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z10, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z11, Z18, Z10
-	VFMADD231PS     Z10, Z19, Z6
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z16, Z12, Z10
-	VPSUBD          Z17, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z13, Z18, Z11
-	VFMADD231PS     Z11, Z10, Z7
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z16, Z14, Z10
-	VPSUBD          Z17, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z15, Z18, Z11
-	VFMADD231PS     Z11, Z10, Z8
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z10
-	VPXORD          Z9, Z10, Z10
-	VPBROADCASTW    (BX), Y11
-	VCVTPH2PS       Y11, Z11
-	VBROADCASTI64X4 2(BX)(SI*1), Z12
-	VPXORD          Z9, Z12, Z12
-	VPBROADCASTW    (BX)(SI*1), Y13
-	VCVTPH2PS       Y13, Z13
-	VBROADCASTI64X4 2(BX)(SI*2), Z14
-	VPXORD          Z9, Z14, Z14
-	VPBROADCASTW    (BX)(SI*2), Y15
-	VCVTPH2PS       Y15, Z15
-	VBROADCASTI64X4 2(CX), Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX), Y18
-	VCVTPH2PS       Y18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z10, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z11, Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z0
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z12, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z13, Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z1
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z14, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z15, Z18, Z16
-	VFMADD231PS     Z16, Z19, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z10, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z11, Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z3
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z12, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z13, Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z4
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z16, Z14, Z19
-	VPSUBD          Z17, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z15, Z18, Z16
-	VFMADD231PS     Z16, Z19, K2, Z5
-	VBROADCASTI64X4 2(CX)(DX*2), Z16
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z16, Z9, Z17
-	VPBROADCASTW    (CX)(DX*2), Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z16, Z10, Z18
-	VPSUBD          Z17, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z11, Z9, Z10
-	VFMADD231PS     Z10, Z18, K2, Z6
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z16, Z12, Z10
-	VPSUBD          Z17, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z13, Z9, Z11
-	VFMADD231PS     Z11, Z10, K2, Z7
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z16, Z14, Z10
-	VPSUBD          Z17, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z15, Z9, Z9
-	VFMADD231PS     Z9, Z10, K2, Z8
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y9
-	VADDPS        Y9, Y0, Y9
-	VEXTRACTF32X4 $0x01, Y9, X0
-	VADDPS        X0, X9, X0
-	VMOVHLPS      X0, X0, X9
-	VADDPS        X9, X0, X0
-	VMOVSHDUP     X0, X9
-	VADDSS        X9, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	RET
-
-// func q80VNNI_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_3x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z13
-	VINSERTI64X4    $0x01, 36(BX), Z13, Z13
-	VPXORD          Z12, Z13, Z13
-	VPBROADCASTW    (BX), Y14
-	VPBROADCASTW    34(BX), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*1), Z15
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z15, Z15
-	VPXORD          Z12, Z15, Z15
-	VPBROADCASTW    (BX)(SI*1), Y16
-	VPBROADCASTW    34(BX)(SI*1), K1, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*2), Z17
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z17, Z17
-	VPXORD          Z12, Z17, Z17
-	VPBROADCASTW    (BX)(SI*2), Y18
-	VPBROADCASTW    34(BX)(SI*2), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(DI*1), Z19
-	VINSERTI64X4    $0x01, 36(BX)(DI*1), Z19, Z19
-	VPXORD          Z12, Z19, Z19
-	VPBROADCASTW    (BX)(DI*1), Y20
-	VPBROADCASTW    34(BX)(DI*1), K1, Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(CX), Z21
-	VINSERTI64X4    $0x01, 36(CX), Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX), Y23
-	VPBROADCASTW    34(CX), K1, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z13, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z14, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z0
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z1
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z2
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z21
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX)(DX*1), Y23
-	VPBROADCASTW    34(CX)(DX*1), K1, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z13, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z14, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z4
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z5
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z6
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, Z7
-	VBROADCASTI64X4 2(CX)(DX*2), Z21
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX)(DX*2), Y23
-	VPBROADCASTW    34(CX)(DX*2), K1, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z13, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z14, Z23, Z13
-	VFMADD231PS     Z13, Z24, Z8
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z15, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z16, Z23, Z14
-	VFMADD231PS     Z14, Z13, Z9
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z17, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z18, Z23, Z14
-	VFMADD231PS     Z14, Z13, Z10
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z19, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z20, Z23, Z14
-	VFMADD231PS     Z14, Z13, Z11
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z13
-	VPXORD          Z12, Z13, Z13
-	VPBROADCASTW    (BX), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*1), Z15
-	VPXORD          Z12, Z15, Z15
-	VPBROADCASTW    (BX)(SI*1), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*2), Z17
-	VPXORD          Z12, Z17, Z17
-	VPBROADCASTW    (BX)(SI*2), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(DI*1), Z19
-	VPXORD          Z12, Z19, Z19
-	VPBROADCASTW    (BX)(DI*1), Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(CX), Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX), Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z13, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z14, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z0
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z1
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z2
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX)(DX*1), Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z13, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z14, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z4
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z5
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, K2, Z6
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, K2, Z7
-	VBROADCASTI64X4 2(CX)(DX*2), Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z12, Z22
-	VPBROADCASTW    (CX)(DX*2), Y12
-	VCVTPH2PS       Y12, Z12
-	VXORPS          Z23, Z23, Z23
-	VPDPBUSD        Z21, Z13, Z23
-	VPSUBD          Z22, Z23, Z23
-	VCVTDQ2PS       Z23, Z23
-	VMULPS          Z14, Z12, Z13
-	VFMADD231PS     Z13, Z23, K2, Z8
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z15, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z16, Z12, Z14
-	VFMADD231PS     Z14, Z13, K2, Z9
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z17, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z18, Z12, Z14
-	VFMADD231PS     Z14, Z13, K2, Z10
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z21, Z19, Z13
-	VPSUBD          Z22, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z20, Z12, Z12
-	VFMADD231PS     Z12, Z13, K2, Z11
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z0, Y12
-	VADDPS        Y12, Y0, Y12
-	VEXTRACTF32X4 $0x01, Y12, X0
-	VADDPS        X0, X12, X0
-	VMOVHLPS      X0, X0, X12
-	VADDPS        X12, X0, X0
-	VMOVSHDUP     X0, X12
-	VADDSS        X12, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	RET
-
-// func q80VNNI_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_4x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), SI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z5
-	VINSERTI64X4    $0x01, 36(BX), Z5, Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VPBROADCASTW    34(BX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(CX), Z7
-	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX), Y9
-	VPBROADCASTW    34(CX), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(DX*1), Y9
-	VPBROADCASTW    34(CX)(DX*1), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, Z1
-	VBROADCASTI64X4 2(CX)(DX*2), Z7
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(DX*2), Y9
-	VPBROADCASTW    34(CX)(DX*2), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, Z2
-	VBROADCASTI64X4 2(CX)(SI*1), Z7
-	VINSERTI64X4    $0x01, 36(CX)(SI*1), Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(SI*1), Y9
-	VPBROADCASTW    34(CX)(SI*1), K1, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z5
-	VFMADD231PS     Z5, Z10, Z3
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(CX), Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX), Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, K2, Z0
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(DX*1), Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*2), Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(DX*2), Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, K2, Z2
-	VBROADCASTI64X4 2(CX)(SI*1), Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(SI*1), Y4
-	VCVTPH2PS       Y4, Z4
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z7, Z5, Z9
-	VPSUBD          Z8, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z6, Z4, Z4
-	VFMADD231PS     Z4, Z9, K2, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y4
-	VADDPS        Y4, Y0, Y4
-	VEXTRACTF32X4 $0x01, Y4, X0
-	VADDPS        X0, X4, X0
-	VMOVHLPS      X0, X0, X4
-	VADDPS        X4, X0, X0
-	VMOVSHDUP     X0, X4
-	VADDSS        X4, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	RET
-
-// func q80VNNI_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_4x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z9
-	VINSERTI64X4    $0x01, 36(BX), Z9, Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VPBROADCASTW    34(BX), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z11, Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VPBROADCASTW    34(BX)(SI*1), K1, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX), Y15
-	VPBROADCASTW    34(CX), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z0
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*1), Y15
-	VPBROADCASTW    34(CX)(DX*1), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z2
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z3
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*2), Y15
-	VPBROADCASTW    34(CX)(DX*2), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z4
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z5
-	VBROADCASTI64X4 2(CX)(DI*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DI*1), Y15
-	VPBROADCASTW    34(CX)(DI*1), K1, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z9
-	VFMADD231PS     Z9, Z16, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z13, Z11, Z9
-	VPSUBD          Z14, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z15, Z10
-	VFMADD231PS     Z10, Z9, Z7
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(CX), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K2, Z0
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*1), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K2, Z2
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*2), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K2, Z4
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K2, Z5
-	VBROADCASTI64X4 2(CX)(DI*1), Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DI*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z13, Z9, Z15
-	VPSUBD          Z14, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z10, Z8, Z9
-	VFMADD231PS     Z9, Z15, K2, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z13, Z11, Z9
-	VPSUBD          Z14, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z8, Z8
-	VFMADD231PS     Z8, Z9, K2, Z7
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y8
-	VADDPS        Y8, Y0, Y8
-	VEXTRACTF32X4 $0x01, Y8, X0
-	VADDPS        X0, X8, X0
-	VMOVHLPS      X0, X0, X8
-	VADDPS        X8, X0, X0
-	VMOVSHDUP     X0, X8
-	VADDSS        X8, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	RET
-
-// func q80VNNI_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_4x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z13
-	VINSERTI64X4    $0x01, 36(BX), Z13, Z13
-	VPXORD          Z12, Z13, Z13
-	VPBROADCASTW    (BX), Y14
-	VPBROADCASTW    34(BX), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*1), Z15
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z15, Z15
-	VPXORD          Z12, Z15, Z15
-	VPBROADCASTW    (BX)(SI*1), Y16
-	VPBROADCASTW    34(BX)(SI*1), K1, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*2), Z17
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z17, Z17
-	VPXORD          Z12, Z17, Z17
-	VPBROADCASTW    (BX)(SI*2), Y18
-	VPBROADCASTW    34(BX)(SI*2), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(CX), Z19
-	VINSERTI64X4    $0x01, 36(CX), Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX), Y21
-	VPBROADCASTW    34(CX), K1, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z0
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z1
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z19
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DX*1), Y21
-	VPBROADCASTW    34(CX)(DX*1), K1, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z3
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z4
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, Z5
-	VBROADCASTI64X4 2(CX)(DX*2), Z19
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DX*2), Y21
-	VPBROADCASTW    34(CX)(DX*2), K1, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z6
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z7
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, Z8
-	VBROADCASTI64X4 2(CX)(DI*1), Z19
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DI*1), Y21
-	VPBROADCASTW    34(CX)(DI*1), K1, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z13
-	VFMADD231PS     Z13, Z22, Z9
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z19, Z15, Z13
-	VPSUBD          Z20, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z16, Z21, Z14
-	VFMADD231PS     Z14, Z13, Z10
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z19, Z17, Z13
-	VPSUBD          Z20, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z18, Z21, Z14
-	VFMADD231PS     Z14, Z13, Z11
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z13
-	VPXORD          Z12, Z13, Z13
-	VPBROADCASTW    (BX), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*1), Z15
-	VPXORD          Z12, Z15, Z15
-	VPBROADCASTW    (BX)(SI*1), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*2), Z17
-	VPXORD          Z12, Z17, Z17
-	VPBROADCASTW    (BX)(SI*2), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(CX), Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX), Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z0
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z1
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DX*1), Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z3
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z4
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, K2, Z5
-	VBROADCASTI64X4 2(CX)(DX*2), Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DX*2), Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z6
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, K2, Z7
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, K2, Z8
-	VBROADCASTI64X4 2(CX)(DI*1), Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z12, Z20
-	VPBROADCASTW    (CX)(DI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z19, Z13, Z21
-	VPSUBD          Z20, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z14, Z12, Z13
-	VFMADD231PS     Z13, Z21, K2, Z9
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z19, Z15, Z13
-	VPSUBD          Z20, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z16, Z12, Z14
-	VFMADD231PS     Z14, Z13, K2, Z10
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z19, Z17, Z13
-	VPSUBD          Z20, Z13, Z13
-	VCVTDQ2PS       Z13, Z13
-	VMULPS          Z18, Z12, Z12
-	VFMADD231PS     Z12, Z13, K2, Z11
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z0, Y12
-	VADDPS        Y12, Y0, Y12
-	VEXTRACTF32X4 $0x01, Y12, X0
-	VADDPS        X0, X12, X0
-	VMOVHLPS      X0, X0, X12
-	VADDPS        X12, X0, X0
-	VMOVSHDUP     X0, X12
-	VADDSS        X12, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	RET
-
-// func q80VNNI_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNI_4x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	LEAQ         (SI)(SI*2), R8
-	VXORPS       Z0, Z0, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	VXORPS       Z14, Z14, Z14
-	VXORPS       Z15, Z15, Z15
-	MOVL         $0x80808080, R9
-	VPBROADCASTD R9, Z16
-	MOVL         $0x0000ff00, R9
-	KMOVW        R9, K1
-	MOVL         $0x000000ff, R9
-	KMOVW        R9, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z17
-	VINSERTI64X4    $0x01, 36(BX), Z17, Z17
-	VPXORD          Z16, Z17, Z17
-	VPBROADCASTW    (BX), Y18
-	VPBROADCASTW    34(BX), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*1), Z19
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z19, Z19
-	VPXORD          Z16, Z19, Z19
-	VPBROADCASTW    (BX)(SI*1), Y20
-	VPBROADCASTW    34(BX)(SI*1), K1, Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(SI*2), Z21
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z21, Z21
-	VPXORD          Z16, Z21, Z21
-	VPBROADCASTW    (BX)(SI*2), Y22
-	VPBROADCASTW    34(BX)(SI*2), K1, Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI64X4 2(BX)(R8*1), Z23
-	VINSERTI64X4    $0x01, 36(BX)(R8*1), Z23, Z23
-	VPXORD          Z16, Z23, Z23
-	VPBROADCASTW    (BX)(R8*1), Y24
-	VPBROADCASTW    34(BX)(R8*1), K1, Y24
-	VCVTPH2PS       Y24, Z24
-	VBROADCASTI64X4 2(CX), Z25
-	VINSERTI64X4    $0x01, 36(CX), Z25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX), Y27
-	VPBROADCASTW    34(CX), K1, Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z0
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z1
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z2
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z25
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DX*1), Y27
-	VPBROADCASTW    34(CX)(DX*1), K1, Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z4
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z5
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z6
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, Z7
-	VBROADCASTI64X4 2(CX)(DX*2), Z25
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DX*2), Y27
-	VPBROADCASTW    34(CX)(DX*2), K1, Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z8
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z9
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, Z10
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, Z11
-	VBROADCASTI64X4 2(CX)(DI*1), Z25
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DI*1), Y27
-	VPBROADCASTW    34(CX)(DI*1), K1, Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z17
-	VFMADD231PS     Z17, Z28, Z12
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z19, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z20, Z27, Z18
-	VFMADD231PS     Z18, Z17, Z13
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z21, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z22, Z27, Z18
-	VFMADD231PS     Z18, Z17, Z14
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z23, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z24, Z27, Z18
-	VFMADD231PS     Z18, Z17, Z15
-	ADDQ            $0x44, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z17
-	VPXORD          Z16, Z17, Z17
-	VPBROADCASTW    (BX), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*1), Z19
-	VPXORD          Z16, Z19, Z19
-	VPBROADCASTW    (BX)(SI*1), Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(SI*2), Z21
-	VPXORD          Z16, Z21, Z21
-	VPBROADCASTW    (BX)(SI*2), Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI64X4 2(BX)(R8*1), Z23
-	VPXORD          Z16, Z23, Z23
-	VPBROADCASTW    (BX)(R8*1), Y24
-	VCVTPH2PS       Y24, Z24
-	VBROADCASTI64X4 2(CX), Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX), Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z0
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z1
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z2
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DX*1), Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z4
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z5
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z6
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, K2, Z7
-	VBROADCASTI64X4 2(CX)(DX*2), Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DX*2), Y27
-	VCVTPH2PS       Y27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z17, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z18, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z8
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z19, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z20, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z9
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z21, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z22, Z27, Z29
-	VFMADD231PS     Z29, Z28, K2, Z10
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z25, Z23, Z28
-	VPSUBD          Z26, Z28, Z28
-	VCVTDQ2PS       Z28, Z28
-	VMULPS          Z24, Z27, Z25
-	VFMADD231PS     Z25, Z28, K2, Z11
-	VBROADCASTI64X4 2(CX)(DI*1), Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z25, Z16, Z26
-	VPBROADCASTW    (CX)(DI*1), Y16
-	VCVTPH2PS       Y16, Z16
-	VXORPS          Z27, Z27, Z27
-	VPDPBUSD        Z25, Z17, Z27
-	VPSUBD          Z26, Z27, Z27
-	VCVTDQ2PS       Z27, Z27
-	VMULPS          Z18, Z16, Z17
-	VFMADD231PS     Z17, Z27, K2, Z12
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z19, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z20, Z16, Z18
-	VFMADD231PS     Z18, Z17, K2, Z13
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z21, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z22, Z16, Z18
-	VFMADD231PS     Z18, Z17, K2, Z14
-	VXORPS          Z17, Z17, Z17
-	VPDPBUSD        Z25, Z23, Z17
-	VPSUBD          Z26, Z17, Z17
-	VCVTDQ2PS       Z17, Z17
-	VMULPS          Z24, Z16, Z16
-	VFMADD231PS     Z16, Z17, K2, Z15
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z0, Y16
-	VADDPS        Y16, Y0, Y16
-	VEXTRACTF32X4 $0x01, Y16, X0
-	VADDPS        X0, X16, X0
-	VMOVHLPS      X0, X0, X16
-	VADDPS        X16, X0, X0
-	VMOVSHDUP     X0, X16
-	VADDSS        X16, X0, X0
-	VMOVSS        X0, (AX)
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VADDPS        Y0, Y14, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z15, Y0
-	VADDPS        Y0, Y15, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(DX*1)
-	RET
-
-// func q40VNNI_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_1x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, BX
-	VPBROADCASTD BX, Z0
-	MOVL         $0x08080808, BX
-	VPBROADCASTD BX, Z1
-	MOVL         $0x000000cc, BX
-	KMOVW        BX, K1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x80808080, BX
-	VPBROADCASTD BX, Z3
-	MOVL         $0x0000ff00, BX
-	KMOVW        BX, K2
-	MOVL         $0x000000ff, BX
-	KMOVW        BX, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z4
-	VINSERTI64X4    $0x01, 36(DX), Z4, Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (DX), Y5
-	VPBROADCASTW    34(DX), K2, Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI32X4 2(CX), Z6
-	VINSERTI32X4    $0x02, 20(CX), Z6, Z6
-	VINSERTI32X4    $0x03, 20(CX), Z6, Z6
-	VPSRLW          $0x04, Z6, Z7
-	VMOVDQA64       Z7, K1, Z6
-	VPANDD          Z0, Z6, Z6
-	VPSUBB          Z1, Z6, Z6
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z6, Z3, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    18(CX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z6, Z4, Z9
-	VPSUBD          Z7, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z5, Z8, Z4
-	VFMADD231PS     Z4, Z9, Z2
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z4
-	VPXORD          Z3, Z4, Z4
-	VPBROADCASTW    (DX), Y5
-	VCVTPH2PS       Y5, Z5
-	VBROADCASTI32X4 2(CX), Z6
-	VPSRLW          $0x04, Z6, Z7
-	VMOVDQA64       Z7, K1, Z6
-	VPANDD          Z0, Z6, Z6
-	VPSUBB          Z1, Z6, Z6
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z6, Z3, Z0
-	VPBROADCASTW    (CX), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z3, Z3, Z3
-	VPDPBUSD        Z6, Z4, Z3
-	VPSUBD          Z0, Z3, Z3
-	VCVTDQ2PS       Z3, Z3
-	VMULPS          Z5, Z1, Z0
-	VFMADD231PS     Z0, Z3, K3, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	RET
-
-// func q40VNNI_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_1x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x08080808, SI
-	VPBROADCASTD SI, Z1
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z4
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z5
-	VINSERTI64X4    $0x01, 36(DX), Z5, Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (DX), Y6
-	VPBROADCASTW    34(DX), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(DX)(BX*1), Z7
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z7, Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (DX)(BX*1), Y8
-	VPBROADCASTW    34(DX)(BX*1), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI32X4 2(CX), Z9
-	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z4, Z10
-	VPBROADCASTW    (CX), Y11
-	VPBROADCASTW    18(CX), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z5, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z6, Z11, Z5
-	VFMADD231PS     Z5, Z12, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z9, Z7, Z5
-	VPSUBD          Z10, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z8, Z11, Z6
-	VFMADD231PS     Z6, Z5, Z3
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (DX), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI64X4 2(DX)(BX*1), Z7
-	VPXORD          Z4, Z7, Z7
-	VPBROADCASTW    (DX)(BX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI32X4 2(CX), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z9, Z4, Z0
-	VPBROADCASTW    (CX), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z9, Z5, Z4
-	VPSUBD          Z0, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z6, Z1, Z5
-	VFMADD231PS     Z5, Z4, K3, Z2
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z9, Z7, Z4
-	VPSUBD          Z0, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z8, Z1, Z0
-	VFMADD231PS     Z0, Z4, K3, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	RET
-
-// func q40VNNI_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_1x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x08080808, SI
-	VPBROADCASTD SI, Z1
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z5
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z6
-	VINSERTI64X4    $0x01, 36(DX), Z6, Z6
-	VPXORD          Z5, Z6, Z6
-	VPBROADCASTW    (DX), Y7
-	VPBROADCASTW    34(DX), K2, Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI64X4 2(DX)(BX*1), Z8
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z8, Z8
-	VPXORD          Z5, Z8, Z8
-	VPBROADCASTW    (DX)(BX*1), Y9
-	VPBROADCASTW    34(DX)(BX*1), K2, Y9
-	VCVTPH2PS       Y9, Z9
-	VBROADCASTI64X4 2(DX)(BX*2), Z10
-	VINSERTI64X4    $0x01, 36(DX)(BX*2), Z10, Z10
-	VPXORD          Z5, Z10, Z10
-	VPBROADCASTW    (DX)(BX*2), Y11
-	VPBROADCASTW    34(DX)(BX*2), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VBROADCASTI32X4 2(CX), Z12
-	VINSERTI32X4    $0x02, 20(CX), Z12, Z12
-	VINSERTI32X4    $0x03, 20(CX), Z12, Z12
-	VPSRLW          $0x04, Z12, Z13
-	VMOVDQA64       Z13, K1, Z12
-	VPANDD          Z0, Z12, Z12
-	VPSUBB          Z1, Z12, Z12
-	VXORPS          Z13, Z13, Z13
-	VPDPBUSD        Z12, Z5, Z13
-	VPBROADCASTW    (CX), Y14
-	VPBROADCASTW    18(CX), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z12, Z6, Z15
-	VPSUBD          Z13, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z7, Z14, Z6
-	VFMADD231PS     Z6, Z15, Z2
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z12, Z8, Z6
-	VPSUBD          Z13, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z9, Z14, Z7
-	VFMADD231PS     Z7, Z6, Z3
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z12, Z10, Z6
-	VPSUBD          Z13, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z11, Z14, Z7
-	VFMADD231PS     Z7, Z6, Z4
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z6
-	VPXORD          Z5, Z6, Z6
-	VPBROADCASTW    (DX), Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI64X4 2(DX)(BX*1), Z8
-	VPXORD          Z5, Z8, Z8
-	VPBROADCASTW    (DX)(BX*1), Y9
-	VCVTPH2PS       Y9, Z9
-	VBROADCASTI64X4 2(DX)(BX*2), Z10
-	VPXORD          Z5, Z10, Z10
-	VPBROADCASTW    (DX)(BX*2), Y11
-	VCVTPH2PS       Y11, Z11
-	VBROADCASTI32X4 2(CX), Z12
-	VPSRLW          $0x04, Z12, Z13
-	VMOVDQA64       Z13, K1, Z12
-	VPANDD          Z0, Z12, Z12
-	VPSUBB          Z1, Z12, Z12
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z12, Z5, Z0
-	VPBROADCASTW    (CX), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z12, Z6, Z5
-	VPSUBD          Z0, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z7, Z1, Z6
-	VFMADD231PS     Z6, Z5, K3, Z2
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z12, Z8, Z5
-	VPSUBD          Z0, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z9, Z1, Z6
-	VFMADD231PS     Z6, Z5, K3, Z3
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z12, Z10, Z5
-	VPSUBD          Z0, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z11, Z1, Z0
-	VFMADD231PS     Z0, Z5, K3, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	RET
-
-// func q40VNNI_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_1x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(DX), Z7
-	VINSERTI64X4    $0x01, 36(DX), Z7, Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (DX), Y8
-	VPBROADCASTW    34(DX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(DX)(BX*1), Z9
-	VINSERTI64X4    $0x01, 36(DX)(BX*1), Z9, Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (DX)(BX*1), Y10
-	VPBROADCASTW    34(DX)(BX*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(DX)(BX*2), Z11
-	VINSERTI64X4    $0x01, 36(DX)(BX*2), Z11, Z11
-	VPXORD          Z6, Z11, Z11
-	VPBROADCASTW    (DX)(BX*2), Y12
-	VPBROADCASTW    34(DX)(BX*2), K2, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(DX)(SI*1), Z13
-	VINSERTI64X4    $0x01, 36(DX)(SI*1), Z13, Z13
-	VPXORD          Z6, Z13, Z13
-	VPBROADCASTW    (DX)(SI*1), Y14
-	VPBROADCASTW    34(DX)(SI*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VINSERTI32X4    $0x02, 20(CX), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z6, Z16
-	VPBROADCASTW    (CX), Y17
-	VPBROADCASTW    18(CX), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z7, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z8, Z17, Z7
-	VFMADD231PS     Z7, Z18, Z2
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z15, Z9, Z7
-	VPSUBD          Z16, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z17, Z8
-	VFMADD231PS     Z8, Z7, Z3
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z15, Z11, Z7
-	VPSUBD          Z16, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z12, Z17, Z8
-	VFMADD231PS     Z8, Z7, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z15, Z13, Z7
-	VPSUBD          Z16, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z14, Z17, Z8
-	VFMADD231PS     Z8, Z7, Z5
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(DX), Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (DX), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(DX)(BX*1), Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (DX)(BX*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(DX)(BX*2), Z11
-	VPXORD          Z6, Z11, Z11
-	VPBROADCASTW    (DX)(BX*2), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(DX)(SI*1), Z13
-	VPXORD          Z6, Z13, Z13
-	VPBROADCASTW    (DX)(SI*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z15, Z6, Z0
-	VPBROADCASTW    (CX), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z15, Z7, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z8, Z1, Z7
-	VFMADD231PS     Z7, Z6, K3, Z2
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z15, Z9, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z10, Z1, Z7
-	VFMADD231PS     Z7, Z6, K3, Z3
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z15, Z11, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z12, Z1, Z7
-	VFMADD231PS     Z7, Z6, K3, Z4
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z15, Z13, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z14, Z1, Z0
-	VFMADD231PS     Z0, Z6, K3, Z5
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	RET
-
-// func q40VNNI_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_2x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x08080808, SI
-	VPBROADCASTD SI, Z1
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z4
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z5
-	VINSERTI64X4    $0x01, 36(BX), Z5, Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VPBROADCASTW    34(BX), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI32X4 2(CX), Z7
-	VINSERTI32X4    $0x02, 20(CX), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPSUBB          Z1, Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX), Y9
-	VPBROADCASTW    18(CX), K2, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPSUBB          Z1, Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX)(DX*1), Y9
-	VPBROADCASTW    18(CX)(DX*1), K2, Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z5
-	VFMADD231PS     Z5, Z10, Z3
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z5
-	VPXORD          Z4, Z5, Z5
-	VPBROADCASTW    (BX), Y6
-	VCVTPH2PS       Y6, Z6
-	VBROADCASTI32X4 2(CX), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPSUBB          Z1, Z7, Z7
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z7, Z4, Z8
-	VPBROADCASTW    (CX), Y9
-	VCVTPH2PS       Y9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z7, Z5, Z10
-	VPSUBD          Z8, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z6, Z9, Z7
-	VFMADD231PS     Z7, Z10, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPSUBB          Z1, Z7, Z7
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z7, Z4, Z0
-	VPBROADCASTW    (CX)(DX*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z4, Z4, Z4
-	VPDPBUSD        Z7, Z5, Z4
-	VPSUBD          Z0, Z4, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          Z6, Z1, Z0
-	VFMADD231PS     Z0, Z4, K3, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	RET
-
-// func q40VNNI_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_2x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z7
-	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VPBROADCASTW    34(BX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z9, Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VPBROADCASTW    34(BX)(SI*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI32X4 2(CX), Z11
-	VINSERTI32X4    $0x02, 20(CX), Z11, Z11
-	VINSERTI32X4    $0x03, 20(CX), Z11, Z11
-	VPSRLW          $0x04, Z11, Z12
-	VMOVDQA64       Z12, K1, Z11
-	VPANDD          Z0, Z11, Z11
-	VPSUBB          Z1, Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX), Y13
-	VPBROADCASTW    18(CX), K2, Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, Z2
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z11
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z11, Z11
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z11, Z11
-	VPSRLW          $0x04, Z11, Z12
-	VMOVDQA64       Z12, K1, Z11
-	VPANDD          Z0, Z11, Z11
-	VPSUBB          Z1, Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX)(DX*1), Y13
-	VPBROADCASTW    18(CX)(DX*1), K2, Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z7
-	VFMADD231PS     Z7, Z14, Z4
-	VXORPS          Z7, Z7, Z7
-	VPDPBUSD        Z11, Z9, Z7
-	VPSUBD          Z12, Z7, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          Z10, Z13, Z8
-	VFMADD231PS     Z8, Z7, Z5
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI64X4 2(BX)(SI*1), Z9
-	VPXORD          Z6, Z9, Z9
-	VPBROADCASTW    (BX)(SI*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI32X4 2(CX), Z11
-	VPSRLW          $0x04, Z11, Z12
-	VMOVDQA64       Z12, K1, Z11
-	VPANDD          Z0, Z11, Z11
-	VPSUBB          Z1, Z11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z11, Z6, Z12
-	VPBROADCASTW    (CX), Y13
-	VCVTPH2PS       Y13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z7, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z8, Z13, Z15
-	VFMADD231PS     Z15, Z14, K3, Z2
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z11, Z9, Z14
-	VPSUBD          Z12, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z10, Z13, Z11
-	VFMADD231PS     Z11, Z14, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z11
-	VPSRLW          $0x04, Z11, Z12
-	VMOVDQA64       Z12, K1, Z11
-	VPANDD          Z0, Z11, Z11
-	VPSUBB          Z1, Z11, Z11
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z11, Z6, Z0
-	VPBROADCASTW    (CX)(DX*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z11, Z7, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z8, Z1, Z7
-	VFMADD231PS     Z7, Z6, K3, Z4
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z11, Z9, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z10, Z1, Z0
-	VFMADD231PS     Z0, Z6, K3, Z5
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	RET
-
-// func q40VNNI_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_2x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z8
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z9
-	VINSERTI64X4    $0x01, 36(BX), Z9, Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VPBROADCASTW    34(BX), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z11, Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VPBROADCASTW    34(BX)(SI*1), K2, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*2), Z13
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z13, Z13
-	VPXORD          Z8, Z13, Z13
-	VPBROADCASTW    (BX)(SI*2), Y14
-	VPBROADCASTW    34(BX)(SI*2), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VINSERTI32X4    $0x02, 20(CX), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z8, Z16
-	VPBROADCASTW    (CX), Y17
-	VPBROADCASTW    18(CX), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z9, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z10, Z17, Z19
-	VFMADD231PS     Z19, Z18, Z2
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, Z3
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z15
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z8, Z16
-	VPBROADCASTW    (CX)(DX*1), Y17
-	VPBROADCASTW    18(CX)(DX*1), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z9, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z10, Z17, Z9
-	VFMADD231PS     Z9, Z18, Z5
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z15, Z11, Z9
-	VPSUBD          Z16, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z17, Z10
-	VFMADD231PS     Z10, Z9, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z15, Z13, Z9
-	VPSUBD          Z16, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z14, Z17, Z10
-	VFMADD231PS     Z10, Z9, Z7
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*2), Z13
-	VPXORD          Z8, Z13, Z13
-	VPBROADCASTW    (BX)(SI*2), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z8, Z16
-	VPBROADCASTW    (CX), Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z9, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z10, Z17, Z19
-	VFMADD231PS     Z19, Z18, K3, Z2
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, K3, Z3
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z15, Z8, Z0
-	VPBROADCASTW    (CX)(DX*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z15, Z9, Z8
-	VPSUBD          Z0, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z10, Z1, Z9
-	VFMADD231PS     Z9, Z8, K3, Z5
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z15, Z11, Z8
-	VPSUBD          Z0, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z12, Z1, Z9
-	VFMADD231PS     Z9, Z8, K3, Z6
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z15, Z13, Z8
-	VPSUBD          Z0, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z14, Z1, Z0
-	VFMADD231PS     Z0, Z8, K3, Z7
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	RET
-
-// func q40VNNI_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_2x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x08080808, R8
-	VPBROADCASTD R8, Z1
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z10
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z11
-	VINSERTI64X4    $0x01, 36(BX), Z11, Z11
-	VPXORD          Z10, Z11, Z11
-	VPBROADCASTW    (BX), Y12
-	VPBROADCASTW    34(BX), K2, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*1), Z13
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z13, Z13
-	VPXORD          Z10, Z13, Z13
-	VPBROADCASTW    (BX)(SI*1), Y14
-	VPBROADCASTW    34(BX)(SI*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*2), Z15
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z15, Z15
-	VPXORD          Z10, Z15, Z15
-	VPBROADCASTW    (BX)(SI*2), Y16
-	VPBROADCASTW    34(BX)(SI*2), K2, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(DI*1), Z17
-	VINSERTI64X4    $0x01, 36(BX)(DI*1), Z17, Z17
-	VPXORD          Z10, Z17, Z17
-	VPBROADCASTW    (BX)(DI*1), Y18
-	VPBROADCASTW    34(BX)(DI*1), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI32X4 2(CX), Z19
-	VINSERTI32X4    $0x02, 20(CX), Z19, Z19
-	VINSERTI32X4    $0x03, 20(CX), Z19, Z19
-	VPSRLW          $0x04, Z19, Z20
-	VMOVDQA64       Z20, K1, Z19
-	VPANDD          Z0, Z19, Z19
-	VPSUBB          Z1, Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z10, Z20
-	VPBROADCASTW    (CX), Y21
-	VPBROADCASTW    18(CX), K2, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z11, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z12, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z2
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z3
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, Z4
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z19
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z19, Z19
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z19, Z19
-	VPSRLW          $0x04, Z19, Z20
-	VMOVDQA64       Z20, K1, Z19
-	VPANDD          Z0, Z19, Z19
-	VPSUBB          Z1, Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z10, Z20
-	VPBROADCASTW    (CX)(DX*1), Y21
-	VPBROADCASTW    18(CX)(DX*1), K2, Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z11, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z12, Z21, Z11
-	VFMADD231PS     Z11, Z22, Z6
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z19, Z13, Z11
-	VPSUBD          Z20, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z14, Z21, Z12
-	VFMADD231PS     Z12, Z11, Z7
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z19, Z15, Z11
-	VPSUBD          Z20, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z16, Z21, Z12
-	VFMADD231PS     Z12, Z11, Z8
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z19, Z17, Z11
-	VPSUBD          Z20, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z18, Z21, Z12
-	VFMADD231PS     Z12, Z11, Z9
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z11
-	VPXORD          Z10, Z11, Z11
-	VPBROADCASTW    (BX), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*1), Z13
-	VPXORD          Z10, Z13, Z13
-	VPBROADCASTW    (BX)(SI*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI64X4 2(BX)(SI*2), Z15
-	VPXORD          Z10, Z15, Z15
-	VPBROADCASTW    (BX)(SI*2), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(DI*1), Z17
-	VPXORD          Z10, Z17, Z17
-	VPBROADCASTW    (BX)(DI*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI32X4 2(CX), Z19
-	VPSRLW          $0x04, Z19, Z20
-	VMOVDQA64       Z20, K1, Z19
-	VPANDD          Z0, Z19, Z19
-	VPSUBB          Z1, Z19, Z19
-	VXORPS          Z20, Z20, Z20
-	VPDPBUSD        Z19, Z10, Z20
-	VPBROADCASTW    (CX), Y21
-	VCVTPH2PS       Y21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z11, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z12, Z21, Z23
-	VFMADD231PS     Z23, Z22, K3, Z2
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z13, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z14, Z21, Z23
-	VFMADD231PS     Z23, Z22, K3, Z3
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z15, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z16, Z21, Z23
-	VFMADD231PS     Z23, Z22, K3, Z4
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z19, Z17, Z22
-	VPSUBD          Z20, Z22, Z22
-	VCVTDQ2PS       Z22, Z22
-	VMULPS          Z18, Z21, Z19
-	VFMADD231PS     Z19, Z22, K3, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z19
-	VPSRLW          $0x04, Z19, Z20
-	VMOVDQA64       Z20, K1, Z19
-	VPANDD          Z0, Z19, Z19
-	VPSUBB          Z1, Z19, Z19
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z19, Z10, Z0
-	VPBROADCASTW    (CX)(DX*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z19, Z11, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z12, Z1, Z11
-	VFMADD231PS     Z11, Z10, K3, Z6
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z19, Z13, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z14, Z1, Z11
-	VFMADD231PS     Z11, Z10, K3, Z7
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z19, Z15, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z16, Z1, Z11
-	VFMADD231PS     Z11, Z10, K3, Z8
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z19, Z17, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z18, Z1, Z0
-	VFMADD231PS     Z0, Z10, K3, Z9
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	RET
-
-// func q40VNNI_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_3x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x08080808, SI
-	VPBROADCASTD SI, Z1
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z5
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z6
-	VINSERTI64X4    $0x01, 36(BX), Z6, Z6
-	VPXORD          Z5, Z6, Z6
-	VPBROADCASTW    (BX), Y7
-	VPBROADCASTW    34(BX), K2, Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI32X4 2(CX), Z8
-	VINSERTI32X4    $0x02, 20(CX), Z8, Z8
-	VINSERTI32X4    $0x03, 20(CX), Z8, Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z8, Z5, Z9
-	VPBROADCASTW    (CX), Y10
-	VPBROADCASTW    18(CX), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z8, Z6, Z11
-	VPSUBD          Z9, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z7, Z10, Z8
-	VFMADD231PS     Z8, Z11, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z8
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z8, Z8
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z8, Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z8, Z5, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VPBROADCASTW    18(CX)(DX*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z8, Z6, Z11
-	VPSUBD          Z9, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z7, Z10, Z8
-	VFMADD231PS     Z8, Z11, Z3
-	VBROADCASTI32X4 2(CX)(DX*2), Z8
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z8, Z8
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z8, Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z8, Z5, Z9
-	VPBROADCASTW    (CX)(DX*2), Y10
-	VPBROADCASTW    18(CX)(DX*2), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z8, Z6, Z11
-	VPSUBD          Z9, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z7, Z10, Z6
-	VFMADD231PS     Z6, Z11, Z4
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z6
-	VPXORD          Z5, Z6, Z6
-	VPBROADCASTW    (BX), Y7
-	VCVTPH2PS       Y7, Z7
-	VBROADCASTI32X4 2(CX), Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z8, Z5, Z9
-	VPBROADCASTW    (CX), Y10
-	VCVTPH2PS       Y10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z8, Z6, Z11
-	VPSUBD          Z9, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z7, Z10, Z8
-	VFMADD231PS     Z8, Z11, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z8, Z5, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z8, Z6, Z11
-	VPSUBD          Z9, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z7, Z10, Z8
-	VFMADD231PS     Z8, Z11, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*2), Z8
-	VPSRLW          $0x04, Z8, Z9
-	VMOVDQA64       Z9, K1, Z8
-	VPANDD          Z0, Z8, Z8
-	VPSUBB          Z1, Z8, Z8
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z8, Z5, Z0
-	VPBROADCASTW    (CX)(DX*2), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z5, Z5, Z5
-	VPDPBUSD        Z8, Z6, Z5
-	VPSUBD          Z0, Z5, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          Z7, Z1, Z0
-	VFMADD231PS     Z0, Z5, K3, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	RET
-
-// func q40VNNI_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_3x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z8
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z9
-	VINSERTI64X4    $0x01, 36(BX), Z9, Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VPBROADCASTW    34(BX), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z11, Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VPBROADCASTW    34(BX)(SI*1), K2, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI32X4 2(CX), Z13
-	VINSERTI32X4    $0x02, 20(CX), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX), Y15
-	VPBROADCASTW    18(CX), K2, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z2
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*1), Y15
-	VPBROADCASTW    18(CX)(DX*1), K2, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, Z4
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, Z5
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*2), Y15
-	VPBROADCASTW    18(CX)(DX*2), K2, Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z9
-	VFMADD231PS     Z9, Z16, Z6
-	VXORPS          Z9, Z9, Z9
-	VPDPBUSD        Z13, Z11, Z9
-	VPSUBD          Z14, Z9, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          Z12, Z15, Z10
-	VFMADD231PS     Z10, Z9, Z7
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z9
-	VPXORD          Z8, Z9, Z9
-	VPBROADCASTW    (BX), Y10
-	VCVTPH2PS       Y10, Z10
-	VBROADCASTI64X4 2(BX)(SI*1), Z11
-	VPXORD          Z8, Z11, Z11
-	VPBROADCASTW    (BX)(SI*1), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI32X4 2(CX), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K3, Z2
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z13, Z8, Z14
-	VPBROADCASTW    (CX)(DX*1), Y15
-	VCVTPH2PS       Y15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z9, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z10, Z15, Z17
-	VFMADD231PS     Z17, Z16, K3, Z4
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z13, Z11, Z16
-	VPSUBD          Z14, Z16, Z16
-	VCVTDQ2PS       Z16, Z16
-	VMULPS          Z12, Z15, Z13
-	VFMADD231PS     Z13, Z16, K3, Z5
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPSUBB          Z1, Z13, Z13
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z13, Z8, Z0
-	VPBROADCASTW    (CX)(DX*2), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z13, Z9, Z8
-	VPSUBD          Z0, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z10, Z1, Z9
-	VFMADD231PS     Z9, Z8, K3, Z6
-	VXORPS          Z8, Z8, Z8
-	VPDPBUSD        Z13, Z11, Z8
-	VPSUBD          Z0, Z8, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          Z12, Z1, Z0
-	VFMADD231PS     Z0, Z8, K3, Z7
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	RET
-
-// func q40VNNI_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_3x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z11
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z12
-	VINSERTI64X4    $0x01, 36(BX), Z12, Z12
-	VPXORD          Z11, Z12, Z12
-	VPBROADCASTW    (BX), Y13
-	VPBROADCASTW    34(BX), K2, Y13
-	VCVTPH2PS       Y13, Z13
-	VBROADCASTI64X4 2(BX)(SI*1), Z14
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z14, Z14
-	VPXORD          Z11, Z14, Z14
-	VPBROADCASTW    (BX)(SI*1), Y15
-	VPBROADCASTW    34(BX)(SI*1), K2, Y15
-	VCVTPH2PS       Y15, Z15
-	VBROADCASTI64X4 2(BX)(SI*2), Z16
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z16, Z16
-	VPXORD          Z11, Z16, Z16
-	VPBROADCASTW    (BX)(SI*2), Y17
-	VPBROADCASTW    34(BX)(SI*2), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VBROADCASTI32X4 2(CX), Z18
-	VINSERTI32X4    $0x02, 20(CX), Z18, Z18
-	VINSERTI32X4    $0x03, 20(CX), Z18, Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z18, Z11, Z19
-	VPBROADCASTW    (CX), Y20
-	VPBROADCASTW    18(CX), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z12, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z13, Z20, Z22
-	VFMADD231PS     Z22, Z21, Z2
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z14, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z15, Z20, Z22
-	VFMADD231PS     Z22, Z21, Z3
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z16, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z17, Z20, Z18
-	VFMADD231PS     Z18, Z21, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z18
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z18, Z18
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z18, Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z18, Z11, Z19
-	VPBROADCASTW    (CX)(DX*1), Y20
-	VPBROADCASTW    18(CX)(DX*1), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z12, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z13, Z20, Z22
-	VFMADD231PS     Z22, Z21, Z5
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z14, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z15, Z20, Z22
-	VFMADD231PS     Z22, Z21, Z6
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z16, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z17, Z20, Z18
-	VFMADD231PS     Z18, Z21, Z7
-	VBROADCASTI32X4 2(CX)(DX*2), Z18
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z18, Z18
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z18, Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z18, Z11, Z19
-	VPBROADCASTW    (CX)(DX*2), Y20
-	VPBROADCASTW    18(CX)(DX*2), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z12, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z13, Z20, Z12
-	VFMADD231PS     Z12, Z21, Z8
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z18, Z14, Z12
-	VPSUBD          Z19, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z15, Z20, Z13
-	VFMADD231PS     Z13, Z12, Z9
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z18, Z16, Z12
-	VPSUBD          Z19, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z17, Z20, Z13
-	VFMADD231PS     Z13, Z12, Z10
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z12
-	VPXORD          Z11, Z12, Z12
-	VPBROADCASTW    (BX), Y13
-	VCVTPH2PS       Y13, Z13
-	VBROADCASTI64X4 2(BX)(SI*1), Z14
-	VPXORD          Z11, Z14, Z14
-	VPBROADCASTW    (BX)(SI*1), Y15
-	VCVTPH2PS       Y15, Z15
-	VBROADCASTI64X4 2(BX)(SI*2), Z16
-	VPXORD          Z11, Z16, Z16
-	VPBROADCASTW    (BX)(SI*2), Y17
-	VCVTPH2PS       Y17, Z17
-	VBROADCASTI32X4 2(CX), Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z18, Z11, Z19
-	VPBROADCASTW    (CX), Y20
-	VCVTPH2PS       Y20, Z20
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z12, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z13, Z20, Z22
-	VFMADD231PS     Z22, Z21, K3, Z2
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z14, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z15, Z20, Z22
-	VFMADD231PS     Z22, Z21, K3, Z3
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z16, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z17, Z20, Z18
-	VFMADD231PS     Z18, Z21, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z18, Z11, Z19
-	VPBROADCASTW    (CX)(DX*1), Y20
-	VCVTPH2PS       Y20, Z20
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z12, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z13, Z20, Z22
-	VFMADD231PS     Z22, Z21, K3, Z5
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z14, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z15, Z20, Z22
-	VFMADD231PS     Z22, Z21, K3, Z6
-	VXORPS          Z21, Z21, Z21
-	VPDPBUSD        Z18, Z16, Z21
-	VPSUBD          Z19, Z21, Z21
-	VCVTDQ2PS       Z21, Z21
-	VMULPS          Z17, Z20, Z18
-	VFMADD231PS     Z18, Z21, K3, Z7
-	VBROADCASTI32X4 2(CX)(DX*2), Z18
-	VPSRLW          $0x04, Z18, Z19
-	VMOVDQA64       Z19, K1, Z18
-	VPANDD          Z0, Z18, Z18
-	VPSUBB          Z1, Z18, Z18
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z18, Z11, Z0
-	VPBROADCASTW    (CX)(DX*2), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z18, Z12, Z11
-	VPSUBD          Z0, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z13, Z1, Z12
-	VFMADD231PS     Z12, Z11, K3, Z8
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z18, Z14, Z11
-	VPSUBD          Z0, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z15, Z1, Z12
-	VFMADD231PS     Z12, Z11, K3, Z9
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z18, Z16, Z11
-	VPSUBD          Z0, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z17, Z1, Z0
-	VFMADD231PS     Z0, Z11, K3, Z10
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	RET
-
-// func q40VNNI_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_3x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x08080808, R8
-	VPBROADCASTD R8, Z1
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z14
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z15
-	VINSERTI64X4    $0x01, 36(BX), Z15, Z15
-	VPXORD          Z14, Z15, Z15
-	VPBROADCASTW    (BX), Y16
-	VPBROADCASTW    34(BX), K2, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*1), Z17
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z17, Z17
-	VPXORD          Z14, Z17, Z17
-	VPBROADCASTW    (BX)(SI*1), Y18
-	VPBROADCASTW    34(BX)(SI*1), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*2), Z19
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z19, Z19
-	VPXORD          Z14, Z19, Z19
-	VPBROADCASTW    (BX)(SI*2), Y20
-	VPBROADCASTW    34(BX)(SI*2), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(DI*1), Z21
-	VINSERTI64X4    $0x01, 36(BX)(DI*1), Z21, Z21
-	VPXORD          Z14, Z21, Z21
-	VPBROADCASTW    (BX)(DI*1), Y22
-	VPBROADCASTW    34(BX)(DI*1), K2, Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI32X4 2(CX), Z23
-	VINSERTI32X4    $0x02, 20(CX), Z23, Z23
-	VINSERTI32X4    $0x03, 20(CX), Z23, Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z23, Z14, Z24
-	VPBROADCASTW    (CX), Y25
-	VPBROADCASTW    18(CX), K2, Y25
-	VCVTPH2PS       Y25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z15, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z16, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z2
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z17, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z18, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z3
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z19, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z20, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z4
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z21, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z22, Z25, Z23
-	VFMADD231PS     Z23, Z26, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z23
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z23, Z23
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z23, Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z23, Z14, Z24
-	VPBROADCASTW    (CX)(DX*1), Y25
-	VPBROADCASTW    18(CX)(DX*1), K2, Y25
-	VCVTPH2PS       Y25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z15, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z16, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z6
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z17, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z18, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z7
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z19, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z20, Z25, Z27
-	VFMADD231PS     Z27, Z26, Z8
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z21, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z22, Z25, Z23
-	VFMADD231PS     Z23, Z26, Z9
-	VBROADCASTI32X4 2(CX)(DX*2), Z23
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z23, Z23
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z23, Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z23, Z14, Z24
-	VPBROADCASTW    (CX)(DX*2), Y25
-	VPBROADCASTW    18(CX)(DX*2), K2, Y25
-	VCVTPH2PS       Y25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z15, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z16, Z25, Z15
-	VFMADD231PS     Z15, Z26, Z10
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z23, Z17, Z15
-	VPSUBD          Z24, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z18, Z25, Z16
-	VFMADD231PS     Z16, Z15, Z11
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z23, Z19, Z15
-	VPSUBD          Z24, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z20, Z25, Z16
-	VFMADD231PS     Z16, Z15, Z12
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z23, Z21, Z15
-	VPSUBD          Z24, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z22, Z25, Z16
-	VFMADD231PS     Z16, Z15, Z13
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z15
-	VPXORD          Z14, Z15, Z15
-	VPBROADCASTW    (BX), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*1), Z17
-	VPXORD          Z14, Z17, Z17
-	VPBROADCASTW    (BX)(SI*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*2), Z19
-	VPXORD          Z14, Z19, Z19
-	VPBROADCASTW    (BX)(SI*2), Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(DI*1), Z21
-	VPXORD          Z14, Z21, Z21
-	VPBROADCASTW    (BX)(DI*1), Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI32X4 2(CX), Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z23, Z14, Z24
-	VPBROADCASTW    (CX), Y25
-	VCVTPH2PS       Y25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z15, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z16, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z2
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z17, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z18, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z3
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z19, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z20, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z4
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z21, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z22, Z25, Z23
-	VFMADD231PS     Z23, Z26, K3, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z23, Z14, Z24
-	VPBROADCASTW    (CX)(DX*1), Y25
-	VCVTPH2PS       Y25, Z25
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z15, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z16, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z6
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z17, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z18, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z7
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z19, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z20, Z25, Z27
-	VFMADD231PS     Z27, Z26, K3, Z8
-	VXORPS          Z26, Z26, Z26
-	VPDPBUSD        Z23, Z21, Z26
-	VPSUBD          Z24, Z26, Z26
-	VCVTDQ2PS       Z26, Z26
-	VMULPS          Z22, Z25, Z23
-	VFMADD231PS     Z23, Z26, K3, Z9
-	VBROADCASTI32X4 2(CX)(DX*2), Z23
-	VPSRLW          $0x04, Z23, Z24
-	VMOVDQA64       Z24, K1, Z23
-	VPANDD          Z0, Z23, Z23
-	VPSUBB          Z1, Z23, Z23
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z23, Z14, Z0
-	VPBROADCASTW    (CX)(DX*2), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z23, Z15, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z16, Z1, Z15
-	VFMADD231PS     Z15, Z14, K3, Z10
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z23, Z17, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z18, Z1, Z15
-	VFMADD231PS     Z15, Z14, K3, Z11
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z23, Z19, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z20, Z1, Z15
-	VFMADD231PS     Z15, Z14, K3, Z12
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z23, Z21, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z22, Z1, Z0
-	VFMADD231PS     Z0, Z14, K3, Z13
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	RET
-
-// func q40VNNI_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_4x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x08080808, DI
-	VPBROADCASTD DI, Z1
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z7
-	VINSERTI64X4    $0x01, 36(BX), Z7, Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VPBROADCASTW    34(BX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI32X4 2(CX), Z9
-	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX), Y11
-	VPBROADCASTW    18(CX), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VPBROADCASTW    18(CX)(DX*1), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, Z3
-	VBROADCASTI32X4 2(CX)(DX*2), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX)(DX*2), Y11
-	VPBROADCASTW    18(CX)(DX*2), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, Z4
-	VBROADCASTI32X4 2(CX)(SI*1), Z9
-	VINSERTI32X4    $0x02, 20(CX)(SI*1), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(SI*1), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX)(SI*1), Y11
-	VPBROADCASTW    18(CX)(SI*1), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z7
-	VFMADD231PS     Z7, Z12, Z5
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z7
-	VPXORD          Z6, Z7, Z7
-	VPBROADCASTW    (BX), Y8
-	VCVTPH2PS       Y8, Z8
-	VBROADCASTI32X4 2(CX), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX), Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*2), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z9, Z6, Z10
-	VPBROADCASTW    (CX)(DX*2), Y11
-	VCVTPH2PS       Y11, Z11
-	VXORPS          Z12, Z12, Z12
-	VPDPBUSD        Z9, Z7, Z12
-	VPSUBD          Z10, Z12, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          Z8, Z11, Z9
-	VFMADD231PS     Z9, Z12, K3, Z4
-	VBROADCASTI32X4 2(CX)(SI*1), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPSUBB          Z1, Z9, Z9
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z9, Z6, Z0
-	VPBROADCASTW    (CX)(SI*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z6, Z6, Z6
-	VPDPBUSD        Z9, Z7, Z6
-	VPSUBD          Z0, Z6, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          Z8, Z1, Z0
-	VFMADD231PS     Z0, Z6, K3, Z5
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	RET
-
-// func q40VNNI_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_4x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x08080808, R8
-	VPBROADCASTD R8, Z1
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z10
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z11
-	VINSERTI64X4    $0x01, 36(BX), Z11, Z11
-	VPXORD          Z10, Z11, Z11
-	VPBROADCASTW    (BX), Y12
-	VPBROADCASTW    34(BX), K2, Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*1), Z13
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z13, Z13
-	VPXORD          Z10, Z13, Z13
-	VPBROADCASTW    (BX)(SI*1), Y14
-	VPBROADCASTW    34(BX)(SI*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VINSERTI32X4    $0x02, 20(CX), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX), Y17
-	VPBROADCASTW    18(CX), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, Z2
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z15
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX)(DX*1), Y17
-	VPBROADCASTW    18(CX)(DX*1), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, Z4
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, Z5
-	VBROADCASTI32X4 2(CX)(DX*2), Z15
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX)(DX*2), Y17
-	VPBROADCASTW    18(CX)(DX*2), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, Z6
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, Z7
-	VBROADCASTI32X4 2(CX)(DI*1), Z15
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z15, Z15
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z15, Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX)(DI*1), Y17
-	VPBROADCASTW    18(CX)(DI*1), K2, Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z11
-	VFMADD231PS     Z11, Z18, Z8
-	VXORPS          Z11, Z11, Z11
-	VPDPBUSD        Z15, Z13, Z11
-	VPSUBD          Z16, Z11, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          Z14, Z17, Z12
-	VFMADD231PS     Z12, Z11, Z9
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z11
-	VPXORD          Z10, Z11, Z11
-	VPBROADCASTW    (BX), Y12
-	VCVTPH2PS       Y12, Z12
-	VBROADCASTI64X4 2(BX)(SI*1), Z13
-	VPXORD          Z10, Z13, Z13
-	VPBROADCASTW    (BX)(SI*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VBROADCASTI32X4 2(CX), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX), Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, K3, Z2
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX)(DX*1), Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, K3, Z4
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, K3, Z5
-	VBROADCASTI32X4 2(CX)(DX*2), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z16, Z16, Z16
-	VPDPBUSD        Z15, Z10, Z16
-	VPBROADCASTW    (CX)(DX*2), Y17
-	VCVTPH2PS       Y17, Z17
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z11, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z12, Z17, Z19
-	VFMADD231PS     Z19, Z18, K3, Z6
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z15, Z13, Z18
-	VPSUBD          Z16, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z14, Z17, Z15
-	VFMADD231PS     Z15, Z18, K3, Z7
-	VBROADCASTI32X4 2(CX)(DI*1), Z15
-	VPSRLW          $0x04, Z15, Z16
-	VMOVDQA64       Z16, K1, Z15
-	VPANDD          Z0, Z15, Z15
-	VPSUBB          Z1, Z15, Z15
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z15, Z10, Z0
-	VPBROADCASTW    (CX)(DI*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z15, Z11, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z12, Z1, Z11
-	VFMADD231PS     Z11, Z10, K3, Z8
-	VXORPS          Z10, Z10, Z10
-	VPDPBUSD        Z15, Z13, Z10
-	VPSUBD          Z0, Z10, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          Z14, Z1, Z0
-	VFMADD231PS     Z0, Z10, K3, Z9
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	RET
-
-// func q40VNNI_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_4x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x08080808, R8
-	VPBROADCASTD R8, Z1
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z14
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z15
-	VINSERTI64X4    $0x01, 36(BX), Z15, Z15
-	VPXORD          Z14, Z15, Z15
-	VPBROADCASTW    (BX), Y16
-	VPBROADCASTW    34(BX), K2, Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*1), Z17
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z17, Z17
-	VPXORD          Z14, Z17, Z17
-	VPBROADCASTW    (BX)(SI*1), Y18
-	VPBROADCASTW    34(BX)(SI*1), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*2), Z19
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z19, Z19
-	VPXORD          Z14, Z19, Z19
-	VPBROADCASTW    (BX)(SI*2), Y20
-	VPBROADCASTW    34(BX)(SI*2), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI32X4 2(CX), Z21
-	VINSERTI32X4    $0x02, 20(CX), Z21, Z21
-	VINSERTI32X4    $0x03, 20(CX), Z21, Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX), Y23
-	VPBROADCASTW    18(CX), K2, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z2
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z3
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z21
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z21, Z21
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z21, Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX)(DX*1), Y23
-	VPBROADCASTW    18(CX)(DX*1), K2, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z5
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z6
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, Z7
-	VBROADCASTI32X4 2(CX)(DX*2), Z21
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z21, Z21
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z21, Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX)(DX*2), Y23
-	VPBROADCASTW    18(CX)(DX*2), K2, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z8
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, Z9
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, Z10
-	VBROADCASTI32X4 2(CX)(DI*1), Z21
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z21, Z21
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z21, Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX)(DI*1), Y23
-	VPBROADCASTW    18(CX)(DI*1), K2, Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z15
-	VFMADD231PS     Z15, Z24, Z11
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z21, Z17, Z15
-	VPSUBD          Z22, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z18, Z23, Z16
-	VFMADD231PS     Z16, Z15, Z12
-	VXORPS          Z15, Z15, Z15
-	VPDPBUSD        Z21, Z19, Z15
-	VPSUBD          Z22, Z15, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          Z20, Z23, Z16
-	VFMADD231PS     Z16, Z15, Z13
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z15
-	VPXORD          Z14, Z15, Z15
-	VPBROADCASTW    (BX), Y16
-	VCVTPH2PS       Y16, Z16
-	VBROADCASTI64X4 2(BX)(SI*1), Z17
-	VPXORD          Z14, Z17, Z17
-	VPBROADCASTW    (BX)(SI*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VBROADCASTI64X4 2(BX)(SI*2), Z19
-	VPXORD          Z14, Z19, Z19
-	VPBROADCASTW    (BX)(SI*2), Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI32X4 2(CX), Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX), Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z2
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z3
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX)(DX*1), Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z5
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z6
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, K3, Z7
-	VBROADCASTI32X4 2(CX)(DX*2), Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z22, Z22, Z22
-	VPDPBUSD        Z21, Z14, Z22
-	VPBROADCASTW    (CX)(DX*2), Y23
-	VCVTPH2PS       Y23, Z23
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z15, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z16, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z8
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z17, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z18, Z23, Z25
-	VFMADD231PS     Z25, Z24, K3, Z9
-	VXORPS          Z24, Z24, Z24
-	VPDPBUSD        Z21, Z19, Z24
-	VPSUBD          Z22, Z24, Z24
-	VCVTDQ2PS       Z24, Z24
-	VMULPS          Z20, Z23, Z21
-	VFMADD231PS     Z21, Z24, K3, Z10
-	VBROADCASTI32X4 2(CX)(DI*1), Z21
-	VPSRLW          $0x04, Z21, Z22
-	VMOVDQA64       Z22, K1, Z21
-	VPANDD          Z0, Z21, Z21
-	VPSUBB          Z1, Z21, Z21
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z21, Z14, Z0
-	VPBROADCASTW    (CX)(DI*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z21, Z15, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z16, Z1, Z15
-	VFMADD231PS     Z15, Z14, K3, Z11
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z21, Z17, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z18, Z1, Z15
-	VFMADD231PS     Z15, Z14, K3, Z12
-	VXORPS          Z14, Z14, Z14
-	VPDPBUSD        Z21, Z19, Z14
-	VPSUBD          Z0, Z14, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          Z20, Z1, Z0
-	VFMADD231PS     Z0, Z14, K3, Z13
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	RET
-
-// func q40VNNI_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNI_4x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	LEAQ         (SI)(SI*2), R8
-	MOVL         $0x0f0f0f0f, R9
-	VPBROADCASTD R9, Z0
-	MOVL         $0x08080808, R9
-	VPBROADCASTD R9, Z1
-	MOVL         $0x000000cc, R9
-	KMOVW        R9, K1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	VXORPS       Z14, Z14, Z14
-	VXORPS       Z15, Z15, Z15
-	VXORPS       Z16, Z16, Z16
-	VXORPS       Z17, Z17, Z17
-	MOVL         $0x80808080, R9
-	VPBROADCASTD R9, Z18
-	MOVL         $0x0000ff00, R9
-	KMOVW        R9, K2
-	MOVL         $0x000000ff, R9
-	KMOVW        R9, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(BX), Z19
-	VINSERTI64X4    $0x01, 36(BX), Z19, Z19
-	VPXORD          Z18, Z19, Z19
-	VPBROADCASTW    (BX), Y20
-	VPBROADCASTW    34(BX), K2, Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(SI*1), Z21
-	VINSERTI64X4    $0x01, 36(BX)(SI*1), Z21, Z21
-	VPXORD          Z18, Z21, Z21
-	VPBROADCASTW    (BX)(SI*1), Y22
-	VPBROADCASTW    34(BX)(SI*1), K2, Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI64X4 2(BX)(SI*2), Z23
-	VINSERTI64X4    $0x01, 36(BX)(SI*2), Z23, Z23
-	VPXORD          Z18, Z23, Z23
-	VPBROADCASTW    (BX)(SI*2), Y24
-	VPBROADCASTW    34(BX)(SI*2), K2, Y24
-	VCVTPH2PS       Y24, Z24
-	VBROADCASTI64X4 2(BX)(R8*1), Z25
-	VINSERTI64X4    $0x01, 36(BX)(R8*1), Z25, Z25
-	VPXORD          Z18, Z25, Z25
-	VPBROADCASTW    (BX)(R8*1), Y26
-	VPBROADCASTW    34(BX)(R8*1), K2, Y26
-	VCVTPH2PS       Y26, Z26
-	VBROADCASTI32X4 2(CX), Z27
-	VINSERTI32X4    $0x02, 20(CX), Z27, Z27
-	VINSERTI32X4    $0x03, 20(CX), Z27, Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX), Y29
-	VPBROADCASTW    18(CX), K2, Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z2
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z3
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z4
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z27
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z27, Z27
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z27, Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX)(DX*1), Y29
-	VPBROADCASTW    18(CX)(DX*1), K2, Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z6
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z7
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z8
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, Z9
-	VBROADCASTI32X4 2(CX)(DX*2), Z27
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z27, Z27
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z27, Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX)(DX*2), Y29
-	VPBROADCASTW    18(CX)(DX*2), K2, Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z10
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z11
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, Z12
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, Z13
-	VBROADCASTI32X4 2(CX)(DI*1), Z27
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z27, Z27
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z27, Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX)(DI*1), Y29
-	VPBROADCASTW    18(CX)(DI*1), K2, Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z19
-	VFMADD231PS     Z19, Z30, Z14
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z27, Z21, Z19
-	VPSUBD          Z28, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z22, Z29, Z20
-	VFMADD231PS     Z20, Z19, Z15
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z27, Z23, Z19
-	VPSUBD          Z28, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z24, Z29, Z20
-	VFMADD231PS     Z20, Z19, Z16
-	VXORPS          Z19, Z19, Z19
-	VPDPBUSD        Z27, Z25, Z19
-	VPSUBD          Z28, Z19, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          Z26, Z29, Z20
-	VFMADD231PS     Z20, Z19, Z17
-	ADDQ            $0x24, CX
-	ADDQ            $0x44, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(BX), Z19
-	VPXORD          Z18, Z19, Z19
-	VPBROADCASTW    (BX), Y20
-	VCVTPH2PS       Y20, Z20
-	VBROADCASTI64X4 2(BX)(SI*1), Z21
-	VPXORD          Z18, Z21, Z21
-	VPBROADCASTW    (BX)(SI*1), Y22
-	VCVTPH2PS       Y22, Z22
-	VBROADCASTI64X4 2(BX)(SI*2), Z23
-	VPXORD          Z18, Z23, Z23
-	VPBROADCASTW    (BX)(SI*2), Y24
-	VCVTPH2PS       Y24, Z24
-	VBROADCASTI64X4 2(BX)(R8*1), Z25
-	VPXORD          Z18, Z25, Z25
-	VPBROADCASTW    (BX)(R8*1), Y26
-	VCVTPH2PS       Y26, Z26
-	VBROADCASTI32X4 2(CX), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX), Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z2
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z3
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z4
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, K3, Z5
-	VBROADCASTI32X4 2(CX)(DX*1), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX)(DX*1), Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z6
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z7
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z8
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, K3, Z9
-	VBROADCASTI32X4 2(CX)(DX*2), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z28, Z28, Z28
-	VPDPBUSD        Z27, Z18, Z28
-	VPBROADCASTW    (CX)(DX*2), Y29
-	VCVTPH2PS       Y29, Z29
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z19, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z20, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z10
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z21, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z22, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z11
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z23, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z24, Z29, Z31
-	VFMADD231PS     Z31, Z30, K3, Z12
-	VXORPS          Z30, Z30, Z30
-	VPDPBUSD        Z27, Z25, Z30
-	VPSUBD          Z28, Z30, Z30
-	VCVTDQ2PS       Z30, Z30
-	VMULPS          Z26, Z29, Z27
-	VFMADD231PS     Z27, Z30, K3, Z13
-	VBROADCASTI32X4 2(CX)(DI*1), Z27
-	VPSRLW          $0x04, Z27, Z28
-	VMOVDQA64       Z28, K1, Z27
-	VPANDD          Z0, Z27, Z27
-	VPSUBB          Z1, Z27, Z27
-	VXORPS          Z0, Z0, Z0
-	VPDPBUSD        Z27, Z18, Z0
-	VPBROADCASTW    (CX)(DI*1), Y1
-	VCVTPH2PS       Y1, Z1
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z27, Z19, Z18
-	VPSUBD          Z0, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z20, Z1, Z19
-	VFMADD231PS     Z19, Z18, K3, Z14
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z27, Z21, Z18
-	VPSUBD          Z0, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z22, Z1, Z19
-	VFMADD231PS     Z19, Z18, K3, Z15
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z27, Z23, Z18
-	VPSUBD          Z0, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z24, Z1, Z19
-	VFMADD231PS     Z19, Z18, K3, Z16
-	VXORPS          Z18, Z18, Z18
-	VPDPBUSD        Z27, Z25, Z18
-	VPSUBD          Z0, Z18, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          Z26, Z1, Z0
-	VFMADD231PS     Z0, Z18, K3, Z17
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VADDPS        Y0, Y14, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z15, Y0
-	VADDPS        Y0, Y15, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z16, Y0
-	VADDPS        Y0, Y16, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z17, Y0
-	VADDPS        Y0, Y17, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(DX*1)
-	RET
-
-// func q80VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_1x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x80808080, BX
-	VPBROADCASTD BX, Z0
-	VXORPS       Z1, Z1, Z1
-	MOVL         $0x0000ff00, BX
-	KMOVW        BX, K1
-	MOVL         $0x000000ff, BX
-	KMOVW        BX, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z2
-	VINSERTI64X4    $0x01, 36(CX), Z2, Z2
-	VPXORD          Z0, Z2, Z2
-	VPBROADCASTW    (CX), Y3
-	VPBROADCASTW    34(CX), K1, Y3
-	VCVTPH2PS       Y3, Z3
-	VMOVDQU32       64(DX), Z4
-	VPDPBUSD        (DX), Z2, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX), Z3, Z2
-	VFMADD231PS     Z2, Z4, Z1
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z2
-	VPXORD          Z0, Z2, Z2
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z3
-	VPDPBUSD        (DX), Z2, Z3
-	VCVTDQ2PS       Z3, Z3
-	VMULPS          128(DX), Z0, Z0
-	VFMADD231PS     Z0, Z3, K2, Z1
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	RET
-
-// func q80VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_1x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z3
-	VINSERTI64X4    $0x01, 36(CX), Z3, Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VPBROADCASTW    34(CX), K1, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(DX), Z5
-	VPDPBUSD        (DX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX), Z4, Z6
-	VFMADD231PS     Z6, Z5, Z1
-	VMOVDQU32       64(DX)(BX*1), Z5
-	VPDPBUSD        (DX)(BX*1), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*1), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z4
-	VPDPBUSD        (DX), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX), Z0, Z5
-	VFMADD231PS     Z5, Z4, K2, Z1
-	VMOVDQU32       64(DX)(BX*1), Z4
-	VPDPBUSD        (DX)(BX*1), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX)(BX*1), Z0, Z0
-	VFMADD231PS     Z0, Z4, K2, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	RET
-
-// func q80VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_1x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z4
-	VINSERTI64X4    $0x01, 36(CX), Z4, Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VPBROADCASTW    34(CX), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(DX), Z6
-	VPDPBUSD        (DX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX), Z5, Z7
-	VFMADD231PS     Z7, Z6, Z1
-	VMOVDQU32       64(DX)(BX*1), Z6
-	VPDPBUSD        (DX)(BX*1), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*1), Z5, Z7
-	VFMADD231PS     Z7, Z6, Z2
-	VMOVDQU32       64(DX)(BX*2), Z6
-	VPDPBUSD        (DX)(BX*2), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*2), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z3
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z5
-	VPDPBUSD        (DX), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX), Z0, Z6
-	VFMADD231PS     Z6, Z5, K2, Z1
-	VMOVDQU32       64(DX)(BX*1), Z5
-	VPDPBUSD        (DX)(BX*1), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*1), Z0, Z6
-	VFMADD231PS     Z6, Z5, K2, Z2
-	VMOVDQU32       64(DX)(BX*2), Z5
-	VPDPBUSD        (DX)(BX*2), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*2), Z0, Z0
-	VFMADD231PS     Z0, Z5, K2, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	RET
-
-// func q80VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_1x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z5
-	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    34(CX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(DX), Z7
-	VPDPBUSD        (DX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z1
-	VMOVDQU32       64(DX)(BX*1), Z7
-	VPDPBUSD        (DX)(BX*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(BX*1), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z2
-	VMOVDQU32       64(DX)(BX*2), Z7
-	VPDPBUSD        (DX)(BX*2), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(BX*2), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z3
-	VMOVDQU32       64(DX)(SI*1), Z7
-	VPDPBUSD        (DX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z6
-	VPDPBUSD        (DX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX), Z0, Z7
-	VFMADD231PS     Z7, Z6, K2, Z1
-	VMOVDQU32       64(DX)(BX*1), Z6
-	VPDPBUSD        (DX)(BX*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*1), Z0, Z7
-	VFMADD231PS     Z7, Z6, K2, Z2
-	VMOVDQU32       64(DX)(BX*2), Z6
-	VPDPBUSD        (DX)(BX*2), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*2), Z0, Z7
-	VFMADD231PS     Z7, Z6, K2, Z3
-	VMOVDQU32       64(DX)(SI*1), Z6
-	VPDPBUSD        (DX)(SI*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z6, K2, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	RET
-
-// func q80VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_2x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z3
-	VINSERTI64X4    $0x01, 36(CX), Z3, Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VPBROADCASTW    34(CX), K1, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z3
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z3, Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX)(DX*1), Y4
-	VPBROADCASTW    34(CX)(DX*1), K1, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z3
-	VPXORD          Z0, Z3, Z3
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z4
-	VPDPBUSD        (BX), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z4, K2, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	RET
-
-// func q80VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_2x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z5
-	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    34(CX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z1
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VPBROADCASTW    34(CX)(DX*1), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z3
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z0, Z7
-	VFMADD231PS     Z7, Z6, K2, Z3
-	VMOVDQU32       64(BX)(SI*1), Z6
-	VPDPBUSD        (BX)(SI*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z6, K2, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	RET
-
-// func q80VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_2x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z7
-	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    34(CX), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z2
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z7, Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VPBROADCASTW    34(CX)(DX*1), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z4
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z5
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z6
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z8
-	VPDPBUSD        (BX), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX), Z0, Z9
-	VFMADD231PS     Z9, Z8, K2, Z4
-	VMOVDQU32       64(BX)(SI*1), Z8
-	VPDPBUSD        (BX)(SI*1), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*1), Z0, Z9
-	VFMADD231PS     Z9, Z8, K2, Z5
-	VMOVDQU32       64(BX)(SI*2), Z8
-	VPDPBUSD        (BX)(SI*2), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z8, K2, Z6
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	RET
-
-// func q80VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_2x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z9
-	VINSERTI64X4    $0x01, 36(CX), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VPBROADCASTW    34(CX), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z2
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z3
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VPBROADCASTW    34(CX)(DX*1), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z6
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z7
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z8
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z3
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K2, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z10
-	VPDPBUSD        (BX), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX), Z0, Z11
-	VFMADD231PS     Z11, Z10, K2, Z5
-	VMOVDQU32       64(BX)(SI*1), Z10
-	VPDPBUSD        (BX)(SI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*1), Z0, Z11
-	VFMADD231PS     Z11, Z10, K2, Z6
-	VMOVDQU32       64(BX)(SI*2), Z10
-	VPDPBUSD        (BX)(SI*2), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*2), Z0, Z11
-	VFMADD231PS     Z11, Z10, K2, Z7
-	VMOVDQU32       64(BX)(DI*1), Z10
-	VPDPBUSD        (BX)(DI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(DI*1), Z0, Z0
-	VFMADD231PS     Z0, Z10, K2, Z8
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	RET
-
-// func q80VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_3x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, SI
-	VPBROADCASTD SI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K1
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z4
-	VINSERTI64X4    $0x01, 36(CX), Z4, Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VPBROADCASTW    34(CX), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z4
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z4, Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*1), Y5
-	VPBROADCASTW    34(CX)(DX*1), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z2
-	VBROADCASTI64X4 2(CX)(DX*2), Z4
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z4, Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*2), Y5
-	VPBROADCASTW    34(CX)(DX*2), K1, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z3
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*1), Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*2), Z4
-	VPXORD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z5, K2, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	RET
-
-// func q80VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_3x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z7
-	VINSERTI64X4    $0x01, 36(CX), Z7, Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    34(CX), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z7, Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VPBROADCASTW    34(CX)(DX*1), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z3
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z4
-	VBROADCASTI64X4 2(CX)(DX*2), Z7
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z7, Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*2), Y8
-	VPBROADCASTW    34(CX)(DX*2), K1, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z5
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z6
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K2, Z3
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, K2, Z4
-	VBROADCASTI64X4 2(CX)(DX*2), Z7
-	VPXORD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z8
-	VPDPBUSD        (BX), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX), Z0, Z9
-	VFMADD231PS     Z9, Z8, K2, Z5
-	VMOVDQU32       64(BX)(SI*1), Z8
-	VPDPBUSD        (BX)(SI*1), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z8, K2, Z6
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	RET
-
-// func q80VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_3x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z10
-	VINSERTI64X4    $0x01, 36(CX), Z10, Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX), Y11
-	VPBROADCASTW    34(CX), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z1
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z2
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z10
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z10, Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VPBROADCASTW    34(CX)(DX*1), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z4
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z5
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z6
-	VBROADCASTI64X4 2(CX)(DX*2), Z10
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z10, Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*2), Y11
-	VPBROADCASTW    34(CX)(DX*2), K1, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z7
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z8
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z9
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX), Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, K2, Z4
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, K2, Z5
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, K2, Z6
-	VBROADCASTI64X4 2(CX)(DX*2), Z10
-	VPXORD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z0, Z12
-	VFMADD231PS     Z12, Z11, K2, Z7
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z0, Z12
-	VFMADD231PS     Z12, Z11, K2, Z8
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z11, K2, Z9
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	RET
-
-// func q80VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_3x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z13
-	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VPBROADCASTW    34(CX), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z3
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VPBROADCASTW    34(CX)(DX*1), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z5
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z6
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z7
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z8
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VPBROADCASTW    34(CX)(DX*2), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z9
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z10
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z11
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z12
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z3
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, K2, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z5
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z6
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z7
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, K2, Z8
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z14
-	VPDPBUSD        (BX), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX), Z0, Z15
-	VFMADD231PS     Z15, Z14, K2, Z9
-	VMOVDQU32       64(BX)(SI*1), Z14
-	VPDPBUSD        (BX)(SI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*1), Z0, Z15
-	VFMADD231PS     Z15, Z14, K2, Z10
-	VMOVDQU32       64(BX)(SI*2), Z14
-	VPDPBUSD        (BX)(SI*2), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*2), Z0, Z15
-	VFMADD231PS     Z15, Z14, K2, Z11
-	VMOVDQU32       64(BX)(DI*1), Z14
-	VPDPBUSD        (BX)(DI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(DI*1), Z0, Z0
-	VFMADD231PS     Z0, Z14, K2, Z12
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	RET
-
-// func q80VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_4x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), SI
-	MOVL         $0x80808080, DI
-	VPBROADCASTD DI, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K1
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z5
-	VINSERTI64X4    $0x01, 36(CX), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    34(CX), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VPBROADCASTW    34(CX)(DX*1), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z2
-	VBROADCASTI64X4 2(CX)(DX*2), Z5
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*2), Y6
-	VPBROADCASTW    34(CX)(DX*2), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z3
-	VBROADCASTI64X4 2(CX)(SI*1), Z5
-	VINSERTI64X4    $0x01, 36(CX)(SI*1), Z5, Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(SI*1), Y6
-	VPBROADCASTW    34(CX)(SI*1), K1, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K2, Z1
-	VBROADCASTI64X4 2(CX)(DX*1), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*2), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*2), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K2, Z3
-	VBROADCASTI64X4 2(CX)(SI*1), Z5
-	VPXORD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(SI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z6, K2, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	RET
-
-// func q80VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_4x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z9
-	VINSERTI64X4    $0x01, 36(CX), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VPBROADCASTW    34(CX), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VPBROADCASTW    34(CX)(DX*1), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z3
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z4
-	VBROADCASTI64X4 2(CX)(DX*2), Z9
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*2), Y10
-	VPBROADCASTW    34(CX)(DX*2), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z6
-	VBROADCASTI64X4 2(CX)(DI*1), Z9
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z9, Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DI*1), Y10
-	VPBROADCASTW    34(CX)(DI*1), K1, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z7
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z8
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K2, Z2
-	VBROADCASTI64X4 2(CX)(DX*1), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z3
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K2, Z4
-	VBROADCASTI64X4 2(CX)(DX*2), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*2), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K2, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K2, Z6
-	VBROADCASTI64X4 2(CX)(DI*1), Z9
-	VPXORD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z10
-	VPDPBUSD        (BX), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX), Z0, Z11
-	VFMADD231PS     Z11, Z10, K2, Z7
-	VMOVDQU32       64(BX)(SI*1), Z10
-	VPDPBUSD        (BX)(SI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z10, K2, Z8
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	RET
-
-// func q80VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_4x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x80808080, R8
-	VPBROADCASTD R8, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K1
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z13
-	VINSERTI64X4    $0x01, 36(CX), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VPBROADCASTW    34(CX), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VPBROADCASTW    34(CX)(DX*1), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z4
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z5
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z6
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VPBROADCASTW    34(CX)(DX*2), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z7
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z8
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z9
-	VBROADCASTI64X4 2(CX)(DI*1), Z13
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z13, Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DI*1), Y14
-	VPBROADCASTW    34(CX)(DI*1), K1, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z10
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z11
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z12
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K2, Z3
-	VBROADCASTI64X4 2(CX)(DX*1), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z4
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z5
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K2, Z6
-	VBROADCASTI64X4 2(CX)(DX*2), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z7
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K2, Z8
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K2, Z9
-	VBROADCASTI64X4 2(CX)(DI*1), Z13
-	VPXORD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z14
-	VPDPBUSD        (BX), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX), Z0, Z15
-	VFMADD231PS     Z15, Z14, K2, Z10
-	VMOVDQU32       64(BX)(SI*1), Z14
-	VPDPBUSD        (BX)(SI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*1), Z0, Z15
-	VFMADD231PS     Z15, Z14, K2, Z11
-	VMOVDQU32       64(BX)(SI*2), Z14
-	VPDPBUSD        (BX)(SI*2), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z14, K2, Z12
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	RET
-
-// func q80VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q80VNNIX_4x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	LEAQ         (SI)(SI*2), R8
-	MOVL         $0x80808080, R9
-	VPBROADCASTD R9, Z0
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	VXORPS       Z14, Z14, Z14
-	VXORPS       Z15, Z15, Z15
-	VXORPS       Z16, Z16, Z16
-	MOVL         $0x0000ff00, R9
-	KMOVW        R9, K1
-	MOVL         $0x000000ff, R9
-	KMOVW        R9, K2
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI64X4 2(CX), Z17
-	VINSERTI64X4    $0x01, 36(CX), Z17, Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX), Y18
-	VPBROADCASTW    34(CX), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z1
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z2
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z3
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z17
-	VINSERTI64X4    $0x01, 36(CX)(DX*1), Z17, Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VPBROADCASTW    34(CX)(DX*1), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z5
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z6
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z7
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z8
-	VBROADCASTI64X4 2(CX)(DX*2), Z17
-	VINSERTI64X4    $0x01, 36(CX)(DX*2), Z17, Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*2), Y18
-	VPBROADCASTW    34(CX)(DX*2), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z9
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z10
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z11
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z12
-	VBROADCASTI64X4 2(CX)(DI*1), Z17
-	VINSERTI64X4    $0x01, 36(CX)(DI*1), Z17, Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DI*1), Y18
-	VPBROADCASTW    34(CX)(DI*1), K1, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z13
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z14
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z15
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z16
-	ADDQ            $0x44, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI64X4 2(CX), Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z1
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z2
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z3
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K2, Z4
-	VBROADCASTI64X4 2(CX)(DX*1), Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z5
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z6
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z7
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K2, Z8
-	VBROADCASTI64X4 2(CX)(DX*2), Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*2), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z9
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z10
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K2, Z11
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K2, Z12
-	VBROADCASTI64X4 2(CX)(DI*1), Z17
-	VPXORD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z18
-	VPDPBUSD        (BX), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX), Z0, Z19
-	VFMADD231PS     Z19, Z18, K2, Z13
-	VMOVDQU32       64(BX)(SI*1), Z18
-	VPDPBUSD        (BX)(SI*1), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(SI*1), Z0, Z19
-	VFMADD231PS     Z19, Z18, K2, Z14
-	VMOVDQU32       64(BX)(SI*2), Z18
-	VPDPBUSD        (BX)(SI*2), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(SI*2), Z0, Z19
-	VFMADD231PS     Z19, Z18, K2, Z15
-	VMOVDQU32       64(BX)(R8*1), Z18
-	VPDPBUSD        (BX)(R8*1), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(R8*1), Z0, Z0
-	VFMADD231PS     Z0, Z18, K2, Z16
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VADDPS        Y0, Y14, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z15, Y0
-	VADDPS        Y0, Y15, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z16, Y0
-	VADDPS        Y0, Y16, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(DX*1)
-	RET
-
-// func q40VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_1x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, BX
-	VPBROADCASTD BX, Z0
-	MOVL         $0x000000cc, BX
-	KMOVW        BX, K1
-	VXORPS       Z1, Z1, Z1
-	MOVL         $0x0000ff00, BX
-	KMOVW        BX, K2
-	MOVL         $0x000000ff, BX
-	KMOVW        BX, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z2
-	VINSERTI32X4    $0x02, 20(CX), Z2, Z2
-	VINSERTI32X4    $0x03, 20(CX), Z2, Z2
-	VPSRLW          $0x04, Z2, Z3
-	VMOVDQA64       Z3, K1, Z2
-	VPANDD          Z0, Z2, Z2
-	VPBROADCASTW    (CX), Y3
-	VPBROADCASTW    18(CX), K2, Y3
-	VCVTPH2PS       Y3, Z3
-	VMOVDQU32       64(DX), Z4
-	VPDPBUSD        (DX), Z2, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX), Z3, Z2
-	VFMADD231PS     Z2, Z4, Z1
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z2
-	VPSRLW          $0x04, Z2, Z3
-	VMOVDQA64       Z3, K1, Z2
-	VPANDD          Z0, Z2, Z2
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z3
-	VPDPBUSD        (DX), Z2, Z3
-	VCVTDQ2PS       Z3, Z3
-	VMULPS          128(DX), Z0, Z0
-	VFMADD231PS     Z0, Z3, K3, Z1
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	RET
-
-// func q40VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_1x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z3
-	VINSERTI32X4    $0x02, 20(CX), Z3, Z3
-	VINSERTI32X4    $0x03, 20(CX), Z3, Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VPBROADCASTW    18(CX), K2, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(DX), Z5
-	VPDPBUSD        (DX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX), Z4, Z6
-	VFMADD231PS     Z6, Z5, Z1
-	VMOVDQU32       64(DX)(BX*1), Z5
-	VPDPBUSD        (DX)(BX*1), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*1), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z4
-	VPDPBUSD        (DX), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX), Z0, Z5
-	VFMADD231PS     Z5, Z4, K3, Z1
-	VMOVDQU32       64(DX)(BX*1), Z4
-	VPDPBUSD        (DX)(BX*1), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(DX)(BX*1), Z0, Z0
-	VFMADD231PS     Z0, Z4, K3, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	RET
-
-// func q40VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_1x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z4
-	VINSERTI32X4    $0x02, 20(CX), Z4, Z4
-	VINSERTI32X4    $0x03, 20(CX), Z4, Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VPBROADCASTW    18(CX), K2, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(DX), Z6
-	VPDPBUSD        (DX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX), Z5, Z7
-	VFMADD231PS     Z7, Z6, Z1
-	VMOVDQU32       64(DX)(BX*1), Z6
-	VPDPBUSD        (DX)(BX*1), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*1), Z5, Z7
-	VFMADD231PS     Z7, Z6, Z2
-	VMOVDQU32       64(DX)(BX*2), Z6
-	VPDPBUSD        (DX)(BX*2), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*2), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z3
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z5
-	VPDPBUSD        (DX), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX), Z0, Z6
-	VFMADD231PS     Z6, Z5, K3, Z1
-	VMOVDQU32       64(DX)(BX*1), Z5
-	VPDPBUSD        (DX)(BX*1), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*1), Z0, Z6
-	VFMADD231PS     Z6, Z5, K3, Z2
-	VMOVDQU32       64(DX)(BX*2), Z5
-	VPDPBUSD        (DX)(BX*2), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(DX)(BX*2), Z0, Z0
-	VFMADD231PS     Z0, Z5, K3, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	RET
-
-// func q40VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_1x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), DX
-	MOVQ         xs+32(FP), BX
-	LEAQ         (BX)(BX*2), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z5
-	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    18(CX), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(DX), Z7
-	VPDPBUSD        (DX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z1
-	VMOVDQU32       64(DX)(BX*1), Z7
-	VPDPBUSD        (DX)(BX*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(BX*1), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z2
-	VMOVDQU32       64(DX)(BX*2), Z7
-	VPDPBUSD        (DX)(BX*2), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(BX*2), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z3
-	VMOVDQU32       64(DX)(SI*1), Z7
-	VPDPBUSD        (DX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(DX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, DX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(DX), Z6
-	VPDPBUSD        (DX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX), Z0, Z7
-	VFMADD231PS     Z7, Z6, K3, Z1
-	VMOVDQU32       64(DX)(BX*1), Z6
-	VPDPBUSD        (DX)(BX*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*1), Z0, Z7
-	VFMADD231PS     Z7, Z6, K3, Z2
-	VMOVDQU32       64(DX)(BX*2), Z6
-	VPDPBUSD        (DX)(BX*2), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(BX*2), Z0, Z7
-	VFMADD231PS     Z7, Z6, K3, Z3
-	VMOVDQU32       64(DX)(SI*1), Z6
-	VPDPBUSD        (DX)(SI*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(DX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z6, K3, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	RET
-
-// func q40VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_2x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z3
-	VINSERTI32X4    $0x02, 20(CX), Z3, Z3
-	VINSERTI32X4    $0x03, 20(CX), Z3, Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VPBROADCASTW    18(CX), K2, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z3
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z3, Z3
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z3, Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX)(DX*1), Y4
-	VPBROADCASTW    18(CX)(DX*1), K2, Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, Z2
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX), Y4
-	VCVTPH2PS       Y4, Z4
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z3, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z4, Z3
-	VFMADD231PS     Z3, Z5, K3, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z3
-	VPSRLW          $0x04, Z3, Z4
-	VMOVDQA64       Z4, K1, Z3
-	VPANDD          Z0, Z3, Z3
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z4
-	VPDPBUSD        (BX), Z3, Z4
-	VCVTDQ2PS       Z4, Z4
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z4, K3, Z2
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	RET
-
-// func q40VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_2x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z5
-	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    18(CX), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z1
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z5
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VPBROADCASTW    18(CX)(DX*1), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, Z3
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z8
-	VFMADD231PS     Z8, Z7, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z7
-	VPDPBUSD        (BX)(SI*1), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX)(SI*1), Z6, Z5
-	VFMADD231PS     Z5, Z7, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z0, Z7
-	VFMADD231PS     Z7, Z6, K3, Z3
-	VMOVDQU32       64(BX)(SI*1), Z6
-	VPDPBUSD        (BX)(SI*1), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z6, K3, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	RET
-
-// func q40VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_2x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z7
-	VINSERTI32X4    $0x02, 20(CX), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    18(CX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z2
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VPBROADCASTW    18(CX)(DX*1), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z4
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z5
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z6
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z10
-	VFMADD231PS     Z10, Z9, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z9
-	VPDPBUSD        (BX)(SI*2), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*2), Z8, Z7
-	VFMADD231PS     Z7, Z9, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z8
-	VPDPBUSD        (BX), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX), Z0, Z9
-	VFMADD231PS     Z9, Z8, K3, Z4
-	VMOVDQU32       64(BX)(SI*1), Z8
-	VPDPBUSD        (BX)(SI*1), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*1), Z0, Z9
-	VFMADD231PS     Z9, Z8, K3, Z5
-	VMOVDQU32       64(BX)(SI*2), Z8
-	VPDPBUSD        (BX)(SI*2), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z8, K3, Z6
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	RET
-
-// func q40VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_2x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z9
-	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VPBROADCASTW    18(CX), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z2
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z3
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VPBROADCASTW    18(CX)(DX*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z6
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z7
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z8
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z3
-	VMOVDQU32       64(BX)(DI*1), Z11
-	VPDPBUSD        (BX)(DI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(DI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z10
-	VPDPBUSD        (BX), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX), Z0, Z11
-	VFMADD231PS     Z11, Z10, K3, Z5
-	VMOVDQU32       64(BX)(SI*1), Z10
-	VPDPBUSD        (BX)(SI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*1), Z0, Z11
-	VFMADD231PS     Z11, Z10, K3, Z6
-	VMOVDQU32       64(BX)(SI*2), Z10
-	VPDPBUSD        (BX)(SI*2), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*2), Z0, Z11
-	VFMADD231PS     Z11, Z10, K3, Z7
-	VMOVDQU32       64(BX)(DI*1), Z10
-	VPDPBUSD        (BX)(DI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(DI*1), Z0, Z0
-	VFMADD231PS     Z0, Z10, K3, Z8
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	RET
-
-// func q40VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_3x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, SI
-	VPBROADCASTD SI, Z0
-	MOVL         $0x000000cc, SI
-	KMOVW        SI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	MOVL         $0x0000ff00, SI
-	KMOVW        SI, K2
-	MOVL         $0x000000ff, SI
-	KMOVW        SI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z4
-	VINSERTI32X4    $0x02, 20(CX), Z4, Z4
-	VINSERTI32X4    $0x03, 20(CX), Z4, Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VPBROADCASTW    18(CX), K2, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z4
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z4, Z4
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z4, Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*1), Y5
-	VPBROADCASTW    18(CX)(DX*1), K2, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z2
-	VBROADCASTI32X4 2(CX)(DX*2), Z4
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z4, Z4
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z4, Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*2), Y5
-	VPBROADCASTW    18(CX)(DX*2), K2, Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, Z3
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX), Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, K3, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*1), Y5
-	VCVTPH2PS       Y5, Z5
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z4, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z5, Z4
-	VFMADD231PS     Z4, Z6, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*2), Z4
-	VPSRLW          $0x04, Z4, Z5
-	VMOVDQA64       Z5, K1, Z4
-	VPANDD          Z0, Z4, Z4
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z5
-	VPDPBUSD        (BX), Z4, Z5
-	VCVTDQ2PS       Z5, Z5
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z5, K3, Z3
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	RET
-
-// func q40VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_3x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z7
-	VINSERTI32X4    $0x02, 20(CX), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VPBROADCASTW    18(CX), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VPBROADCASTW    18(CX)(DX*1), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z3
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z4
-	VBROADCASTI32X4 2(CX)(DX*2), Z7
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z7, Z7
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z7, Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*2), Y8
-	VPBROADCASTW    18(CX)(DX*2), K2, Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, Z5
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, Z6
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*1), Y8
-	VCVTPH2PS       Y8, Z8
-	VMOVDQU32       64(BX), Z9
-	VPDPBUSD        (BX), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX), Z8, Z10
-	VFMADD231PS     Z10, Z9, K3, Z3
-	VMOVDQU32       64(BX)(SI*1), Z9
-	VPDPBUSD        (BX)(SI*1), Z7, Z9
-	VCVTDQ2PS       Z9, Z9
-	VMULPS          128(BX)(SI*1), Z8, Z7
-	VFMADD231PS     Z7, Z9, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*2), Z7
-	VPSRLW          $0x04, Z7, Z8
-	VMOVDQA64       Z8, K1, Z7
-	VPANDD          Z0, Z7, Z7
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z8
-	VPDPBUSD        (BX), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX), Z0, Z9
-	VFMADD231PS     Z9, Z8, K3, Z5
-	VMOVDQU32       64(BX)(SI*1), Z8
-	VPDPBUSD        (BX)(SI*1), Z7, Z8
-	VCVTDQ2PS       Z8, Z8
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z8, K3, Z6
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	RET
-
-// func q40VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_3x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z10
-	VINSERTI32X4    $0x02, 20(CX), Z10, Z10
-	VINSERTI32X4    $0x03, 20(CX), Z10, Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX), Y11
-	VPBROADCASTW    18(CX), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z1
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z2
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z10
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z10, Z10
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z10, Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VPBROADCASTW    18(CX)(DX*1), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z4
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z5
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z6
-	VBROADCASTI32X4 2(CX)(DX*2), Z10
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z10, Z10
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z10, Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*2), Y11
-	VPBROADCASTW    18(CX)(DX*2), K2, Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z7
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, Z8
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, Z9
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX), Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*1), Y11
-	VCVTPH2PS       Y11, Z11
-	VMOVDQU32       64(BX), Z12
-	VPDPBUSD        (BX), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX), Z11, Z13
-	VFMADD231PS     Z13, Z12, K3, Z4
-	VMOVDQU32       64(BX)(SI*1), Z12
-	VPDPBUSD        (BX)(SI*1), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*1), Z11, Z13
-	VFMADD231PS     Z13, Z12, K3, Z5
-	VMOVDQU32       64(BX)(SI*2), Z12
-	VPDPBUSD        (BX)(SI*2), Z10, Z12
-	VCVTDQ2PS       Z12, Z12
-	VMULPS          128(BX)(SI*2), Z11, Z10
-	VFMADD231PS     Z10, Z12, K3, Z6
-	VBROADCASTI32X4 2(CX)(DX*2), Z10
-	VPSRLW          $0x04, Z10, Z11
-	VMOVDQA64       Z11, K1, Z10
-	VPANDD          Z0, Z10, Z10
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z0, Z12
-	VFMADD231PS     Z12, Z11, K3, Z7
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z0, Z12
-	VFMADD231PS     Z12, Z11, K3, Z8
-	VMOVDQU32       64(BX)(SI*2), Z11
-	VPDPBUSD        (BX)(SI*2), Z10, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z11, K3, Z9
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	RET
-
-// func q40VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_3x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (SI)(SI*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z13
-	VINSERTI32X4    $0x02, 20(CX), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VPBROADCASTW    18(CX), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z3
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VPBROADCASTW    18(CX)(DX*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z5
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z6
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z7
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z8
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VPBROADCASTW    18(CX)(DX*2), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z9
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z10
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z11
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z12
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z3
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z5
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z6
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z7
-	VMOVDQU32       64(BX)(DI*1), Z15
-	VPDPBUSD        (BX)(DI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(DI*1), Z14, Z13
-	VFMADD231PS     Z13, Z15, K3, Z8
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z14
-	VPDPBUSD        (BX), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX), Z0, Z15
-	VFMADD231PS     Z15, Z14, K3, Z9
-	VMOVDQU32       64(BX)(SI*1), Z14
-	VPDPBUSD        (BX)(SI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*1), Z0, Z15
-	VFMADD231PS     Z15, Z14, K3, Z10
-	VMOVDQU32       64(BX)(SI*2), Z14
-	VPDPBUSD        (BX)(SI*2), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*2), Z0, Z15
-	VFMADD231PS     Z15, Z14, K3, Z11
-	VMOVDQU32       64(BX)(DI*1), Z14
-	VPDPBUSD        (BX)(DI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(DI*1), Z0, Z0
-	VFMADD231PS     Z0, Z14, K3, Z12
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	RET
-
-// func q40VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_4x1(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), SI
-	MOVL         $0x0f0f0f0f, DI
-	VPBROADCASTD DI, Z0
-	MOVL         $0x000000cc, DI
-	KMOVW        DI, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	MOVL         $0x0000ff00, DI
-	KMOVW        DI, K2
-	MOVL         $0x000000ff, DI
-	KMOVW        DI, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z5
-	VINSERTI32X4    $0x02, 20(CX), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VPBROADCASTW    18(CX), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z5
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VPBROADCASTW    18(CX)(DX*1), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z2
-	VBROADCASTI32X4 2(CX)(DX*2), Z5
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*2), Y6
-	VPBROADCASTW    18(CX)(DX*2), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z3
-	VBROADCASTI32X4 2(CX)(SI*1), Z5
-	VINSERTI32X4    $0x02, 20(CX)(SI*1), Z5, Z5
-	VINSERTI32X4    $0x03, 20(CX)(SI*1), Z5, Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(SI*1), Y6
-	VPBROADCASTW    18(CX)(SI*1), K2, Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, Z4
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K3, Z1
-	VBROADCASTI32X4 2(CX)(DX*1), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*1), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*2), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(DX*2), Y6
-	VCVTPH2PS       Y6, Z6
-	VMOVDQU32       64(BX), Z7
-	VPDPBUSD        (BX), Z5, Z7
-	VCVTDQ2PS       Z7, Z7
-	VMULPS          128(BX), Z6, Z5
-	VFMADD231PS     Z5, Z7, K3, Z3
-	VBROADCASTI32X4 2(CX)(SI*1), Z5
-	VPSRLW          $0x04, Z5, Z6
-	VMOVDQA64       Z6, K1, Z5
-	VPANDD          Z0, Z5, Z5
-	VPBROADCASTW    (CX)(SI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z6
-	VPDPBUSD        (BX), Z5, Z6
-	VCVTDQ2PS       Z6, Z6
-	VMULPS          128(BX), Z0, Z0
-	VFMADD231PS     Z0, Z6, K3, Z4
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	RET
-
-// func q40VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_4x2(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z9
-	VINSERTI32X4    $0x02, 20(CX), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VPBROADCASTW    18(CX), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VPBROADCASTW    18(CX)(DX*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z3
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z4
-	VBROADCASTI32X4 2(CX)(DX*2), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*2), Y10
-	VPBROADCASTW    18(CX)(DX*2), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z6
-	VBROADCASTI32X4 2(CX)(DI*1), Z9
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z9, Z9
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z9, Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DI*1), Y10
-	VPBROADCASTW    18(CX)(DI*1), K2, Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, Z7
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, Z8
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K3, Z2
-	VBROADCASTI32X4 2(CX)(DX*1), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*1), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z3
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*2), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DX*2), Y10
-	VCVTPH2PS       Y10, Z10
-	VMOVDQU32       64(BX), Z11
-	VPDPBUSD        (BX), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX), Z10, Z12
-	VFMADD231PS     Z12, Z11, K3, Z5
-	VMOVDQU32       64(BX)(SI*1), Z11
-	VPDPBUSD        (BX)(SI*1), Z9, Z11
-	VCVTDQ2PS       Z11, Z11
-	VMULPS          128(BX)(SI*1), Z10, Z9
-	VFMADD231PS     Z9, Z11, K3, Z6
-	VBROADCASTI32X4 2(CX)(DI*1), Z9
-	VPSRLW          $0x04, Z9, Z10
-	VMOVDQA64       Z10, K1, Z9
-	VPANDD          Z0, Z9, Z9
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z10
-	VPDPBUSD        (BX), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX), Z0, Z11
-	VFMADD231PS     Z11, Z10, K3, Z7
-	VMOVDQU32       64(BX)(SI*1), Z10
-	VPDPBUSD        (BX)(SI*1), Z9, Z10
-	VCVTDQ2PS       Z10, Z10
-	VMULPS          128(BX)(SI*1), Z0, Z0
-	VFMADD231PS     Z0, Z10, K3, Z8
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	RET
-
-// func q40VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_4x3(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	MOVL         $0x0f0f0f0f, R8
-	VPBROADCASTD R8, Z0
-	MOVL         $0x000000cc, R8
-	KMOVW        R8, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	MOVL         $0x0000ff00, R8
-	KMOVW        R8, K2
-	MOVL         $0x000000ff, R8
-	KMOVW        R8, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z13
-	VINSERTI32X4    $0x02, 20(CX), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VPBROADCASTW    18(CX), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VPBROADCASTW    18(CX)(DX*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z4
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z5
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z6
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VPBROADCASTW    18(CX)(DX*2), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z7
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z8
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z9
-	VBROADCASTI32X4 2(CX)(DI*1), Z13
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z13, Z13
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z13, Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DI*1), Y14
-	VPBROADCASTW    18(CX)(DI*1), K2, Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z10
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, Z11
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, Z12
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K3, Z3
-	VBROADCASTI32X4 2(CX)(DX*1), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*1), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z4
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z5
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K3, Z6
-	VBROADCASTI32X4 2(CX)(DX*2), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DX*2), Y14
-	VCVTPH2PS       Y14, Z14
-	VMOVDQU32       64(BX), Z15
-	VPDPBUSD        (BX), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z7
-	VMOVDQU32       64(BX)(SI*1), Z15
-	VPDPBUSD        (BX)(SI*1), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*1), Z14, Z16
-	VFMADD231PS     Z16, Z15, K3, Z8
-	VMOVDQU32       64(BX)(SI*2), Z15
-	VPDPBUSD        (BX)(SI*2), Z13, Z15
-	VCVTDQ2PS       Z15, Z15
-	VMULPS          128(BX)(SI*2), Z14, Z13
-	VFMADD231PS     Z13, Z15, K3, Z9
-	VBROADCASTI32X4 2(CX)(DI*1), Z13
-	VPSRLW          $0x04, Z13, Z14
-	VMOVDQA64       Z14, K1, Z13
-	VPANDD          Z0, Z13, Z13
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z14
-	VPDPBUSD        (BX), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX), Z0, Z15
-	VFMADD231PS     Z15, Z14, K3, Z10
-	VMOVDQU32       64(BX)(SI*1), Z14
-	VPDPBUSD        (BX)(SI*1), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*1), Z0, Z15
-	VFMADD231PS     Z15, Z14, K3, Z11
-	VMOVDQU32       64(BX)(SI*2), Z14
-	VPDPBUSD        (BX)(SI*2), Z13, Z14
-	VCVTDQ2PS       Z14, Z14
-	VMULPS          128(BX)(SI*2), Z0, Z0
-	VFMADD231PS     Z0, Z14, K3, Z12
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	RET
-
-// func q40VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-// Requires: AVX, AVX2, AVX512BW, AVX512DQ, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·q40VNNIX_4x4(SB), NOSPLIT, $0-56
-	MOVQ         n+0(FP), AX
-	MOVQ         w+8(FP), CX
-	MOVQ         ws+16(FP), DX
-	MOVQ         x+24(FP), BX
-	MOVQ         xs+32(FP), SI
-	LEAQ         (DX)(DX*2), DI
-	LEAQ         (SI)(SI*2), R8
-	MOVL         $0x0f0f0f0f, R9
-	VPBROADCASTD R9, Z0
-	MOVL         $0x000000cc, R9
-	KMOVW        R9, K1
-	VXORPS       Z1, Z1, Z1
-	VXORPS       Z2, Z2, Z2
-	VXORPS       Z3, Z3, Z3
-	VXORPS       Z4, Z4, Z4
-	VXORPS       Z5, Z5, Z5
-	VXORPS       Z6, Z6, Z6
-	VXORPS       Z7, Z7, Z7
-	VXORPS       Z8, Z8, Z8
-	VXORPS       Z9, Z9, Z9
-	VXORPS       Z10, Z10, Z10
-	VXORPS       Z11, Z11, Z11
-	VXORPS       Z12, Z12, Z12
-	VXORPS       Z13, Z13, Z13
-	VXORPS       Z14, Z14, Z14
-	VXORPS       Z15, Z15, Z15
-	VXORPS       Z16, Z16, Z16
-	MOVL         $0x0000ff00, R9
-	KMOVW        R9, K2
-	MOVL         $0x000000ff, R9
-	KMOVW        R9, K3
-
-loop:
-	CMPQ            AX, $0x02
-	JL              tail
-	VBROADCASTI32X4 2(CX), Z17
-	VINSERTI32X4    $0x02, 20(CX), Z17, Z17
-	VINSERTI32X4    $0x03, 20(CX), Z17, Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX), Y18
-	VPBROADCASTW    18(CX), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z1
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z2
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z3
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z17
-	VINSERTI32X4    $0x02, 20(CX)(DX*1), Z17, Z17
-	VINSERTI32X4    $0x03, 20(CX)(DX*1), Z17, Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VPBROADCASTW    18(CX)(DX*1), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z5
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z6
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z7
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z8
-	VBROADCASTI32X4 2(CX)(DX*2), Z17
-	VINSERTI32X4    $0x02, 20(CX)(DX*2), Z17, Z17
-	VINSERTI32X4    $0x03, 20(CX)(DX*2), Z17, Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*2), Y18
-	VPBROADCASTW    18(CX)(DX*2), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z9
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z10
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z11
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z12
-	VBROADCASTI32X4 2(CX)(DI*1), Z17
-	VINSERTI32X4    $0x02, 20(CX)(DI*1), Z17, Z17
-	VINSERTI32X4    $0x03, 20(CX)(DI*1), Z17, Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DI*1), Y18
-	VPBROADCASTW    18(CX)(DI*1), K2, Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z13
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z14
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, Z15
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, Z16
-	ADDQ            $0x24, CX
-	ADDQ            $0xc0, BX
-	SUBQ            $0x02, AX
-	JMP             loop
-
-tail:
-	TESTQ           AX, AX
-	JZ              done
-	VBROADCASTI32X4 2(CX), Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z1
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z2
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z3
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K3, Z4
-	VBROADCASTI32X4 2(CX)(DX*1), Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*1), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z5
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z6
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z7
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K3, Z8
-	VBROADCASTI32X4 2(CX)(DX*2), Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DX*2), Y18
-	VCVTPH2PS       Y18, Z18
-	VMOVDQU32       64(BX), Z19
-	VPDPBUSD        (BX), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z9
-	VMOVDQU32       64(BX)(SI*1), Z19
-	VPDPBUSD        (BX)(SI*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*1), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z10
-	VMOVDQU32       64(BX)(SI*2), Z19
-	VPDPBUSD        (BX)(SI*2), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(SI*2), Z18, Z20
-	VFMADD231PS     Z20, Z19, K3, Z11
-	VMOVDQU32       64(BX)(R8*1), Z19
-	VPDPBUSD        (BX)(R8*1), Z17, Z19
-	VCVTDQ2PS       Z19, Z19
-	VMULPS          128(BX)(R8*1), Z18, Z17
-	VFMADD231PS     Z17, Z19, K3, Z12
-	VBROADCASTI32X4 2(CX)(DI*1), Z17
-	VPSRLW          $0x04, Z17, Z18
-	VMOVDQA64       Z18, K1, Z17
-	VPANDD          Z0, Z17, Z17
-	VPBROADCASTW    (CX)(DI*1), Y0
-	VCVTPH2PS       Y0, Z0
-	VMOVDQU32       64(BX), Z18
-	VPDPBUSD        (BX), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX), Z0, Z19
-	VFMADD231PS     Z19, Z18, K3, Z13
-	VMOVDQU32       64(BX)(SI*1), Z18
-	VPDPBUSD        (BX)(SI*1), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(SI*1), Z0, Z19
-	VFMADD231PS     Z19, Z18, K3, Z14
-	VMOVDQU32       64(BX)(SI*2), Z18
-	VPDPBUSD        (BX)(SI*2), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(SI*2), Z0, Z19
-	VFMADD231PS     Z19, Z18, K3, Z15
-	VMOVDQU32       64(BX)(R8*1), Z18
-	VPDPBUSD        (BX)(R8*1), Z17, Z18
-	VCVTDQ2PS       Z18, Z18
-	VMULPS          128(BX)(R8*1), Z0, Z0
-	VFMADD231PS     Z0, Z18, K3, Z16
-
-done:
-	MOVQ          out+40(FP), AX
-	MOVQ          os+48(FP), CX
-	LEAQ          (CX)(CX*2), DX
-	VEXTRACTF64X4 $0x01, Z1, Y0
-	VADDPS        Y0, Y1, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)
-	VEXTRACTF64X4 $0x01, Z2, Y0
-	VADDPS        Y0, Y2, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z3, Y0
-	VADDPS        Y0, Y3, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z4, Y0
-	VADDPS        Y0, Y4, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, (AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z5, Y0
-	VADDPS        Y0, Y5, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)
-	VEXTRACTF64X4 $0x01, Z6, Y0
-	VADDPS        Y0, Y6, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z7, Y0
-	VADDPS        Y0, Y7, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z8, Y0
-	VADDPS        Y0, Y8, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 4(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z9, Y0
-	VADDPS        Y0, Y9, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)
-	VEXTRACTF64X4 $0x01, Z10, Y0
-	VADDPS        Y0, Y10, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z11, Y0
-	VADDPS        Y0, Y11, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z12, Y0
-	VADDPS        Y0, Y12, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 8(AX)(DX*1)
-	VEXTRACTF64X4 $0x01, Z13, Y0
-	VADDPS        Y0, Y13, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)
-	VEXTRACTF64X4 $0x01, Z14, Y0
-	VADDPS        Y0, Y14, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*1)
-	VEXTRACTF64X4 $0x01, Z15, Y0
-	VADDPS        Y0, Y15, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(CX*2)
-	VEXTRACTF64X4 $0x01, Z16, Y0
-	VADDPS        Y0, Y16, Y0
-	VEXTRACTF32X4 $0x01, Y0, X1
-	VADDPS        X1, X0, X1
-	VMOVHLPS      X1, X1, X0
-	VADDPS        X0, X1, X1
-	VMOVSHDUP     X1, X0
-	VADDSS        X0, X1, X1
-	VMOVSS        X1, 12(AX)(DX*1)
-	RET
-
 DATA maskTab<>+0(SB)/4, $0xffffffff
 DATA maskTab<>+4(SB)/4, $0xffffffff
 DATA maskTab<>+8(SB)/4, $0xffffffff
@@ -20506,74 +6762,40 @@ TEXT ·q80AVX2_1x1(SB), NOSPLIT, $0-56
 	MOVQ   ws+16(FP), DX
 	MOVQ   x+24(FP), DX
 	MOVQ   xs+32(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
+	VXORPS X0, X0, X0
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVSXBW    2(CX), Y2
-	VPMOVSXBW    18(CX), Y3
-	VPBROADCASTW (CX), X4
-	VCVTPH2PS    X4, Y4
-	VPMOVSXBW    2(DX), Y5
-	VPMOVSXBW    18(DX), Y6
-	VPMADDWD     Y2, Y5, Y5
-	VPMADDWD     Y3, Y6, Y6
-	VPHADDD      Y6, Y5, Y5
-	VCVTDQ2PS    Y5, Y5
-	VPBROADCASTW (DX), X2
-	VCVTPH2PS    X2, Y2
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  Y2, Y5, Y0
-	VPMOVSXBW    36(CX), Y2
-	VPMOVSXBW    52(CX), Y3
-	VPBROADCASTW 34(CX), X4
-	VCVTPH2PS    X4, Y4
-	VPMOVSXBW    36(DX), Y5
-	VPMOVSXBW    52(DX), Y6
-	VPMADDWD     Y2, Y5, Y5
-	VPMADDWD     Y3, Y6, Y6
-	VPHADDD      Y6, Y5, Y5
-	VCVTDQ2PS    Y5, Y5
-	VPBROADCASTW 34(DX), X2
-	VCVTPH2PS    X2, Y2
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  Y2, Y5, Y1
-	ADDQ         $0x44, CX
-	ADDQ         $0x44, DX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
+	VPBROADCASTW (DX), X1
+	VCVTPH2PS    X1, X1
 	VPMOVSXBW    2(CX), Y2
 	VPMOVSXBW    18(CX), Y3
 	VPBROADCASTW (CX), X4
-	VCVTPH2PS    X4, Y4
+	VCVTPH2PS    X4, X4
 	VPMOVSXBW    2(DX), Y5
 	VPMOVSXBW    18(DX), Y6
 	VPMADDWD     Y2, Y5, Y5
 	VPMADDWD     Y3, Y6, Y6
-	VPHADDD      Y6, Y5, Y5
-	VCVTDQ2PS    Y5, Y5
-	VPBROADCASTW (DX), X2
-	VCVTPH2PS    X2, Y2
-	VMULPS       Y2, Y4, Y2
-	VFMADD231PS  Y2, Y5, Y0
+	VPADDD       Y6, Y5, Y5
+	VEXTRACTI128 $0x01, Y5, X2
+	VPADDD       X5, X2, X2
+	VPSHUFD      $0x4e, X2, X3
+	VPADDD       X3, X2, X2
+	VPSHUFD      $0xb1, X2, X3
+	VPADDD       X3, X2, X2
+	VCVTDQ2PS    X2, X2
+	VMULSS       X1, X4, X1
+	VFMADD231SS  X1, X2, X0
+	ADDQ         $0x22, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y1, Y0, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X0, (AX)
 	RET
 
 // func q80AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -20584,114 +6806,58 @@ TEXT ·q80AVX2_1x2(SB), NOSPLIT, $0-56
 	MOVQ   ws+16(FP), DX
 	MOVQ   x+24(FP), DX
 	MOVQ   xs+32(FP), BX
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVSXBW    2(CX), Y4
-	VPMOVSXBW    18(CX), Y5
-	VPBROADCASTW (CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    2(DX), Y7
-	VPMOVSXBW    18(DX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (DX), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y6, Y8
-	VFMADD231PS  Y8, Y7, Y0
-	VPMOVSXBW    2(DX)(BX*1), Y7
-	VPMOVSXBW    18(DX)(BX*1), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (DX)(BX*1), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y2
-	VPMOVSXBW    36(CX), Y4
-	VPMOVSXBW    52(CX), Y5
-	VPBROADCASTW 34(CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    36(DX), Y7
-	VPMOVSXBW    52(DX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW 34(DX), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y6, Y8
-	VFMADD231PS  Y8, Y7, Y1
-	VPMOVSXBW    36(DX)(BX*1), Y7
-	VPMOVSXBW    52(DX)(BX*1), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW 34(DX)(BX*1), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y3
-	ADDQ         $0x44, CX
-	ADDQ         $0x44, DX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
+	VPBROADCASTW (DX), X2
+	VCVTPH2PS    X2, X2
+	VPBROADCASTW (DX)(BX*1), X3
+	VCVTPH2PS    X3, X3
 	VPMOVSXBW    2(CX), Y4
 	VPMOVSXBW    18(CX), Y5
 	VPBROADCASTW (CX), X6
-	VCVTPH2PS    X6, Y6
+	VCVTPH2PS    X6, X6
 	VPMOVSXBW    2(DX), Y7
 	VPMOVSXBW    18(DX), Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (DX), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y6, Y8
-	VFMADD231PS  Y8, Y7, Y0
-	VPMOVSXBW    2(DX)(BX*1), Y7
-	VPMOVSXBW    18(DX)(BX*1), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (DX)(BX*1), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y2
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X8
+	VPADDD       X7, X8, X8
+	VPSHUFD      $0x4e, X8, X7
+	VPADDD       X7, X8, X8
+	VPSHUFD      $0xb1, X8, X7
+	VPADDD       X7, X8, X8
+	VCVTDQ2PS    X8, X8
+	VMULSS       X2, X6, X2
+	VFMADD231SS  X2, X8, X0
+	VPMOVSXBW    2(DX)(BX*1), Y2
+	VPMOVSXBW    18(DX)(BX*1), Y7
+	VPMADDWD     Y4, Y2, Y2
+	VPMADDWD     Y5, Y7, Y7
+	VPADDD       Y7, Y2, Y2
+	VEXTRACTI128 $0x01, Y2, X4
+	VPADDD       X2, X4, X4
+	VPSHUFD      $0x4e, X4, X2
+	VPADDD       X2, X4, X4
+	VPSHUFD      $0xb1, X4, X2
+	VPADDD       X2, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMULSS       X3, X6, X2
+	VFMADD231SS  X2, X4, X1
+	ADDQ         $0x22, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y1, Y0, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)(CX*1)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X0, (AX)
+	VMOVSS X1, (AX)(CX*1)
 	RET
 
 // func q80AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -20702,126 +6868,60 @@ TEXT ·q80AVX2_2x1(SB), NOSPLIT, $0-56
 	MOVQ   ws+16(FP), DX
 	MOVQ   x+24(FP), BX
 	MOVQ   xs+32(FP), SI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVSXBW    2(CX), Y4
-	VPMOVSXBW    18(CX), Y5
-	VPBROADCASTW (CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    2(BX), Y7
-	VPMOVSXBW    18(BX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y0
-	VPMOVSXBW    2(CX)(DX*1), Y4
-	VPMOVSXBW    18(CX)(DX*1), Y5
-	VPBROADCASTW (CX)(DX*1), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    2(BX), Y7
-	VPMOVSXBW    18(BX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y2
-	VPMOVSXBW    36(CX), Y4
-	VPMOVSXBW    52(CX), Y5
-	VPBROADCASTW 34(CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    36(BX), Y7
-	VPMOVSXBW    52(BX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW 34(BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y1
-	VPMOVSXBW    36(CX)(DX*1), Y4
-	VPMOVSXBW    52(CX)(DX*1), Y5
-	VPBROADCASTW 34(CX)(DX*1), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    36(BX), Y7
-	VPMOVSXBW    52(BX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW 34(BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y3
-	ADDQ         $0x44, CX
-	ADDQ         $0x44, BX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
-	VPMOVSXBW    2(CX), Y4
-	VPMOVSXBW    18(CX), Y5
-	VPBROADCASTW (CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    2(BX), Y7
-	VPMOVSXBW    18(BX), Y8
+	VPBROADCASTW (BX), X2
+	VCVTPH2PS    X2, X2
+	VPMOVSXBW    2(CX), Y3
+	VPMOVSXBW    18(CX), Y4
+	VPBROADCASTW (CX), X5
+	VCVTPH2PS    X5, X5
+	VPMOVSXBW    2(BX), Y6
+	VPMOVSXBW    18(BX), Y7
+	VPMADDWD     Y3, Y6, Y6
 	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y0
-	VPMOVSXBW    2(CX)(DX*1), Y4
-	VPMOVSXBW    18(CX)(DX*1), Y5
-	VPBROADCASTW (CX)(DX*1), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    2(BX), Y7
-	VPMOVSXBW    18(BX), Y8
+	VPADDD       Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X3
+	VPADDD       X6, X3, X3
+	VPSHUFD      $0x4e, X3, X4
+	VPADDD       X4, X3, X3
+	VPSHUFD      $0xb1, X3, X4
+	VPADDD       X4, X3, X3
+	VCVTDQ2PS    X3, X3
+	VMULSS       X2, X5, X4
+	VFMADD231SS  X4, X3, X0
+	VPMOVSXBW    2(CX)(DX*1), Y3
+	VPMOVSXBW    18(CX)(DX*1), Y4
+	VPBROADCASTW (CX)(DX*1), X5
+	VCVTPH2PS    X5, X5
+	VPMOVSXBW    2(BX), Y6
+	VPMOVSXBW    18(BX), Y7
+	VPMADDWD     Y3, Y6, Y6
 	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (BX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y2
+	VPADDD       Y7, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X3
+	VPADDD       X6, X3, X3
+	VPSHUFD      $0x4e, X3, X4
+	VPADDD       X4, X3, X3
+	VPSHUFD      $0xb1, X3, X4
+	VPADDD       X4, X3, X3
+	VCVTDQ2PS    X3, X3
+	VMULSS       X2, X5, X2
+	VFMADD231SS  X2, X3, X1
+	ADDQ         $0x22, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y1, Y0, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X0, (AX)
+	VMOVSS X1, 4(AX)
 	RET
 
 // func q80AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -20832,206 +6932,94 @@ TEXT ·q80AVX2_2x2(SB), NOSPLIT, $0-56
 	MOVQ   ws+16(FP), DX
 	MOVQ   x+24(FP), BX
 	MOVQ   xs+32(FP), SI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
+	VXORPS X2, X2, X2
+	VXORPS X3, X3, X3
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVSXBW    2(CX), Y8
-	VPMOVSXBW    18(CX), Y9
-	VPBROADCASTW (CX), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    2(BX), Y11
-	VPMOVSXBW    18(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y0
-	VPMOVSXBW    2(BX)(SI*1), Y11
-	VPMOVSXBW    18(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y2
-	VPMOVSXBW    2(CX)(DX*1), Y8
-	VPMOVSXBW    18(CX)(DX*1), Y9
-	VPBROADCASTW (CX)(DX*1), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    2(BX), Y11
-	VPMOVSXBW    18(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y4
-	VPMOVSXBW    2(BX)(SI*1), Y11
-	VPMOVSXBW    18(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y6
-	VPMOVSXBW    36(CX), Y8
-	VPMOVSXBW    52(CX), Y9
-	VPBROADCASTW 34(CX), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    36(BX), Y11
-	VPMOVSXBW    52(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW 34(BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y1
-	VPMOVSXBW    36(BX)(SI*1), Y11
-	VPMOVSXBW    52(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW 34(BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y3
-	VPMOVSXBW    36(CX)(DX*1), Y8
-	VPMOVSXBW    52(CX)(DX*1), Y9
-	VPBROADCASTW 34(CX)(DX*1), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    36(BX), Y11
-	VPMOVSXBW    52(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW 34(BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y5
-	VPMOVSXBW    36(BX)(SI*1), Y11
-	VPMOVSXBW    52(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW 34(BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y7
-	ADDQ         $0x44, CX
-	ADDQ         $0x44, BX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
-	VPMOVSXBW    2(CX), Y8
-	VPMOVSXBW    18(CX), Y9
-	VPBROADCASTW (CX), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    2(BX), Y11
-	VPMOVSXBW    18(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y0
-	VPMOVSXBW    2(BX)(SI*1), Y11
-	VPMOVSXBW    18(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y2
-	VPMOVSXBW    2(CX)(DX*1), Y8
-	VPMOVSXBW    18(CX)(DX*1), Y9
-	VPBROADCASTW (CX)(DX*1), X10
-	VCVTPH2PS    X10, Y10
-	VPMOVSXBW    2(BX), Y11
-	VPMOVSXBW    18(BX), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y10, Y12
-	VFMADD231PS  Y12, Y11, Y4
-	VPMOVSXBW    2(BX)(SI*1), Y11
-	VPMOVSXBW    18(BX)(SI*1), Y12
-	VPMADDWD     Y8, Y11, Y11
-	VPMADDWD     Y9, Y12, Y12
-	VPHADDD      Y12, Y11, Y11
-	VCVTDQ2PS    Y11, Y11
-	VPBROADCASTW (BX)(SI*1), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y10, Y8
-	VFMADD231PS  Y8, Y11, Y6
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, X4
+	VPBROADCASTW (BX)(SI*1), X5
+	VCVTPH2PS    X5, X5
+	VPMOVSXBW    2(CX), Y6
+	VPMOVSXBW    18(CX), Y7
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, X8
+	VPMOVSXBW    2(BX), Y9
+	VPMOVSXBW    18(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0x4e, X10, X9
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0xb1, X10, X9
+	VPADDD       X9, X10, X10
+	VCVTDQ2PS    X10, X10
+	VMULSS       X4, X8, X9
+	VFMADD231SS  X9, X10, X0
+	VPMOVSXBW    2(BX)(SI*1), Y9
+	VPMOVSXBW    18(BX)(SI*1), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X6
+	VPADDD       X9, X6, X6
+	VPSHUFD      $0x4e, X6, X7
+	VPADDD       X7, X6, X6
+	VPSHUFD      $0xb1, X6, X7
+	VPADDD       X7, X6, X6
+	VCVTDQ2PS    X6, X6
+	VMULSS       X5, X8, X7
+	VFMADD231SS  X7, X6, X1
+	VPMOVSXBW    2(CX)(DX*1), Y6
+	VPMOVSXBW    18(CX)(DX*1), Y7
+	VPBROADCASTW (CX)(DX*1), X8
+	VCVTPH2PS    X8, X8
+	VPMOVSXBW    2(BX), Y9
+	VPMOVSXBW    18(BX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0x4e, X10, X9
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0xb1, X10, X9
+	VPADDD       X9, X10, X10
+	VCVTDQ2PS    X10, X10
+	VMULSS       X4, X8, X4
+	VFMADD231SS  X4, X10, X2
+	VPMOVSXBW    2(BX)(SI*1), Y4
+	VPMOVSXBW    18(BX)(SI*1), Y9
+	VPMADDWD     Y6, Y4, Y4
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X6
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0x4e, X6, X4
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0xb1, X6, X4
+	VPADDD       X4, X6, X6
+	VCVTDQ2PS    X6, X6
+	VMULSS       X5, X8, X4
+	VFMADD231SS  X4, X6, X3
+	ADDQ         $0x22, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y1, Y0, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)(CX*1)
-	VADDPS       Y5, Y4, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)
-	VADDPS       Y7, Y6, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)(CX*1)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X0, (AX)
+	VMOVSS X1, (AX)(CX*1)
+	VMOVSS X2, 4(AX)
+	VMOVSS X3, 4(AX)(CX*1)
 	RET
 
 // func q40AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -21048,83 +7036,43 @@ TEXT ·q40AVX2_1x1(SB), NOSPLIT, $0-56
 	MOVL         $0x00080008, BX
 	VMOVD        BX, X1
 	VPBROADCASTD X1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
+	VXORPS       X2, X2, X2
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (DX), X3
+	VCVTPH2PS    X3, X3
 	VPMOVZXBW    2(CX), Y4
 	VPSRLW       $0x04, Y4, Y5
 	VPAND        Y0, Y4, Y4
 	VPSUBW       Y1, Y4, Y4
 	VPSUBW       Y1, Y5, Y5
 	VPBROADCASTW (CX), X6
-	VCVTPH2PS    X6, Y6
+	VCVTPH2PS    X6, X6
 	VPMOVSXBW    2(DX), Y7
 	VPMOVSXBW    18(DX), Y8
 	VPMADDWD     Y4, Y7, Y7
 	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW (DX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y2
-	VPMOVZXBW    20(CX), Y4
-	VPSRLW       $0x04, Y4, Y5
-	VPAND        Y0, Y4, Y4
-	VPSUBW       Y1, Y4, Y4
-	VPSUBW       Y1, Y5, Y5
-	VPBROADCASTW 18(CX), X6
-	VCVTPH2PS    X6, Y6
-	VPMOVSXBW    36(DX), Y7
-	VPMOVSXBW    52(DX), Y8
-	VPMADDWD     Y4, Y7, Y7
-	VPMADDWD     Y5, Y8, Y8
-	VPHADDD      Y8, Y7, Y7
-	VCVTDQ2PS    Y7, Y7
-	VPBROADCASTW 34(DX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y6, Y4
-	VFMADD231PS  Y4, Y7, Y3
-	ADDQ         $0x24, CX
-	ADDQ         $0x44, DX
-	SUBQ         $0x02, AX
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X4
+	VPADDD       X7, X4, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X3, X4, X2
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
 	JMP          loop
 
-tail:
-	TESTQ        AX, AX
-	JZ           done
-	VPMOVZXBW    2(CX), Y4
-	VPSRLW       $0x04, Y4, Y5
-	VPAND        Y0, Y4, Y4
-	VPSUBW       Y1, Y4, Y4
-	VPSUBW       Y1, Y5, Y5
-	VPBROADCASTW (CX), X0
-	VCVTPH2PS    X0, Y0
-	VPMOVSXBW    2(DX), Y1
-	VPMOVSXBW    18(DX), Y6
-	VPMADDWD     Y4, Y1, Y1
-	VPMADDWD     Y5, Y6, Y6
-	VPHADDD      Y6, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (DX), X4
-	VCVTPH2PS    X4, Y4
-	VMULPS       Y4, Y0, Y4
-	VFMADD231PS  Y4, Y1, Y2
-
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
 	RET
 
 // func q40AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -21141,123 +7089,61 @@ TEXT ·q40AVX2_1x2(SB), NOSPLIT, $0-56
 	MOVL         $0x00080008, SI
 	VMOVD        SI, X1
 	VPBROADCASTD X1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS    X4, X4
+	VPBROADCASTW (DX)(BX*1), X5
+	VCVTPH2PS    X5, X5
 	VPMOVZXBW    2(CX), Y6
 	VPSRLW       $0x04, Y6, Y7
 	VPAND        Y0, Y6, Y6
 	VPSUBW       Y1, Y6, Y6
 	VPSUBW       Y1, Y7, Y7
 	VPBROADCASTW (CX), X8
-	VCVTPH2PS    X8, Y8
+	VCVTPH2PS    X8, X8
 	VPMOVSXBW    2(DX), Y9
 	VPMOVSXBW    18(DX), Y10
 	VPMADDWD     Y6, Y9, Y9
 	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW (DX), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y8, Y10
-	VFMADD231PS  Y10, Y9, Y2
-	VPMOVSXBW    2(DX)(BX*1), Y9
-	VPMOVSXBW    18(DX)(BX*1), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW (DX)(BX*1), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y4
-	VPMOVZXBW    20(CX), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW 18(CX), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    36(DX), Y9
-	VPMOVSXBW    52(DX), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW 34(DX), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y8, Y10
-	VFMADD231PS  Y10, Y9, Y3
-	VPMOVSXBW    36(DX)(BX*1), Y9
-	VPMOVSXBW    52(DX)(BX*1), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW 34(DX)(BX*1), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y5
-	ADDQ         $0x24, CX
-	ADDQ         $0x44, DX
-	SUBQ         $0x02, AX
+	VPADDD       Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0x4e, X10, X9
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0xb1, X10, X9
+	VPADDD       X9, X10, X10
+	VCVTDQ2PS    X10, X10
+	VMULSS       X4, X8, X4
+	VFMADD231SS  X4, X10, X2
+	VPMOVSXBW    2(DX)(BX*1), Y4
+	VPMOVSXBW    18(DX)(BX*1), Y9
+	VPMADDWD     Y6, Y4, Y4
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X6
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0x4e, X6, X4
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0xb1, X6, X4
+	VPADDD       X4, X6, X6
+	VCVTDQ2PS    X6, X6
+	VMULSS       X5, X8, X4
+	VFMADD231SS  X4, X6, X3
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
 	JMP          loop
 
-tail:
-	TESTQ        AX, AX
-	JZ           done
-	VPMOVZXBW    2(CX), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW (CX), X0
-	VCVTPH2PS    X0, Y0
-	VPMOVSXBW    2(DX), Y1
-	VPMOVSXBW    18(DX), Y8
-	VPMADDWD     Y6, Y1, Y1
-	VPMADDWD     Y7, Y8, Y8
-	VPHADDD      Y8, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (DX), X8
-	VCVTPH2PS    X8, Y8
-	VMULPS       Y8, Y0, Y8
-	VFMADD231PS  Y8, Y1, Y2
-	VPMOVSXBW    2(DX)(BX*1), Y1
-	VPMOVSXBW    18(DX)(BX*1), Y8
-	VPMADDWD     Y6, Y1, Y1
-	VPMADDWD     Y7, Y8, Y8
-	VPHADDD      Y8, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (DX)(BX*1), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y0, Y6
-	VFMADD231PS  Y6, Y1, Y4
-
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y5, Y4, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)(CX*1)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, (AX)(CX*1)
 	RET
 
 // func q40AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -21274,144 +7160,66 @@ TEXT ·q40AVX2_2x1(SB), NOSPLIT, $0-56
 	MOVL         $0x00080008, SI
 	VMOVD        SI, X1
 	VPBROADCASTD X1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVZXBW    2(CX), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW (CX), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    2(BX), Y9
-	VPMOVSXBW    18(BX), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW (BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y2
-	VPMOVZXBW    2(CX)(DX*1), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW (CX)(DX*1), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    2(BX), Y9
-	VPMOVSXBW    18(BX), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW (BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y4
-	VPMOVZXBW    20(CX), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW 18(CX), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    36(BX), Y9
-	VPMOVSXBW    52(BX), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW 34(BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y3
-	VPMOVZXBW    20(CX)(DX*1), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
-	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW 18(CX)(DX*1), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    36(BX), Y9
-	VPMOVSXBW    52(BX), Y10
-	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW 34(BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y5
-	ADDQ         $0x24, CX
-	ADDQ         $0x44, BX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
-	VPMOVZXBW    2(CX), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, X4
+	VPMOVZXBW    2(CX), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y5, Y5
+	VPSUBW       Y1, Y5, Y5
 	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW (CX), X8
-	VCVTPH2PS    X8, Y8
-	VPMOVSXBW    2(BX), Y9
-	VPMOVSXBW    18(BX), Y10
+	VPBROADCASTW (CX), X7
+	VCVTPH2PS    X7, X7
+	VPMOVSXBW    2(BX), Y8
+	VPMOVSXBW    18(BX), Y9
+	VPMADDWD     Y5, Y8, Y8
 	VPMADDWD     Y6, Y9, Y9
-	VPMADDWD     Y7, Y10, Y10
-	VPHADDD      Y10, Y9, Y9
-	VCVTDQ2PS    Y9, Y9
-	VPBROADCASTW (BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y8, Y6
-	VFMADD231PS  Y6, Y9, Y2
-	VPMOVZXBW    2(CX)(DX*1), Y6
-	VPSRLW       $0x04, Y6, Y7
-	VPAND        Y0, Y6, Y6
+	VPADDD       Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X5
+	VPADDD       X8, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VMULSS       X4, X7, X6
+	VFMADD231SS  X6, X5, X2
+	VPMOVZXBW    2(CX)(DX*1), Y5
+	VPSRLW       $0x04, Y5, Y6
+	VPAND        Y0, Y5, Y5
+	VPSUBW       Y1, Y5, Y5
 	VPSUBW       Y1, Y6, Y6
-	VPSUBW       Y1, Y7, Y7
-	VPBROADCASTW (CX)(DX*1), X0
-	VCVTPH2PS    X0, Y0
-	VPMOVSXBW    2(BX), Y1
-	VPMOVSXBW    18(BX), Y8
-	VPMADDWD     Y6, Y1, Y1
-	VPMADDWD     Y7, Y8, Y8
-	VPHADDD      Y8, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (BX), X6
-	VCVTPH2PS    X6, Y6
-	VMULPS       Y6, Y0, Y6
-	VFMADD231PS  Y6, Y1, Y4
+	VPBROADCASTW (CX)(DX*1), X7
+	VCVTPH2PS    X7, X7
+	VPMOVSXBW    2(BX), Y8
+	VPMOVSXBW    18(BX), Y9
+	VPMADDWD     Y5, Y8, Y8
+	VPMADDWD     Y6, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X5
+	VPADDD       X8, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VMULSS       X4, X7, X4
+	VFMADD231SS  X4, X5, X3
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y5, Y4, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, 4(AX)
 	RET
 
 // func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -21428,224 +7236,100 @@ TEXT ·q40AVX2_2x2(SB), NOSPLIT, $0-56
 	MOVL         $0x00080008, DI
 	VMOVD        DI, X1
 	VPBROADCASTD X1, Y1
-	VXORPS       Y2, Y2, Y2
-	VXORPS       Y3, Y3, Y3
-	VXORPS       Y4, Y4, Y4
-	VXORPS       Y5, Y5, Y5
-	VXORPS       Y6, Y6, Y6
-	VXORPS       Y7, Y7, Y7
-	VXORPS       Y8, Y8, Y8
-	VXORPS       Y9, Y9, Y9
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
+	VXORPS       X4, X4, X4
+	VXORPS       X5, X5, X5
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VPMOVZXBW    2(CX), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW (CX), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBW    2(BX), Y13
-	VPMOVSXBW    18(BX), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX), X14
-	VCVTPH2PS    X14, Y14
-	VMULPS       Y14, Y12, Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VPMOVSXBW    2(BX)(SI*1), Y13
-	VPMOVSXBW    18(BX)(SI*1), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y12, Y10
-	VFMADD231PS  Y10, Y13, Y4
-	VPMOVZXBW    2(CX)(DX*1), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW (CX)(DX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBW    2(BX), Y13
-	VPMOVSXBW    18(BX), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX), X14
-	VCVTPH2PS    X14, Y14
-	VMULPS       Y14, Y12, Y14
-	VFMADD231PS  Y14, Y13, Y6
-	VPMOVSXBW    2(BX)(SI*1), Y13
-	VPMOVSXBW    18(BX)(SI*1), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y12, Y10
-	VFMADD231PS  Y10, Y13, Y8
-	VPMOVZXBW    20(CX), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW 18(CX), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBW    36(BX), Y13
-	VPMOVSXBW    52(BX), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW 34(BX), X14
-	VCVTPH2PS    X14, Y14
-	VMULPS       Y14, Y12, Y14
-	VFMADD231PS  Y14, Y13, Y3
-	VPMOVSXBW    36(BX)(SI*1), Y13
-	VPMOVSXBW    52(BX)(SI*1), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW 34(BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y12, Y10
-	VFMADD231PS  Y10, Y13, Y5
-	VPMOVZXBW    20(CX)(DX*1), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW 18(CX)(DX*1), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBW    36(BX), Y13
-	VPMOVSXBW    52(BX), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW 34(BX), X14
-	VCVTPH2PS    X14, Y14
-	VMULPS       Y14, Y12, Y14
-	VFMADD231PS  Y14, Y13, Y7
-	VPMOVSXBW    36(BX)(SI*1), Y13
-	VPMOVSXBW    52(BX)(SI*1), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW 34(BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y12, Y10
-	VFMADD231PS  Y10, Y13, Y9
-	ADDQ         $0x24, CX
-	ADDQ         $0x44, BX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
 	TESTQ        AX, AX
 	JZ           done
-	VPMOVZXBW    2(CX), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW (CX), X12
-	VCVTPH2PS    X12, Y12
-	VPMOVSXBW    2(BX), Y13
-	VPMOVSXBW    18(BX), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX), X14
-	VCVTPH2PS    X14, Y14
-	VMULPS       Y14, Y12, Y14
-	VFMADD231PS  Y14, Y13, Y2
-	VPMOVSXBW    2(BX)(SI*1), Y13
-	VPMOVSXBW    18(BX)(SI*1), Y14
-	VPMADDWD     Y10, Y13, Y13
-	VPMADDWD     Y11, Y14, Y14
-	VPHADDD      Y14, Y13, Y13
-	VCVTDQ2PS    Y13, Y13
-	VPBROADCASTW (BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y12, Y10
-	VFMADD231PS  Y10, Y13, Y4
-	VPMOVZXBW    2(CX)(DX*1), Y10
-	VPSRLW       $0x04, Y10, Y11
-	VPAND        Y0, Y10, Y10
-	VPSUBW       Y1, Y10, Y10
-	VPSUBW       Y1, Y11, Y11
-	VPBROADCASTW (CX)(DX*1), X0
-	VCVTPH2PS    X0, Y0
-	VPMOVSXBW    2(BX), Y1
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, X6
+	VPBROADCASTW (BX)(SI*1), X7
+	VCVTPH2PS    X7, X7
+	VPMOVZXBW    2(CX), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y0, Y8, Y8
+	VPSUBW       Y1, Y8, Y8
+	VPSUBW       Y1, Y9, Y9
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, X10
+	VPMOVSXBW    2(BX), Y11
 	VPMOVSXBW    18(BX), Y12
-	VPMADDWD     Y10, Y1, Y1
-	VPMADDWD     Y11, Y12, Y12
-	VPHADDD      Y12, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (BX), X12
-	VCVTPH2PS    X12, Y12
-	VMULPS       Y12, Y0, Y12
-	VFMADD231PS  Y12, Y1, Y6
-	VPMOVSXBW    2(BX)(SI*1), Y1
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X12
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0x4e, X12, X11
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0xb1, X12, X11
+	VPADDD       X11, X12, X12
+	VCVTDQ2PS    X12, X12
+	VMULSS       X6, X10, X11
+	VFMADD231SS  X11, X12, X2
+	VPMOVSXBW    2(BX)(SI*1), Y11
 	VPMOVSXBW    18(BX)(SI*1), Y12
-	VPMADDWD     Y10, Y1, Y1
-	VPMADDWD     Y11, Y12, Y12
-	VPHADDD      Y12, Y1, Y1
-	VCVTDQ2PS    Y1, Y1
-	VPBROADCASTW (BX)(SI*1), X10
-	VCVTPH2PS    X10, Y10
-	VMULPS       Y10, Y0, Y10
-	VFMADD231PS  Y10, Y1, Y8
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X8
+	VPADDD       X11, X8, X8
+	VPSHUFD      $0x4e, X8, X9
+	VPADDD       X9, X8, X8
+	VPSHUFD      $0xb1, X8, X9
+	VPADDD       X9, X8, X8
+	VCVTDQ2PS    X8, X8
+	VMULSS       X7, X10, X9
+	VFMADD231SS  X9, X8, X3
+	VPMOVZXBW    2(CX)(DX*1), Y8
+	VPSRLW       $0x04, Y8, Y9
+	VPAND        Y0, Y8, Y8
+	VPSUBW       Y1, Y8, Y8
+	VPSUBW       Y1, Y9, Y9
+	VPBROADCASTW (CX)(DX*1), X10
+	VCVTPH2PS    X10, X10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X12
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0x4e, X12, X11
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0xb1, X12, X11
+	VPADDD       X11, X12, X12
+	VCVTDQ2PS    X12, X12
+	VMULSS       X6, X10, X6
+	VFMADD231SS  X6, X12, X4
+	VPMOVSXBW    2(BX)(SI*1), Y6
+	VPMOVSXBW    18(BX)(SI*1), Y11
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X8
+	VPADDD       X6, X8, X8
+	VPSHUFD      $0x4e, X8, X6
+	VPADDD       X6, X8, X8
+	VPSHUFD      $0xb1, X8, X6
+	VPADDD       X6, X8, X8
+	VCVTDQ2PS    X8, X8
+	VMULSS       X7, X10, X6
+	VFMADD231SS  X6, X8, X5
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
 
 done:
-	MOVQ         out+40(FP), AX
-	MOVQ         os+48(FP), CX
-	VADDPS       Y3, Y2, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)
-	VADDPS       Y5, Y4, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, (AX)(CX*1)
-	VADDPS       Y7, Y6, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)
-	VADDPS       Y9, Y8, Y0
-	VPERMILPS    $0x4e, Y0, Y1
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $0x01, Y0, X1
-	VADDPS       X1, X0, X1
-	VMOVSHDUP    X1, X0
-	VADDSS       X0, X1, X1
-	VMOVSS       X1, 4(AX)(CX*1)
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, (AX)(CX*1)
+	VMOVSS X4, 4(AX)
+	VMOVSS X5, 4(AX)(CX*1)
 	RET
 
 DATA expTab<>+0(SB)/8, $0xc05a200000000000
@@ -22547,51 +8231,1626 @@ rescale1:
 	VMULPS       Z9, Z8, Z8
 	JMP          values1
 
-// func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte)
-// Requires: AVX, AVX2, AVX512BW, AVX512F, AVX512VL, AVX512_VNNI
-TEXT ·expandQ8XAVX512(SB), NOSPLIT, $0-32
-	MOVQ         nb+0(FP), AX
-	MOVQ         q+8(FP), CX
-	MOVQ         dst+24(FP), DX
-	MOVL         cw+16(FP), BX
-	VPBROADCASTD BX, Z0
-	VPXORD       Z1, Z1, Z1
-	MOVL         $0x0000ff00, BX
-	KMOVW        BX, K1
-	MOVL         $0x000000ff, BX
-	KMOVW        BX, K2
+// func q80Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_1(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	VXORPS Z0, Z0, Z0
 
 loop:
-	CMPQ         AX, $0x02
-	JL           tail
-	VMOVDQU      2(CX), Y2
-	VINSERTI64X4 $0x01, 36(CX), Z2, Z2
-	VMOVDQU64    Z2, (DX)
-	VPXORD       Z3, Z3, Z3
-	VPDPBUSD     Z2, Z0, Z3
-	VPSUBD       Z3, Z1, Z3
-	VMOVDQU64    Z3, 64(DX)
-	VPBROADCASTW (CX), Y2
-	VPBROADCASTW 34(CX), K1, Y2
-	VCVTPH2PS    Y2, Z4
-	VMOVUPS      Z4, 128(DX)
-	ADDQ         $0x44, CX
-	ADDQ         $0x000000c0, DX
-	SUBQ         $0x02, AX
-	JMP          loop
-
-tail:
-	TESTQ          AX, AX
-	JZ             done
-	VMOVDQU        2(CX), Y5
-	VMOVDQU64      Z5, (DX)
-	VPXORD         Z6, Z6, Z6
-	VPDPBUSD       Z5, Z0, Z6
-	VPSUBD         Z6, Z1, Z6
-	VMOVDQU64      Z6, 64(DX)
-	VPBROADCASTW.Z (CX), K2, Y0
-	VCVTPH2PS      Y0, Z0
-	VMOVUPS        Z0, 128(DX)
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z1
+	VPBROADCASTD  4(DX), Z2
+	VPXORD        Z3, Z3, Z3
+	VMOVDQU64     32(CX), Z4
+	VPDPBUSD.BCST 8(DX), Z4, Z2
+	VMOVDQU64     96(CX), Z4
+	VPDPBUSD.BCST 12(DX), Z4, Z3
+	VMOVDQU64     160(CX), Z4
+	VPDPBUSD.BCST 16(DX), Z4, Z2
+	VMOVDQU64     224(CX), Z4
+	VPDPBUSD.BCST 20(DX), Z4, Z3
+	VMOVDQU64     288(CX), Z4
+	VPDPBUSD.BCST 24(DX), Z4, Z2
+	VMOVDQU64     352(CX), Z4
+	VPDPBUSD.BCST 28(DX), Z4, Z3
+	VMOVDQU64     416(CX), Z4
+	VPDPBUSD.BCST 32(DX), Z4, Z2
+	VMOVDQU64     480(CX), Z4
+	VPDPBUSD.BCST 36(DX), Z4, Z3
+	VPADDD        Z3, Z2, Z2
+	VCVTDQ2PS     Z2, Z2
+	VMULPS.BCST   (DX), Z1, Z1
+	VFMADD231PS   Z1, Z2, Z0
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
 
 done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	RET
+
+// func q40Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_1(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Z1
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z2
+	VPBROADCASTD  4(DX), Z3
+	VPXORD        Z4, Z4, Z4
+	VMOVDQU64     32(CX), Z5
+	VPSRLW        $0x04, Z5, Z6
+	VPANDD        Z1, Z5, Z5
+	VPANDD        Z1, Z6, Z6
+	VPDPBUSD.BCST 8(DX), Z5, Z3
+	VPDPBUSD.BCST 24(DX), Z6, Z4
+	VMOVDQU64     96(CX), Z5
+	VPSRLW        $0x04, Z5, Z6
+	VPANDD        Z1, Z5, Z5
+	VPANDD        Z1, Z6, Z6
+	VPDPBUSD.BCST 12(DX), Z5, Z3
+	VPDPBUSD.BCST 28(DX), Z6, Z4
+	VMOVDQU64     160(CX), Z5
+	VPSRLW        $0x04, Z5, Z6
+	VPANDD        Z1, Z5, Z5
+	VPANDD        Z1, Z6, Z6
+	VPDPBUSD.BCST 16(DX), Z5, Z3
+	VPDPBUSD.BCST 32(DX), Z6, Z4
+	VMOVDQU64     224(CX), Z5
+	VPSRLW        $0x04, Z5, Z6
+	VPANDD        Z1, Z5, Z5
+	VPANDD        Z1, Z6, Z6
+	VPDPBUSD.BCST 20(DX), Z5, Z3
+	VPDPBUSD.BCST 36(DX), Z6, Z4
+	VPADDD        Z4, Z3, Z3
+	VCVTDQ2PS     Z3, Z3
+	VMULPS.BCST   (DX), Z2, Z2
+	VFMADD231PS   Z2, Z3, Z0
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	RET
+
+// func q80Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_2(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z2
+	VPBROADCASTD  4(DX), Z3
+	VPXORD        Z4, Z4, Z4
+	VPBROADCASTD  4(DX)(BX*1), Z5
+	VPXORD        Z6, Z6, Z6
+	VMOVDQU64     32(CX), Z7
+	VPDPBUSD.BCST 8(DX), Z7, Z3
+	VPDPBUSD.BCST 8(DX)(BX*1), Z7, Z5
+	VMOVDQU64     96(CX), Z7
+	VPDPBUSD.BCST 12(DX), Z7, Z4
+	VPDPBUSD.BCST 12(DX)(BX*1), Z7, Z6
+	VMOVDQU64     160(CX), Z7
+	VPDPBUSD.BCST 16(DX), Z7, Z3
+	VPDPBUSD.BCST 16(DX)(BX*1), Z7, Z5
+	VMOVDQU64     224(CX), Z7
+	VPDPBUSD.BCST 20(DX), Z7, Z4
+	VPDPBUSD.BCST 20(DX)(BX*1), Z7, Z6
+	VMOVDQU64     288(CX), Z7
+	VPDPBUSD.BCST 24(DX), Z7, Z3
+	VPDPBUSD.BCST 24(DX)(BX*1), Z7, Z5
+	VMOVDQU64     352(CX), Z7
+	VPDPBUSD.BCST 28(DX), Z7, Z4
+	VPDPBUSD.BCST 28(DX)(BX*1), Z7, Z6
+	VMOVDQU64     416(CX), Z7
+	VPDPBUSD.BCST 32(DX), Z7, Z3
+	VPDPBUSD.BCST 32(DX)(BX*1), Z7, Z5
+	VMOVDQU64     480(CX), Z7
+	VPDPBUSD.BCST 36(DX), Z7, Z4
+	VPDPBUSD.BCST 36(DX)(BX*1), Z7, Z6
+	VPADDD        Z4, Z3, Z3
+	VCVTDQ2PS     Z3, Z3
+	VMULPS.BCST   (DX), Z2, Z7
+	VFMADD231PS   Z7, Z3, Z0
+	VPADDD        Z6, Z5, Z5
+	VCVTDQ2PS     Z5, Z5
+	VMULPS.BCST   (DX)(BX*1), Z2, Z2
+	VFMADD231PS   Z2, Z5, Z1
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	RET
+
+// func q40Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_2(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z2
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z3
+	VPBROADCASTD  4(DX), Z4
+	VPXORD        Z5, Z5, Z5
+	VPBROADCASTD  4(DX)(BX*1), Z6
+	VPXORD        Z7, Z7, Z7
+	VMOVDQU64     32(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z2, Z8, Z8
+	VPANDD        Z2, Z9, Z9
+	VPDPBUSD.BCST 8(DX), Z8, Z4
+	VPDPBUSD.BCST 8(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 24(DX), Z9, Z5
+	VPDPBUSD.BCST 24(DX)(BX*1), Z9, Z7
+	VMOVDQU64     96(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z2, Z8, Z8
+	VPANDD        Z2, Z9, Z9
+	VPDPBUSD.BCST 12(DX), Z8, Z4
+	VPDPBUSD.BCST 12(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 28(DX), Z9, Z5
+	VPDPBUSD.BCST 28(DX)(BX*1), Z9, Z7
+	VMOVDQU64     160(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z2, Z8, Z8
+	VPANDD        Z2, Z9, Z9
+	VPDPBUSD.BCST 16(DX), Z8, Z4
+	VPDPBUSD.BCST 16(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 32(DX), Z9, Z5
+	VPDPBUSD.BCST 32(DX)(BX*1), Z9, Z7
+	VMOVDQU64     224(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z2, Z8, Z8
+	VPANDD        Z2, Z9, Z9
+	VPDPBUSD.BCST 20(DX), Z8, Z4
+	VPDPBUSD.BCST 20(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 36(DX), Z9, Z5
+	VPDPBUSD.BCST 36(DX)(BX*1), Z9, Z7
+	VPADDD        Z5, Z4, Z4
+	VCVTDQ2PS     Z4, Z4
+	VMULPS.BCST   (DX), Z3, Z8
+	VFMADD231PS   Z8, Z4, Z0
+	VPADDD        Z7, Z6, Z6
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX)(BX*1), Z3, Z3
+	VFMADD231PS   Z3, Z6, Z1
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	RET
+
+// func q80Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_3(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z3
+	VPBROADCASTD  4(DX), Z4
+	VPBROADCASTD  4(DX)(BX*1), Z5
+	VPBROADCASTD  4(DX)(BX*2), Z6
+	VMOVDQU64     32(CX), Z7
+	VPDPBUSD.BCST 8(DX), Z7, Z4
+	VPDPBUSD.BCST 8(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 8(DX)(BX*2), Z7, Z6
+	VMOVDQU64     96(CX), Z7
+	VPDPBUSD.BCST 12(DX), Z7, Z4
+	VPDPBUSD.BCST 12(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 12(DX)(BX*2), Z7, Z6
+	VMOVDQU64     160(CX), Z7
+	VPDPBUSD.BCST 16(DX), Z7, Z4
+	VPDPBUSD.BCST 16(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 16(DX)(BX*2), Z7, Z6
+	VMOVDQU64     224(CX), Z7
+	VPDPBUSD.BCST 20(DX), Z7, Z4
+	VPDPBUSD.BCST 20(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 20(DX)(BX*2), Z7, Z6
+	VMOVDQU64     288(CX), Z7
+	VPDPBUSD.BCST 24(DX), Z7, Z4
+	VPDPBUSD.BCST 24(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 24(DX)(BX*2), Z7, Z6
+	VMOVDQU64     352(CX), Z7
+	VPDPBUSD.BCST 28(DX), Z7, Z4
+	VPDPBUSD.BCST 28(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 28(DX)(BX*2), Z7, Z6
+	VMOVDQU64     416(CX), Z7
+	VPDPBUSD.BCST 32(DX), Z7, Z4
+	VPDPBUSD.BCST 32(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 32(DX)(BX*2), Z7, Z6
+	VMOVDQU64     480(CX), Z7
+	VPDPBUSD.BCST 36(DX), Z7, Z4
+	VPDPBUSD.BCST 36(DX)(BX*1), Z7, Z5
+	VPDPBUSD.BCST 36(DX)(BX*2), Z7, Z6
+	VCVTDQ2PS     Z4, Z4
+	VMULPS.BCST   (DX), Z3, Z7
+	VFMADD231PS   Z7, Z4, Z0
+	VCVTDQ2PS     Z5, Z5
+	VMULPS.BCST   (DX)(BX*1), Z3, Z4
+	VFMADD231PS   Z4, Z5, Z1
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX)(BX*2), Z3, Z3
+	VFMADD231PS   Z3, Z6, Z2
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	RET
+
+// func q40Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_3(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z3
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z4
+	VPBROADCASTD  4(DX), Z5
+	VPBROADCASTD  4(DX)(BX*1), Z6
+	VPBROADCASTD  4(DX)(BX*2), Z7
+	VMOVDQU64     32(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z3, Z8, Z8
+	VPANDD        Z3, Z9, Z9
+	VPDPBUSD.BCST 8(DX), Z8, Z5
+	VPDPBUSD.BCST 8(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 8(DX)(BX*2), Z8, Z7
+	VPDPBUSD.BCST 24(DX), Z9, Z5
+	VPDPBUSD.BCST 24(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 24(DX)(BX*2), Z9, Z7
+	VMOVDQU64     96(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z3, Z8, Z8
+	VPANDD        Z3, Z9, Z9
+	VPDPBUSD.BCST 12(DX), Z8, Z5
+	VPDPBUSD.BCST 12(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 12(DX)(BX*2), Z8, Z7
+	VPDPBUSD.BCST 28(DX), Z9, Z5
+	VPDPBUSD.BCST 28(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 28(DX)(BX*2), Z9, Z7
+	VMOVDQU64     160(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z3, Z8, Z8
+	VPANDD        Z3, Z9, Z9
+	VPDPBUSD.BCST 16(DX), Z8, Z5
+	VPDPBUSD.BCST 16(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 16(DX)(BX*2), Z8, Z7
+	VPDPBUSD.BCST 32(DX), Z9, Z5
+	VPDPBUSD.BCST 32(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 32(DX)(BX*2), Z9, Z7
+	VMOVDQU64     224(CX), Z8
+	VPSRLW        $0x04, Z8, Z9
+	VPANDD        Z3, Z8, Z8
+	VPANDD        Z3, Z9, Z9
+	VPDPBUSD.BCST 20(DX), Z8, Z5
+	VPDPBUSD.BCST 20(DX)(BX*1), Z8, Z6
+	VPDPBUSD.BCST 20(DX)(BX*2), Z8, Z7
+	VPDPBUSD.BCST 36(DX), Z9, Z5
+	VPDPBUSD.BCST 36(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 36(DX)(BX*2), Z9, Z7
+	VCVTDQ2PS     Z5, Z5
+	VMULPS.BCST   (DX), Z4, Z8
+	VFMADD231PS   Z8, Z5, Z0
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX)(BX*1), Z4, Z5
+	VFMADD231PS   Z5, Z6, Z1
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX)(BX*2), Z4, Z4
+	VFMADD231PS   Z4, Z7, Z2
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	RET
+
+// func q80Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_4(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	LEAQ   (BX)(BX*2), SI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z4
+	VPBROADCASTD  4(DX), Z5
+	VPBROADCASTD  4(DX)(BX*1), Z6
+	VPBROADCASTD  4(DX)(BX*2), Z7
+	VPBROADCASTD  4(DX)(SI*1), Z8
+	VMOVDQU64     32(CX), Z9
+	VPDPBUSD.BCST 8(DX), Z9, Z5
+	VPDPBUSD.BCST 8(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 8(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 8(DX)(SI*1), Z9, Z8
+	VMOVDQU64     96(CX), Z9
+	VPDPBUSD.BCST 12(DX), Z9, Z5
+	VPDPBUSD.BCST 12(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 12(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 12(DX)(SI*1), Z9, Z8
+	VMOVDQU64     160(CX), Z9
+	VPDPBUSD.BCST 16(DX), Z9, Z5
+	VPDPBUSD.BCST 16(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 16(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 16(DX)(SI*1), Z9, Z8
+	VMOVDQU64     224(CX), Z9
+	VPDPBUSD.BCST 20(DX), Z9, Z5
+	VPDPBUSD.BCST 20(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 20(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 20(DX)(SI*1), Z9, Z8
+	VMOVDQU64     288(CX), Z9
+	VPDPBUSD.BCST 24(DX), Z9, Z5
+	VPDPBUSD.BCST 24(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 24(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 24(DX)(SI*1), Z9, Z8
+	VMOVDQU64     352(CX), Z9
+	VPDPBUSD.BCST 28(DX), Z9, Z5
+	VPDPBUSD.BCST 28(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 28(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 28(DX)(SI*1), Z9, Z8
+	VMOVDQU64     416(CX), Z9
+	VPDPBUSD.BCST 32(DX), Z9, Z5
+	VPDPBUSD.BCST 32(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 32(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 32(DX)(SI*1), Z9, Z8
+	VMOVDQU64     480(CX), Z9
+	VPDPBUSD.BCST 36(DX), Z9, Z5
+	VPDPBUSD.BCST 36(DX)(BX*1), Z9, Z6
+	VPDPBUSD.BCST 36(DX)(BX*2), Z9, Z7
+	VPDPBUSD.BCST 36(DX)(SI*1), Z9, Z8
+	VCVTDQ2PS     Z5, Z5
+	VMULPS.BCST   (DX), Z4, Z9
+	VFMADD231PS   Z9, Z5, Z0
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX)(BX*1), Z4, Z5
+	VFMADD231PS   Z5, Z6, Z1
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX)(BX*2), Z4, Z5
+	VFMADD231PS   Z5, Z7, Z2
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX)(SI*1), Z4, Z4
+	VFMADD231PS   Z4, Z8, Z3
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	RET
+
+// func q40Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_4(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z4
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z5
+	VPBROADCASTD  4(DX), Z6
+	VPBROADCASTD  4(DX)(BX*1), Z7
+	VPBROADCASTD  4(DX)(BX*2), Z8
+	VPBROADCASTD  4(DX)(SI*1), Z9
+	VMOVDQU64     32(CX), Z10
+	VPSRLW        $0x04, Z10, Z11
+	VPANDD        Z4, Z10, Z10
+	VPANDD        Z4, Z11, Z11
+	VPDPBUSD.BCST 8(DX), Z10, Z6
+	VPDPBUSD.BCST 8(DX)(BX*1), Z10, Z7
+	VPDPBUSD.BCST 8(DX)(BX*2), Z10, Z8
+	VPDPBUSD.BCST 8(DX)(SI*1), Z10, Z9
+	VPDPBUSD.BCST 24(DX), Z11, Z6
+	VPDPBUSD.BCST 24(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 24(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 24(DX)(SI*1), Z11, Z9
+	VMOVDQU64     96(CX), Z10
+	VPSRLW        $0x04, Z10, Z11
+	VPANDD        Z4, Z10, Z10
+	VPANDD        Z4, Z11, Z11
+	VPDPBUSD.BCST 12(DX), Z10, Z6
+	VPDPBUSD.BCST 12(DX)(BX*1), Z10, Z7
+	VPDPBUSD.BCST 12(DX)(BX*2), Z10, Z8
+	VPDPBUSD.BCST 12(DX)(SI*1), Z10, Z9
+	VPDPBUSD.BCST 28(DX), Z11, Z6
+	VPDPBUSD.BCST 28(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 28(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 28(DX)(SI*1), Z11, Z9
+	VMOVDQU64     160(CX), Z10
+	VPSRLW        $0x04, Z10, Z11
+	VPANDD        Z4, Z10, Z10
+	VPANDD        Z4, Z11, Z11
+	VPDPBUSD.BCST 16(DX), Z10, Z6
+	VPDPBUSD.BCST 16(DX)(BX*1), Z10, Z7
+	VPDPBUSD.BCST 16(DX)(BX*2), Z10, Z8
+	VPDPBUSD.BCST 16(DX)(SI*1), Z10, Z9
+	VPDPBUSD.BCST 32(DX), Z11, Z6
+	VPDPBUSD.BCST 32(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 32(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 32(DX)(SI*1), Z11, Z9
+	VMOVDQU64     224(CX), Z10
+	VPSRLW        $0x04, Z10, Z11
+	VPANDD        Z4, Z10, Z10
+	VPANDD        Z4, Z11, Z11
+	VPDPBUSD.BCST 20(DX), Z10, Z6
+	VPDPBUSD.BCST 20(DX)(BX*1), Z10, Z7
+	VPDPBUSD.BCST 20(DX)(BX*2), Z10, Z8
+	VPDPBUSD.BCST 20(DX)(SI*1), Z10, Z9
+	VPDPBUSD.BCST 36(DX), Z11, Z6
+	VPDPBUSD.BCST 36(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 36(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 36(DX)(SI*1), Z11, Z9
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX), Z5, Z10
+	VFMADD231PS   Z10, Z6, Z0
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX)(BX*1), Z5, Z6
+	VFMADD231PS   Z6, Z7, Z1
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX)(BX*2), Z5, Z6
+	VFMADD231PS   Z6, Z8, Z2
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(SI*1), Z5, Z5
+	VFMADD231PS   Z5, Z9, Z3
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	RET
+
+// func q80Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_5(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	LEAQ   (BX)(BX*2), SI
+	LEAQ   (DX)(BX*4), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z5
+	VPBROADCASTD  4(DX), Z6
+	VPBROADCASTD  4(DX)(BX*1), Z7
+	VPBROADCASTD  4(DX)(BX*2), Z8
+	VPBROADCASTD  4(DX)(SI*1), Z9
+	VPBROADCASTD  4(DI), Z10
+	VMOVDQU64     32(CX), Z11
+	VPDPBUSD.BCST 8(DX), Z11, Z6
+	VPDPBUSD.BCST 8(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 8(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 8(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 8(DI), Z11, Z10
+	VMOVDQU64     96(CX), Z11
+	VPDPBUSD.BCST 12(DX), Z11, Z6
+	VPDPBUSD.BCST 12(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 12(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 12(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 12(DI), Z11, Z10
+	VMOVDQU64     160(CX), Z11
+	VPDPBUSD.BCST 16(DX), Z11, Z6
+	VPDPBUSD.BCST 16(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 16(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 16(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 16(DI), Z11, Z10
+	VMOVDQU64     224(CX), Z11
+	VPDPBUSD.BCST 20(DX), Z11, Z6
+	VPDPBUSD.BCST 20(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 20(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 20(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 20(DI), Z11, Z10
+	VMOVDQU64     288(CX), Z11
+	VPDPBUSD.BCST 24(DX), Z11, Z6
+	VPDPBUSD.BCST 24(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 24(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 24(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 24(DI), Z11, Z10
+	VMOVDQU64     352(CX), Z11
+	VPDPBUSD.BCST 28(DX), Z11, Z6
+	VPDPBUSD.BCST 28(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 28(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 28(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 28(DI), Z11, Z10
+	VMOVDQU64     416(CX), Z11
+	VPDPBUSD.BCST 32(DX), Z11, Z6
+	VPDPBUSD.BCST 32(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 32(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 32(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 32(DI), Z11, Z10
+	VMOVDQU64     480(CX), Z11
+	VPDPBUSD.BCST 36(DX), Z11, Z6
+	VPDPBUSD.BCST 36(DX)(BX*1), Z11, Z7
+	VPDPBUSD.BCST 36(DX)(BX*2), Z11, Z8
+	VPDPBUSD.BCST 36(DX)(SI*1), Z11, Z9
+	VPDPBUSD.BCST 36(DI), Z11, Z10
+	VCVTDQ2PS     Z6, Z6
+	VMULPS.BCST   (DX), Z5, Z11
+	VFMADD231PS   Z11, Z6, Z0
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX)(BX*1), Z5, Z6
+	VFMADD231PS   Z6, Z7, Z1
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX)(BX*2), Z5, Z6
+	VFMADD231PS   Z6, Z8, Z2
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(SI*1), Z5, Z6
+	VFMADD231PS   Z6, Z9, Z3
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DI), Z5, Z5
+	VFMADD231PS   Z5, Z10, Z4
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	RET
+
+// func q40Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_5(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z5
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z6
+	VPBROADCASTD  4(DX), Z7
+	VPBROADCASTD  4(DX)(BX*1), Z8
+	VPBROADCASTD  4(DX)(BX*2), Z9
+	VPBROADCASTD  4(DX)(SI*1), Z10
+	VPBROADCASTD  4(DI), Z11
+	VMOVDQU64     32(CX), Z12
+	VPSRLW        $0x04, Z12, Z13
+	VPANDD        Z5, Z12, Z12
+	VPANDD        Z5, Z13, Z13
+	VPDPBUSD.BCST 8(DX), Z12, Z7
+	VPDPBUSD.BCST 8(DX)(BX*1), Z12, Z8
+	VPDPBUSD.BCST 8(DX)(BX*2), Z12, Z9
+	VPDPBUSD.BCST 8(DX)(SI*1), Z12, Z10
+	VPDPBUSD.BCST 8(DI), Z12, Z11
+	VPDPBUSD.BCST 24(DX), Z13, Z7
+	VPDPBUSD.BCST 24(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 24(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 24(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 24(DI), Z13, Z11
+	VMOVDQU64     96(CX), Z12
+	VPSRLW        $0x04, Z12, Z13
+	VPANDD        Z5, Z12, Z12
+	VPANDD        Z5, Z13, Z13
+	VPDPBUSD.BCST 12(DX), Z12, Z7
+	VPDPBUSD.BCST 12(DX)(BX*1), Z12, Z8
+	VPDPBUSD.BCST 12(DX)(BX*2), Z12, Z9
+	VPDPBUSD.BCST 12(DX)(SI*1), Z12, Z10
+	VPDPBUSD.BCST 12(DI), Z12, Z11
+	VPDPBUSD.BCST 28(DX), Z13, Z7
+	VPDPBUSD.BCST 28(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 28(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 28(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 28(DI), Z13, Z11
+	VMOVDQU64     160(CX), Z12
+	VPSRLW        $0x04, Z12, Z13
+	VPANDD        Z5, Z12, Z12
+	VPANDD        Z5, Z13, Z13
+	VPDPBUSD.BCST 16(DX), Z12, Z7
+	VPDPBUSD.BCST 16(DX)(BX*1), Z12, Z8
+	VPDPBUSD.BCST 16(DX)(BX*2), Z12, Z9
+	VPDPBUSD.BCST 16(DX)(SI*1), Z12, Z10
+	VPDPBUSD.BCST 16(DI), Z12, Z11
+	VPDPBUSD.BCST 32(DX), Z13, Z7
+	VPDPBUSD.BCST 32(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 32(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 32(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 32(DI), Z13, Z11
+	VMOVDQU64     224(CX), Z12
+	VPSRLW        $0x04, Z12, Z13
+	VPANDD        Z5, Z12, Z12
+	VPANDD        Z5, Z13, Z13
+	VPDPBUSD.BCST 20(DX), Z12, Z7
+	VPDPBUSD.BCST 20(DX)(BX*1), Z12, Z8
+	VPDPBUSD.BCST 20(DX)(BX*2), Z12, Z9
+	VPDPBUSD.BCST 20(DX)(SI*1), Z12, Z10
+	VPDPBUSD.BCST 20(DI), Z12, Z11
+	VPDPBUSD.BCST 36(DX), Z13, Z7
+	VPDPBUSD.BCST 36(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 36(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 36(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 36(DI), Z13, Z11
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX), Z6, Z12
+	VFMADD231PS   Z12, Z7, Z0
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX)(BX*1), Z6, Z7
+	VFMADD231PS   Z7, Z8, Z1
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(BX*2), Z6, Z7
+	VFMADD231PS   Z7, Z9, Z2
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(SI*1), Z6, Z7
+	VFMADD231PS   Z7, Z10, Z3
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DI), Z6, Z6
+	VFMADD231PS   Z6, Z11, Z4
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	RET
+
+// func q80Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_6(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	LEAQ   (BX)(BX*2), SI
+	LEAQ   (DX)(BX*4), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z6
+	VPBROADCASTD  4(DX), Z7
+	VPBROADCASTD  4(DX)(BX*1), Z8
+	VPBROADCASTD  4(DX)(BX*2), Z9
+	VPBROADCASTD  4(DX)(SI*1), Z10
+	VPBROADCASTD  4(DI), Z11
+	VPBROADCASTD  4(DI)(BX*1), Z12
+	VMOVDQU64     32(CX), Z13
+	VPDPBUSD.BCST 8(DX), Z13, Z7
+	VPDPBUSD.BCST 8(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 8(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 8(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 8(DI), Z13, Z11
+	VPDPBUSD.BCST 8(DI)(BX*1), Z13, Z12
+	VMOVDQU64     96(CX), Z13
+	VPDPBUSD.BCST 12(DX), Z13, Z7
+	VPDPBUSD.BCST 12(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 12(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 12(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 12(DI), Z13, Z11
+	VPDPBUSD.BCST 12(DI)(BX*1), Z13, Z12
+	VMOVDQU64     160(CX), Z13
+	VPDPBUSD.BCST 16(DX), Z13, Z7
+	VPDPBUSD.BCST 16(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 16(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 16(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 16(DI), Z13, Z11
+	VPDPBUSD.BCST 16(DI)(BX*1), Z13, Z12
+	VMOVDQU64     224(CX), Z13
+	VPDPBUSD.BCST 20(DX), Z13, Z7
+	VPDPBUSD.BCST 20(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 20(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 20(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 20(DI), Z13, Z11
+	VPDPBUSD.BCST 20(DI)(BX*1), Z13, Z12
+	VMOVDQU64     288(CX), Z13
+	VPDPBUSD.BCST 24(DX), Z13, Z7
+	VPDPBUSD.BCST 24(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 24(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 24(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 24(DI), Z13, Z11
+	VPDPBUSD.BCST 24(DI)(BX*1), Z13, Z12
+	VMOVDQU64     352(CX), Z13
+	VPDPBUSD.BCST 28(DX), Z13, Z7
+	VPDPBUSD.BCST 28(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 28(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 28(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 28(DI), Z13, Z11
+	VPDPBUSD.BCST 28(DI)(BX*1), Z13, Z12
+	VMOVDQU64     416(CX), Z13
+	VPDPBUSD.BCST 32(DX), Z13, Z7
+	VPDPBUSD.BCST 32(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 32(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 32(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 32(DI), Z13, Z11
+	VPDPBUSD.BCST 32(DI)(BX*1), Z13, Z12
+	VMOVDQU64     480(CX), Z13
+	VPDPBUSD.BCST 36(DX), Z13, Z7
+	VPDPBUSD.BCST 36(DX)(BX*1), Z13, Z8
+	VPDPBUSD.BCST 36(DX)(BX*2), Z13, Z9
+	VPDPBUSD.BCST 36(DX)(SI*1), Z13, Z10
+	VPDPBUSD.BCST 36(DI), Z13, Z11
+	VPDPBUSD.BCST 36(DI)(BX*1), Z13, Z12
+	VCVTDQ2PS     Z7, Z7
+	VMULPS.BCST   (DX), Z6, Z13
+	VFMADD231PS   Z13, Z7, Z0
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX)(BX*1), Z6, Z7
+	VFMADD231PS   Z7, Z8, Z1
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(BX*2), Z6, Z7
+	VFMADD231PS   Z7, Z9, Z2
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(SI*1), Z6, Z7
+	VFMADD231PS   Z7, Z10, Z3
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DI), Z6, Z7
+	VFMADD231PS   Z7, Z11, Z4
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DI)(BX*1), Z6, Z6
+	VFMADD231PS   Z6, Z12, Z5
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	RET
+
+// func q40Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_6(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z6
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z7
+	VPBROADCASTD  4(DX), Z8
+	VPBROADCASTD  4(DX)(BX*1), Z9
+	VPBROADCASTD  4(DX)(BX*2), Z10
+	VPBROADCASTD  4(DX)(SI*1), Z11
+	VPBROADCASTD  4(DI), Z12
+	VPBROADCASTD  4(DI)(BX*1), Z13
+	VMOVDQU64     32(CX), Z14
+	VPSRLW        $0x04, Z14, Z15
+	VPANDD        Z6, Z14, Z14
+	VPANDD        Z6, Z15, Z15
+	VPDPBUSD.BCST 8(DX), Z14, Z8
+	VPDPBUSD.BCST 8(DX)(BX*1), Z14, Z9
+	VPDPBUSD.BCST 8(DX)(BX*2), Z14, Z10
+	VPDPBUSD.BCST 8(DX)(SI*1), Z14, Z11
+	VPDPBUSD.BCST 8(DI), Z14, Z12
+	VPDPBUSD.BCST 8(DI)(BX*1), Z14, Z13
+	VPDPBUSD.BCST 24(DX), Z15, Z8
+	VPDPBUSD.BCST 24(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 24(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 24(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 24(DI), Z15, Z12
+	VPDPBUSD.BCST 24(DI)(BX*1), Z15, Z13
+	VMOVDQU64     96(CX), Z14
+	VPSRLW        $0x04, Z14, Z15
+	VPANDD        Z6, Z14, Z14
+	VPANDD        Z6, Z15, Z15
+	VPDPBUSD.BCST 12(DX), Z14, Z8
+	VPDPBUSD.BCST 12(DX)(BX*1), Z14, Z9
+	VPDPBUSD.BCST 12(DX)(BX*2), Z14, Z10
+	VPDPBUSD.BCST 12(DX)(SI*1), Z14, Z11
+	VPDPBUSD.BCST 12(DI), Z14, Z12
+	VPDPBUSD.BCST 12(DI)(BX*1), Z14, Z13
+	VPDPBUSD.BCST 28(DX), Z15, Z8
+	VPDPBUSD.BCST 28(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 28(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 28(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 28(DI), Z15, Z12
+	VPDPBUSD.BCST 28(DI)(BX*1), Z15, Z13
+	VMOVDQU64     160(CX), Z14
+	VPSRLW        $0x04, Z14, Z15
+	VPANDD        Z6, Z14, Z14
+	VPANDD        Z6, Z15, Z15
+	VPDPBUSD.BCST 16(DX), Z14, Z8
+	VPDPBUSD.BCST 16(DX)(BX*1), Z14, Z9
+	VPDPBUSD.BCST 16(DX)(BX*2), Z14, Z10
+	VPDPBUSD.BCST 16(DX)(SI*1), Z14, Z11
+	VPDPBUSD.BCST 16(DI), Z14, Z12
+	VPDPBUSD.BCST 16(DI)(BX*1), Z14, Z13
+	VPDPBUSD.BCST 32(DX), Z15, Z8
+	VPDPBUSD.BCST 32(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 32(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 32(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 32(DI), Z15, Z12
+	VPDPBUSD.BCST 32(DI)(BX*1), Z15, Z13
+	VMOVDQU64     224(CX), Z14
+	VPSRLW        $0x04, Z14, Z15
+	VPANDD        Z6, Z14, Z14
+	VPANDD        Z6, Z15, Z15
+	VPDPBUSD.BCST 20(DX), Z14, Z8
+	VPDPBUSD.BCST 20(DX)(BX*1), Z14, Z9
+	VPDPBUSD.BCST 20(DX)(BX*2), Z14, Z10
+	VPDPBUSD.BCST 20(DX)(SI*1), Z14, Z11
+	VPDPBUSD.BCST 20(DI), Z14, Z12
+	VPDPBUSD.BCST 20(DI)(BX*1), Z14, Z13
+	VPDPBUSD.BCST 36(DX), Z15, Z8
+	VPDPBUSD.BCST 36(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 36(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 36(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 36(DI), Z15, Z12
+	VPDPBUSD.BCST 36(DI)(BX*1), Z15, Z13
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX), Z7, Z14
+	VFMADD231PS   Z14, Z8, Z0
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(BX*1), Z7, Z8
+	VFMADD231PS   Z8, Z9, Z1
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(BX*2), Z7, Z8
+	VFMADD231PS   Z8, Z10, Z2
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DX)(SI*1), Z7, Z8
+	VFMADD231PS   Z8, Z11, Z3
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DI), Z7, Z8
+	VFMADD231PS   Z8, Z12, Z4
+	VCVTDQ2PS     Z13, Z13
+	VMULPS.BCST   (DI)(BX*1), Z7, Z7
+	VFMADD231PS   Z7, Z13, Z5
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	RET
+
+// func q80Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_7(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	LEAQ   (BX)(BX*2), SI
+	LEAQ   (DX)(BX*4), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z7
+	VPBROADCASTD  4(DX), Z8
+	VPBROADCASTD  4(DX)(BX*1), Z9
+	VPBROADCASTD  4(DX)(BX*2), Z10
+	VPBROADCASTD  4(DX)(SI*1), Z11
+	VPBROADCASTD  4(DI), Z12
+	VPBROADCASTD  4(DI)(BX*1), Z13
+	VPBROADCASTD  4(DI)(BX*2), Z14
+	VMOVDQU64     32(CX), Z15
+	VPDPBUSD.BCST 8(DX), Z15, Z8
+	VPDPBUSD.BCST 8(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 8(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 8(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 8(DI), Z15, Z12
+	VPDPBUSD.BCST 8(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 8(DI)(BX*2), Z15, Z14
+	VMOVDQU64     96(CX), Z15
+	VPDPBUSD.BCST 12(DX), Z15, Z8
+	VPDPBUSD.BCST 12(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 12(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 12(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 12(DI), Z15, Z12
+	VPDPBUSD.BCST 12(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 12(DI)(BX*2), Z15, Z14
+	VMOVDQU64     160(CX), Z15
+	VPDPBUSD.BCST 16(DX), Z15, Z8
+	VPDPBUSD.BCST 16(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 16(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 16(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 16(DI), Z15, Z12
+	VPDPBUSD.BCST 16(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 16(DI)(BX*2), Z15, Z14
+	VMOVDQU64     224(CX), Z15
+	VPDPBUSD.BCST 20(DX), Z15, Z8
+	VPDPBUSD.BCST 20(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 20(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 20(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 20(DI), Z15, Z12
+	VPDPBUSD.BCST 20(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 20(DI)(BX*2), Z15, Z14
+	VMOVDQU64     288(CX), Z15
+	VPDPBUSD.BCST 24(DX), Z15, Z8
+	VPDPBUSD.BCST 24(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 24(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 24(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 24(DI), Z15, Z12
+	VPDPBUSD.BCST 24(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 24(DI)(BX*2), Z15, Z14
+	VMOVDQU64     352(CX), Z15
+	VPDPBUSD.BCST 28(DX), Z15, Z8
+	VPDPBUSD.BCST 28(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 28(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 28(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 28(DI), Z15, Z12
+	VPDPBUSD.BCST 28(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 28(DI)(BX*2), Z15, Z14
+	VMOVDQU64     416(CX), Z15
+	VPDPBUSD.BCST 32(DX), Z15, Z8
+	VPDPBUSD.BCST 32(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 32(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 32(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 32(DI), Z15, Z12
+	VPDPBUSD.BCST 32(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 32(DI)(BX*2), Z15, Z14
+	VMOVDQU64     480(CX), Z15
+	VPDPBUSD.BCST 36(DX), Z15, Z8
+	VPDPBUSD.BCST 36(DX)(BX*1), Z15, Z9
+	VPDPBUSD.BCST 36(DX)(BX*2), Z15, Z10
+	VPDPBUSD.BCST 36(DX)(SI*1), Z15, Z11
+	VPDPBUSD.BCST 36(DI), Z15, Z12
+	VPDPBUSD.BCST 36(DI)(BX*1), Z15, Z13
+	VPDPBUSD.BCST 36(DI)(BX*2), Z15, Z14
+	VCVTDQ2PS     Z8, Z8
+	VMULPS.BCST   (DX), Z7, Z15
+	VFMADD231PS   Z15, Z8, Z0
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX)(BX*1), Z7, Z8
+	VFMADD231PS   Z8, Z9, Z1
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(BX*2), Z7, Z8
+	VFMADD231PS   Z8, Z10, Z2
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DX)(SI*1), Z7, Z8
+	VFMADD231PS   Z8, Z11, Z3
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DI), Z7, Z8
+	VFMADD231PS   Z8, Z12, Z4
+	VCVTDQ2PS     Z13, Z13
+	VMULPS.BCST   (DI)(BX*1), Z7, Z8
+	VFMADD231PS   Z8, Z13, Z5
+	VCVTDQ2PS     Z14, Z14
+	VMULPS.BCST   (DI)(BX*2), Z7, Z7
+	VFMADD231PS   Z7, Z14, Z6
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	RET
+
+// func q40Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_7(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z7
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z8
+	VPBROADCASTD  4(DX), Z9
+	VPBROADCASTD  4(DX)(BX*1), Z10
+	VPBROADCASTD  4(DX)(BX*2), Z11
+	VPBROADCASTD  4(DX)(SI*1), Z12
+	VPBROADCASTD  4(DI), Z13
+	VPBROADCASTD  4(DI)(BX*1), Z14
+	VPBROADCASTD  4(DI)(BX*2), Z15
+	VMOVDQU64     32(CX), Z16
+	VPSRLW        $0x04, Z16, Z17
+	VPANDD        Z7, Z16, Z16
+	VPANDD        Z7, Z17, Z17
+	VPDPBUSD.BCST 8(DX), Z16, Z9
+	VPDPBUSD.BCST 8(DX)(BX*1), Z16, Z10
+	VPDPBUSD.BCST 8(DX)(BX*2), Z16, Z11
+	VPDPBUSD.BCST 8(DX)(SI*1), Z16, Z12
+	VPDPBUSD.BCST 8(DI), Z16, Z13
+	VPDPBUSD.BCST 8(DI)(BX*1), Z16, Z14
+	VPDPBUSD.BCST 8(DI)(BX*2), Z16, Z15
+	VPDPBUSD.BCST 24(DX), Z17, Z9
+	VPDPBUSD.BCST 24(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 24(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 24(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 24(DI), Z17, Z13
+	VPDPBUSD.BCST 24(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 24(DI)(BX*2), Z17, Z15
+	VMOVDQU64     96(CX), Z16
+	VPSRLW        $0x04, Z16, Z17
+	VPANDD        Z7, Z16, Z16
+	VPANDD        Z7, Z17, Z17
+	VPDPBUSD.BCST 12(DX), Z16, Z9
+	VPDPBUSD.BCST 12(DX)(BX*1), Z16, Z10
+	VPDPBUSD.BCST 12(DX)(BX*2), Z16, Z11
+	VPDPBUSD.BCST 12(DX)(SI*1), Z16, Z12
+	VPDPBUSD.BCST 12(DI), Z16, Z13
+	VPDPBUSD.BCST 12(DI)(BX*1), Z16, Z14
+	VPDPBUSD.BCST 12(DI)(BX*2), Z16, Z15
+	VPDPBUSD.BCST 28(DX), Z17, Z9
+	VPDPBUSD.BCST 28(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 28(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 28(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 28(DI), Z17, Z13
+	VPDPBUSD.BCST 28(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 28(DI)(BX*2), Z17, Z15
+	VMOVDQU64     160(CX), Z16
+	VPSRLW        $0x04, Z16, Z17
+	VPANDD        Z7, Z16, Z16
+	VPANDD        Z7, Z17, Z17
+	VPDPBUSD.BCST 16(DX), Z16, Z9
+	VPDPBUSD.BCST 16(DX)(BX*1), Z16, Z10
+	VPDPBUSD.BCST 16(DX)(BX*2), Z16, Z11
+	VPDPBUSD.BCST 16(DX)(SI*1), Z16, Z12
+	VPDPBUSD.BCST 16(DI), Z16, Z13
+	VPDPBUSD.BCST 16(DI)(BX*1), Z16, Z14
+	VPDPBUSD.BCST 16(DI)(BX*2), Z16, Z15
+	VPDPBUSD.BCST 32(DX), Z17, Z9
+	VPDPBUSD.BCST 32(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 32(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 32(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 32(DI), Z17, Z13
+	VPDPBUSD.BCST 32(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 32(DI)(BX*2), Z17, Z15
+	VMOVDQU64     224(CX), Z16
+	VPSRLW        $0x04, Z16, Z17
+	VPANDD        Z7, Z16, Z16
+	VPANDD        Z7, Z17, Z17
+	VPDPBUSD.BCST 20(DX), Z16, Z9
+	VPDPBUSD.BCST 20(DX)(BX*1), Z16, Z10
+	VPDPBUSD.BCST 20(DX)(BX*2), Z16, Z11
+	VPDPBUSD.BCST 20(DX)(SI*1), Z16, Z12
+	VPDPBUSD.BCST 20(DI), Z16, Z13
+	VPDPBUSD.BCST 20(DI)(BX*1), Z16, Z14
+	VPDPBUSD.BCST 20(DI)(BX*2), Z16, Z15
+	VPDPBUSD.BCST 36(DX), Z17, Z9
+	VPDPBUSD.BCST 36(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 36(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 36(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 36(DI), Z17, Z13
+	VPDPBUSD.BCST 36(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 36(DI)(BX*2), Z17, Z15
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX), Z8, Z16
+	VFMADD231PS   Z16, Z9, Z0
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(BX*1), Z8, Z9
+	VFMADD231PS   Z9, Z10, Z1
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DX)(BX*2), Z8, Z9
+	VFMADD231PS   Z9, Z11, Z2
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DX)(SI*1), Z8, Z9
+	VFMADD231PS   Z9, Z12, Z3
+	VCVTDQ2PS     Z13, Z13
+	VMULPS.BCST   (DI), Z8, Z9
+	VFMADD231PS   Z9, Z13, Z4
+	VCVTDQ2PS     Z14, Z14
+	VMULPS.BCST   (DI)(BX*1), Z8, Z9
+	VFMADD231PS   Z9, Z14, Z5
+	VCVTDQ2PS     Z15, Z15
+	VMULPS.BCST   (DI)(BX*2), Z8, Z8
+	VFMADD231PS   Z8, Z15, Z6
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	RET
+
+// func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q80Panel_8(SB), NOSPLIT, $0-48
+	MOVQ   nb+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   x+16(FP), DX
+	MOVQ   xs+24(FP), BX
+	LEAQ   (BX)(BX*2), SI
+	LEAQ   (DX)(BX*4), DI
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z8
+	VPBROADCASTD  4(DX), Z9
+	VPBROADCASTD  4(DX)(BX*1), Z10
+	VPBROADCASTD  4(DX)(BX*2), Z11
+	VPBROADCASTD  4(DX)(SI*1), Z12
+	VPBROADCASTD  4(DI), Z13
+	VPBROADCASTD  4(DI)(BX*1), Z14
+	VPBROADCASTD  4(DI)(BX*2), Z15
+	VPBROADCASTD  4(DI)(SI*1), Z16
+	VMOVDQU64     32(CX), Z17
+	VPDPBUSD.BCST 8(DX), Z17, Z9
+	VPDPBUSD.BCST 8(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 8(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 8(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 8(DI), Z17, Z13
+	VPDPBUSD.BCST 8(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 8(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 8(DI)(SI*1), Z17, Z16
+	VMOVDQU64     96(CX), Z17
+	VPDPBUSD.BCST 12(DX), Z17, Z9
+	VPDPBUSD.BCST 12(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 12(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 12(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 12(DI), Z17, Z13
+	VPDPBUSD.BCST 12(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 12(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 12(DI)(SI*1), Z17, Z16
+	VMOVDQU64     160(CX), Z17
+	VPDPBUSD.BCST 16(DX), Z17, Z9
+	VPDPBUSD.BCST 16(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 16(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 16(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 16(DI), Z17, Z13
+	VPDPBUSD.BCST 16(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 16(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 16(DI)(SI*1), Z17, Z16
+	VMOVDQU64     224(CX), Z17
+	VPDPBUSD.BCST 20(DX), Z17, Z9
+	VPDPBUSD.BCST 20(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 20(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 20(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 20(DI), Z17, Z13
+	VPDPBUSD.BCST 20(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 20(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 20(DI)(SI*1), Z17, Z16
+	VMOVDQU64     288(CX), Z17
+	VPDPBUSD.BCST 24(DX), Z17, Z9
+	VPDPBUSD.BCST 24(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 24(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 24(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 24(DI), Z17, Z13
+	VPDPBUSD.BCST 24(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 24(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 24(DI)(SI*1), Z17, Z16
+	VMOVDQU64     352(CX), Z17
+	VPDPBUSD.BCST 28(DX), Z17, Z9
+	VPDPBUSD.BCST 28(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 28(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 28(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 28(DI), Z17, Z13
+	VPDPBUSD.BCST 28(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 28(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 28(DI)(SI*1), Z17, Z16
+	VMOVDQU64     416(CX), Z17
+	VPDPBUSD.BCST 32(DX), Z17, Z9
+	VPDPBUSD.BCST 32(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 32(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 32(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 32(DI), Z17, Z13
+	VPDPBUSD.BCST 32(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 32(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 32(DI)(SI*1), Z17, Z16
+	VMOVDQU64     480(CX), Z17
+	VPDPBUSD.BCST 36(DX), Z17, Z9
+	VPDPBUSD.BCST 36(DX)(BX*1), Z17, Z10
+	VPDPBUSD.BCST 36(DX)(BX*2), Z17, Z11
+	VPDPBUSD.BCST 36(DX)(SI*1), Z17, Z12
+	VPDPBUSD.BCST 36(DI), Z17, Z13
+	VPDPBUSD.BCST 36(DI)(BX*1), Z17, Z14
+	VPDPBUSD.BCST 36(DI)(BX*2), Z17, Z15
+	VPDPBUSD.BCST 36(DI)(SI*1), Z17, Z16
+	VCVTDQ2PS     Z9, Z9
+	VMULPS.BCST   (DX), Z8, Z17
+	VFMADD231PS   Z17, Z9, Z0
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX)(BX*1), Z8, Z9
+	VFMADD231PS   Z9, Z10, Z1
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DX)(BX*2), Z8, Z9
+	VFMADD231PS   Z9, Z11, Z2
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DX)(SI*1), Z8, Z9
+	VFMADD231PS   Z9, Z12, Z3
+	VCVTDQ2PS     Z13, Z13
+	VMULPS.BCST   (DI), Z8, Z9
+	VFMADD231PS   Z9, Z13, Z4
+	VCVTDQ2PS     Z14, Z14
+	VMULPS.BCST   (DI)(BX*1), Z8, Z9
+	VFMADD231PS   Z9, Z14, Z5
+	VCVTDQ2PS     Z15, Z15
+	VMULPS.BCST   (DI)(BX*2), Z8, Z9
+	VFMADD231PS   Z9, Z15, Z6
+	VCVTDQ2PS     Z16, Z16
+	VMULPS.BCST   (DI)(SI*1), Z8, Z8
+	VFMADD231PS   Z8, Z16, Z7
+	ADDQ          $0x00000220, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	VMOVUPS Z7, (BX)(DX*1)
+	RET
+
+// func q40Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q40Panel_8(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z8
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VCVTPH2PS     (CX), Z9
+	VPBROADCASTD  4(DX), Z10
+	VPBROADCASTD  4(DX)(BX*1), Z11
+	VPBROADCASTD  4(DX)(BX*2), Z12
+	VPBROADCASTD  4(DX)(SI*1), Z13
+	VPBROADCASTD  4(DI), Z14
+	VPBROADCASTD  4(DI)(BX*1), Z15
+	VPBROADCASTD  4(DI)(BX*2), Z16
+	VPBROADCASTD  4(DI)(SI*1), Z17
+	VMOVDQU64     32(CX), Z18
+	VPSRLW        $0x04, Z18, Z19
+	VPANDD        Z8, Z18, Z18
+	VPANDD        Z8, Z19, Z19
+	VPDPBUSD.BCST 8(DX), Z18, Z10
+	VPDPBUSD.BCST 8(DX)(BX*1), Z18, Z11
+	VPDPBUSD.BCST 8(DX)(BX*2), Z18, Z12
+	VPDPBUSD.BCST 8(DX)(SI*1), Z18, Z13
+	VPDPBUSD.BCST 8(DI), Z18, Z14
+	VPDPBUSD.BCST 8(DI)(BX*1), Z18, Z15
+	VPDPBUSD.BCST 8(DI)(BX*2), Z18, Z16
+	VPDPBUSD.BCST 8(DI)(SI*1), Z18, Z17
+	VPDPBUSD.BCST 24(DX), Z19, Z10
+	VPDPBUSD.BCST 24(DX)(BX*1), Z19, Z11
+	VPDPBUSD.BCST 24(DX)(BX*2), Z19, Z12
+	VPDPBUSD.BCST 24(DX)(SI*1), Z19, Z13
+	VPDPBUSD.BCST 24(DI), Z19, Z14
+	VPDPBUSD.BCST 24(DI)(BX*1), Z19, Z15
+	VPDPBUSD.BCST 24(DI)(BX*2), Z19, Z16
+	VPDPBUSD.BCST 24(DI)(SI*1), Z19, Z17
+	VMOVDQU64     96(CX), Z18
+	VPSRLW        $0x04, Z18, Z19
+	VPANDD        Z8, Z18, Z18
+	VPANDD        Z8, Z19, Z19
+	VPDPBUSD.BCST 12(DX), Z18, Z10
+	VPDPBUSD.BCST 12(DX)(BX*1), Z18, Z11
+	VPDPBUSD.BCST 12(DX)(BX*2), Z18, Z12
+	VPDPBUSD.BCST 12(DX)(SI*1), Z18, Z13
+	VPDPBUSD.BCST 12(DI), Z18, Z14
+	VPDPBUSD.BCST 12(DI)(BX*1), Z18, Z15
+	VPDPBUSD.BCST 12(DI)(BX*2), Z18, Z16
+	VPDPBUSD.BCST 12(DI)(SI*1), Z18, Z17
+	VPDPBUSD.BCST 28(DX), Z19, Z10
+	VPDPBUSD.BCST 28(DX)(BX*1), Z19, Z11
+	VPDPBUSD.BCST 28(DX)(BX*2), Z19, Z12
+	VPDPBUSD.BCST 28(DX)(SI*1), Z19, Z13
+	VPDPBUSD.BCST 28(DI), Z19, Z14
+	VPDPBUSD.BCST 28(DI)(BX*1), Z19, Z15
+	VPDPBUSD.BCST 28(DI)(BX*2), Z19, Z16
+	VPDPBUSD.BCST 28(DI)(SI*1), Z19, Z17
+	VMOVDQU64     160(CX), Z18
+	VPSRLW        $0x04, Z18, Z19
+	VPANDD        Z8, Z18, Z18
+	VPANDD        Z8, Z19, Z19
+	VPDPBUSD.BCST 16(DX), Z18, Z10
+	VPDPBUSD.BCST 16(DX)(BX*1), Z18, Z11
+	VPDPBUSD.BCST 16(DX)(BX*2), Z18, Z12
+	VPDPBUSD.BCST 16(DX)(SI*1), Z18, Z13
+	VPDPBUSD.BCST 16(DI), Z18, Z14
+	VPDPBUSD.BCST 16(DI)(BX*1), Z18, Z15
+	VPDPBUSD.BCST 16(DI)(BX*2), Z18, Z16
+	VPDPBUSD.BCST 16(DI)(SI*1), Z18, Z17
+	VPDPBUSD.BCST 32(DX), Z19, Z10
+	VPDPBUSD.BCST 32(DX)(BX*1), Z19, Z11
+	VPDPBUSD.BCST 32(DX)(BX*2), Z19, Z12
+	VPDPBUSD.BCST 32(DX)(SI*1), Z19, Z13
+	VPDPBUSD.BCST 32(DI), Z19, Z14
+	VPDPBUSD.BCST 32(DI)(BX*1), Z19, Z15
+	VPDPBUSD.BCST 32(DI)(BX*2), Z19, Z16
+	VPDPBUSD.BCST 32(DI)(SI*1), Z19, Z17
+	VMOVDQU64     224(CX), Z18
+	VPSRLW        $0x04, Z18, Z19
+	VPANDD        Z8, Z18, Z18
+	VPANDD        Z8, Z19, Z19
+	VPDPBUSD.BCST 20(DX), Z18, Z10
+	VPDPBUSD.BCST 20(DX)(BX*1), Z18, Z11
+	VPDPBUSD.BCST 20(DX)(BX*2), Z18, Z12
+	VPDPBUSD.BCST 20(DX)(SI*1), Z18, Z13
+	VPDPBUSD.BCST 20(DI), Z18, Z14
+	VPDPBUSD.BCST 20(DI)(BX*1), Z18, Z15
+	VPDPBUSD.BCST 20(DI)(BX*2), Z18, Z16
+	VPDPBUSD.BCST 20(DI)(SI*1), Z18, Z17
+	VPDPBUSD.BCST 36(DX), Z19, Z10
+	VPDPBUSD.BCST 36(DX)(BX*1), Z19, Z11
+	VPDPBUSD.BCST 36(DX)(BX*2), Z19, Z12
+	VPDPBUSD.BCST 36(DX)(SI*1), Z19, Z13
+	VPDPBUSD.BCST 36(DI), Z19, Z14
+	VPDPBUSD.BCST 36(DI)(BX*1), Z19, Z15
+	VPDPBUSD.BCST 36(DI)(BX*2), Z19, Z16
+	VPDPBUSD.BCST 36(DI)(SI*1), Z19, Z17
+	VCVTDQ2PS     Z10, Z10
+	VMULPS.BCST   (DX), Z9, Z18
+	VFMADD231PS   Z18, Z10, Z0
+	VCVTDQ2PS     Z11, Z11
+	VMULPS.BCST   (DX)(BX*1), Z9, Z10
+	VFMADD231PS   Z10, Z11, Z1
+	VCVTDQ2PS     Z12, Z12
+	VMULPS.BCST   (DX)(BX*2), Z9, Z10
+	VFMADD231PS   Z10, Z12, Z2
+	VCVTDQ2PS     Z13, Z13
+	VMULPS.BCST   (DX)(SI*1), Z9, Z10
+	VFMADD231PS   Z10, Z13, Z3
+	VCVTDQ2PS     Z14, Z14
+	VMULPS.BCST   (DI), Z9, Z10
+	VFMADD231PS   Z10, Z14, Z4
+	VCVTDQ2PS     Z15, Z15
+	VMULPS.BCST   (DI)(BX*1), Z9, Z10
+	VFMADD231PS   Z10, Z15, Z5
+	VCVTDQ2PS     Z16, Z16
+	VMULPS.BCST   (DI)(BX*2), Z9, Z10
+	VFMADD231PS   Z10, Z16, Z6
+	VCVTDQ2PS     Z17, Z17
+	VMULPS.BCST   (DI)(SI*1), Z9, Z9
+	VFMADD231PS   Z9, Z17, Z7
+	ADDQ          $0x00000120, CX
+	ADDQ          $0x28, DX
+	ADDQ          $0x28, DI
+	DECQ          AX
+	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	VMOVUPS Z7, (BX)(DX*1)
 	RET

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
 )
 
@@ -43,37 +44,66 @@ func BenchmarkTile(b *testing.B) {
 	}
 }
 
+// BenchmarkPanel measures each panel kernel on a panel that stays in
+// cache: GMAC/s is multiply-adds per second (16*C*n per call).
+func BenchmarkPanel(b *testing.B) {
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0} {
+		ps := archPanels(typ)
+		if ps == nil {
+			continue
+		}
+		const n = 2048
+		nb := n / ggml.QK
+		wrow := mustRowBytes(b, typ, n)
+		w := make([]byte, panelRows*wrow)
+		for i := range panelRows {
+			copy(w[i*wrow:], quantWeights(b, r, typ, n))
+		}
+		packed := repack(typ, panelRows, n, w)
+		for _, C := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("%s/%d", typ, C), func(b *testing.B) {
+				q := make([]byte, nb*q80Bytes)
+				x := make([]byte, C*nb*xBlock)
+				for c := range C {
+					ConvertActivation(typ, randVec(r, n), q)
+					expandRow(typ, nb, q, x[c*nb*xBlock:])
+				}
+				out := make([]float32, C*panelRows)
+				for b.Loop() {
+					ps.k[C-1](nb, &packed[0], &x[0], nb*xBlock, &out[0], 4*panelRows)
+				}
+				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+	}
+}
+
 // BenchmarkMatVec measures one activation row against a weight matrix larger
-// than the caches (2048×8192), on one thread: the weight bytes streamed per
-// second bound token generation.
+// than the caches (8192×2048) through Backend.MatMul on one thread: the
+// weight bytes streamed per second bound token generation.
 func BenchmarkMatVec(b *testing.B) {
 	r := rand.New(rand.NewPCG(43, 44))
+	pool := NewPool(1)
+	defer pool.Close()
 	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_0} {
 		b.Run(typ.String(), func(b *testing.B) {
 			const K, N = 2048, 8192
 			wrow := mustRowBytes(b, typ, K)
-			w := make([]byte, N*wrow)
+			data := make([]byte, N*wrow)
 			row := quantWeights(b, r, typ, K)
 			for o := range N {
-				copy(w[o*wrow:], row)
+				copy(data[o*wrow:], row)
 			}
-			x := make([]byte, mustRowBytes(b, typ.VecDotType(), K))
-			ConvertActivation(typ, randVec(r, K), x)
+			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+			be := NewBackend(pool)
+			be.Prepare(w)
+			x := randVec(r, K)
 			out := make([]float32, N)
-			ts := tilesFor(typ)
-			dot, _ := VecDotFor(typ)
 			for b.Loop() {
-				if ts == nil {
-					for o := range N {
-						out[o] = dot(K, w[o*wrow:(o+1)*wrow], x)
-					}
-					continue
-				}
-				for o := 0; o < N; o += 4 {
-					ts.k[3][0](K/ts.unit, &w[o*wrow], wrow, &x[0], 0, &out[o], 4)
-				}
+				be.MatMul(w, x, 1, out)
 			}
-			b.SetBytes(int64(len(w)))
+			b.SetBytes(int64(len(data)))
 		})
 	}
 }

@@ -7,10 +7,8 @@ import "github.com/strata-llm/strata/model/ggml"
 // archTiles returns nil: other architectures run the portable kernels.
 func archTiles(ggml.Type) *tileSet { return nil }
 
-// archXTiles returns nil: other architectures run the portable kernels.
-func archXTiles(ggml.Type) *tileSet { return nil }
-
-func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte) { panic("unreachable") }
+// archPanels returns nil: other architectures run the portable kernels.
+func archPanels(ggml.Type) *panelSet { return nil }
 
 // archWsum returns nil: other architectures run the portable loop.
 

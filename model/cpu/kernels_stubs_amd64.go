@@ -244,326 +244,6 @@ func bf16AVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os in
 //go:noescape
 func bf16AVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
-// q80VNNI_1x1 computes a 1×1 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_1x2 computes a 1×2 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_1x3 computes a 1×3 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_1x4 computes a 1×4 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_2x1 computes a 2×1 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_2x2 computes a 2×2 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_2x3 computes a 2×3 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_2x4 computes a 2×4 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_3x1 computes a 3×1 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_3x2 computes a 3×2 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_3x3 computes a 3×3 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_3x4 computes a 3×4 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_4x1 computes a 4×1 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_4x2 computes a 4×2 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_4x3 computes a 4×3 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNI_4x4 computes a 4×4 tile of q80VNNI dot products.
-//
-//go:noescape
-func q80VNNI_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_1x1 computes a 1×1 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_1x2 computes a 1×2 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_1x3 computes a 1×3 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_1x4 computes a 1×4 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_2x1 computes a 2×1 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_2x2 computes a 2×2 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_2x3 computes a 2×3 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_2x4 computes a 2×4 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_3x1 computes a 3×1 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_3x2 computes a 3×2 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_3x3 computes a 3×3 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_3x4 computes a 3×4 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_4x1 computes a 4×1 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_4x2 computes a 4×2 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_4x3 computes a 4×3 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNI_4x4 computes a 4×4 tile of q40VNNI dot products.
-//
-//go:noescape
-func q40VNNI_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_1x1 computes a 1×1 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_1x2 computes a 1×2 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_1x3 computes a 1×3 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_1x4 computes a 1×4 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_2x1 computes a 2×1 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_2x2 computes a 2×2 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_2x3 computes a 2×3 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_2x4 computes a 2×4 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_3x1 computes a 3×1 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_3x2 computes a 3×2 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_3x3 computes a 3×3 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_3x4 computes a 3×4 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_4x1 computes a 4×1 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_4x2 computes a 4×2 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_4x3 computes a 4×3 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q80VNNIX_4x4 computes a 4×4 tile of q80VNNIX dot products.
-//
-//go:noescape
-func q80VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_1x1 computes a 1×1 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_1x2 computes a 1×2 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_1x3 computes a 1×3 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_1x4 computes a 1×4 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_2x1 computes a 2×1 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_2x2 computes a 2×2 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_2x3 computes a 2×3 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_2x4 computes a 2×4 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_3x1 computes a 3×1 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_3x2 computes a 3×2 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_3x3 computes a 3×3 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_3x4 computes a 3×4 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_4x1 computes a 4×1 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_4x2 computes a 4×2 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_4x3 computes a 4×3 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// q40VNNIX_4x4 computes a 4×4 tile of q40VNNIX dot products.
-//
-//go:noescape
-func q40VNNIX_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
 // f32AVX2_1x1 computes a 1×1 tile of f32 dot products with AVX2 and FMA.
 //
 //go:noescape
@@ -689,7 +369,82 @@ func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m in
 //go:noescape
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
 
-// expandQ8XAVX512 writes nb Q8_0 activation blocks in the expanded layout of the X kernels.
+// q80Panel_1 computes a 16-row panel of q80 weights against 1 activation rows.
 //
 //go:noescape
-func expandQ8XAVX512(nb int, q *byte, cw uint32, dst *byte)
+func q80Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_1 computes a 16-row panel of q40 weights against 1 activation rows.
+//
+//go:noescape
+func q40Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_2 computes a 16-row panel of q80 weights against 2 activation rows.
+//
+//go:noescape
+func q80Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_2 computes a 16-row panel of q40 weights against 2 activation rows.
+//
+//go:noescape
+func q40Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_3 computes a 16-row panel of q80 weights against 3 activation rows.
+//
+//go:noescape
+func q80Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_3 computes a 16-row panel of q40 weights against 3 activation rows.
+//
+//go:noescape
+func q40Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_4 computes a 16-row panel of q80 weights against 4 activation rows.
+//
+//go:noescape
+func q80Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_4 computes a 16-row panel of q40 weights against 4 activation rows.
+//
+//go:noescape
+func q40Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_5 computes a 16-row panel of q80 weights against 5 activation rows.
+//
+//go:noescape
+func q80Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_5 computes a 16-row panel of q40 weights against 5 activation rows.
+//
+//go:noescape
+func q40Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_6 computes a 16-row panel of q80 weights against 6 activation rows.
+//
+//go:noescape
+func q80Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_6 computes a 16-row panel of q40 weights against 6 activation rows.
+//
+//go:noescape
+func q40Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_7 computes a 16-row panel of q80 weights against 7 activation rows.
+//
+//go:noescape
+func q80Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_7 computes a 16-row panel of q40 weights against 7 activation rows.
+//
+//go:noescape
+func q40Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80Panel_8 computes a 16-row panel of q80 weights against 8 activation rows.
+//
+//go:noescape
+func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_8 computes a 16-row panel of q40 weights against 8 activation rows.
+//
+//go:noescape
+func q40Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

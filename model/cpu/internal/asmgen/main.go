@@ -40,10 +40,6 @@ func main() {
 		{"f32AVX512", 4, 4, f32AVX512},
 		{"f16AVX512", 4, 4, f16AVX512},
 		{"bf16AVX512", 4, 4, bf16AVX512},
-		{"q80VNNI", 4, 4, q80VNNI},
-		{"q40VNNI", 4, 4, q40VNNI},
-		{"q80VNNIX", 4, 4, q80VNNIX},
-		{"q40VNNIX", 4, 4, q40VNNIX},
 	} {
 		for r := 1; r <= k.maxR; r++ {
 			for c := 1; c <= k.maxC; c++ {
@@ -102,7 +98,10 @@ func main() {
 		softmaxValues(true, H)
 		softmaxValues(false, H)
 	}
-	expandQ8X()
+	for C := 1; C <= maxPanelC; C++ {
+		panelKernel("q80Panel", C, false)
+		panelKernel("q40Panel", C, true)
+	}
 	Generate()
 }
 
@@ -642,149 +641,10 @@ func bf16AVX512(t *tile) {
 	})
 }
 
-// vpdpbusd emits VPDPBUSD (AVX512_VNNI), which avo v0.5.0 lacks: acc +=
-// the sums of four products of unsigned bytes u and signed bytes s per int32
-// lane.
-func vpdpbusd(s, u, acc Op) {
-	Instruction(&ir.Instruction{
-		Opcode:   "VPDPBUSD",
-		Operands: []Op{s, u, acc},
-		Inputs:   []Op{s, u, acc},
-		Outputs:  []Op{acc},
-		ISA:      []string{"AVX512_VNNI"},
-	})
-}
-
-// scales2 returns the float32 vector [f16(row+0) ×8, f16(row+stride) ×8]:
-// the scales of blocks 2k and 2k+1 in the lanes of their sums.
-func scales2(m0, m1 Mem, kHi reg.OpmaskVirtual) reg.VecVirtual {
-	y := YMM()
-	VPBROADCASTW(m0, y)
-	if kHi != nil {
-		VPBROADCASTW(m1, kHi, y)
-	}
-	z := ZMM()
-	VCVTPH2PS(y, z)
-	return z
-}
-
-// blockLoop emits the two-blocks-per-ZMM loop shared by Q8_0 and Q4_0: lanes
-// 0..7 take the eight 4-element sums of block 2k, lanes 8..15 those of block
-// 2k+1 (see dotQ80Q80). wquants loads the signed weight quants of two blocks
-// (one when single) into a ZMM; wsz is the weight block size.
-func (t *tile) blockLoop(wsz int, wquants func(r int, single bool) reg.VecVirtual) {
-	acc := t.zeroAcc()
-	g := GP32()
-	MOVL(U32(0x80808080), g)
-	c80 := ZMM()
-	VPBROADCASTD(g, c80)
-	MOVL(U32(0xff00), g)
-	kHi := K()
-	KMOVW(g, kHi)
-	MOVL(U32(0x00ff), g)
-	kLo := K()
-	KMOVW(g, kLo)
-
-	body := func(single bool) {
-		xu := make([]reg.VecVirtual, t.C)
-		xd := make([]reg.VecVirtual, t.C)
-		for c := range xu {
-			xu[c] = ZMM()
-			VBROADCASTI64X4(t.x(c, 2), xu[c])
-			if !single {
-				VINSERTI64X4(Imm(1), t.x(c, q80+2), xu[c], xu[c])
-			}
-			VPXORD(c80, xu[c], xu[c]) // x+128 as unsigned bytes
-			kk := kHi
-			if single {
-				kk = nil
-			}
-			xd[c] = scales2(t.x(c, 0), t.x(c, q80), kk)
-		}
-		for r := 0; r < t.R; r++ {
-			wq := wquants(r, single)
-			corr := ZMM() // 128 * (sum of the 4 weights) per lane
-			VXORPS(corr, corr, corr)
-			vpdpbusd(wq, c80, corr)
-			kk := kHi
-			if single {
-				kk = nil
-			}
-			wd := scales2(t.w(r, 0), t.w(r, wsz), kk)
-			for c := range xu {
-				s := ZMM()
-				VXORPS(s, s, s)
-				vpdpbusd(wq, xu[c], s)
-				VPSUBD(corr, s, s) // exact sum of w*x per lane
-				VCVTDQ2PS(s, s)
-				dd := ZMM()
-				VMULPS(xd[c], wd, dd)
-				if single {
-					VFMADD231PS(dd, s, kLo, acc[r][c])
-				} else {
-					VFMADD231PS(dd, s, acc[r][c])
-				}
-			}
-		}
-	}
-	Label("loop")
-	CMPQ(t.n, Imm(2))
-	JL(LabelRef("tail"))
-	body(false)
-	t.advance(2*wsz, 2*q80, 2)
-	JMP(LabelRef("loop"))
-	Label("tail")
-	TESTQ(t.n, t.n)
-	JZ(LabelRef("done"))
-	body(true)
-	Label("done")
-	t.store(acc)
-}
-
 const (
 	q80 = 34
 	q40 = 18
 )
-
-func q80VNNI(t *tile) {
-	t.blockLoop(q80, func(r int, single bool) reg.VecVirtual {
-		z := ZMM()
-		VBROADCASTI64X4(t.w(r, 2), z)
-		if !single {
-			VINSERTI64X4(Imm(1), t.w(r, q80+2), z, z)
-		}
-		return z
-	})
-}
-
-// q40VNNI unpacks each block's 16 bytes to 32 quants (low nibbles are
-// elements 0..15, high nibbles 16..31) minus 8.
-func q40VNNI(t *tile) {
-	g := GP32()
-	MOVL(U32(0x0f0f0f0f), g)
-	c0f := ZMM()
-	VPBROADCASTD(g, c0f)
-	MOVL(U32(0x08080808), g)
-	c08 := ZMM()
-	VPBROADCASTD(g, c08)
-	MOVL(U32(0xcc), g)
-	kOdd := K() // qwords 2,3 and 6,7: 128-bit lanes 1 and 3
-	KMOVW(g, kOdd)
-	t.blockLoop(q40, func(r int, single bool) reg.VecVirtual {
-		z := ZMM()
-		VBROADCASTI32X4(t.w(r, 2), z) // [qs0 qs0 qs0 qs0]
-		if !single {
-			VINSERTI32X4(Imm(2), t.w(r, q40+2), z, z)
-			VINSERTI32X4(Imm(3), t.w(r, q40+2), z, z) // [qs0 qs0 qs1 qs1]
-		}
-		hi := ZMM()
-		VPSRLW(Imm(4), z, hi)
-		VMOVDQA64(hi, kOdd, z) // high nibbles into lanes 1 and 3
-		VPANDD(c0f, z, z)      // [lo0 hi0 lo1 hi1]
-		VPSUBB(c08, z, z)
-		return z
-	})
-}
 
 // f32ToF16 emits func(n int, src *float32, dst *uint16): dst[i] =
 // ggml.F32ToF16(src[i]), which is VCVTPS2PH with round to nearest even
@@ -997,260 +857,230 @@ func softmaxValues(f16 bool, H int) {
 	}
 }
 
-// expandQ8X emits func(nb int, q *byte, cw uint32, dst *byte): the Q8_0
-// activation row q (nb blocks) in the expanded layout of blockLoopX, pair by
-// pair: the 64 quants, then 16 int32 lanes of -cw times the sum of each 4
-// quants, then the 16 float32 scales; an odd last block leaves the upper
-// half zero. cw (128 or 8) is passed as four equal bytes.
-func expandQ8X() {
-	TEXT("expandQ8XAVX512", NOSPLIT, "func(nb int, q *byte, cw uint32, dst *byte)")
-	Pragma("noescape")
-	Doc("expandQ8XAVX512 writes nb Q8_0 activation blocks in the expanded layout of the X kernels.")
-	n := param("nb")
-	q := param("q")
-	dst := param("dst")
-	g := GP32()
-	Load(Param("cw"), g)
-	cw := ZMM()
-	VPBROADCASTD(g, cw)
-	zero := ZMM()
-	VPXORD(zero, zero, zero)
-	MOVL(U32(0xff00), g)
-	kHi := K()
-	KMOVW(g, kHi)
-	MOVL(U32(0x00ff), g)
-	kLo := K()
-	KMOVW(g, kLo)
-	body := func(single bool) {
-		z := ZMM()
-		VMOVDQU(Mem{Base: q, Disp: 2}, z.AsY()) // VEX: zeroes the upper half
-		if !single {
-			VINSERTI64X4(Imm(1), Mem{Base: q, Disp: q80 + 2}, z, z)
-		}
-		VMOVDQU64(z, Mem{Base: dst})
-		s := ZMM()
-		VPXORD(s, s, s)
-		vpdpbusd(z, cw, s)
-		VPSUBD(s, zero, s)
-		VMOVDQU64(s, Mem{Base: dst, Disp: 64})
-		y := YMM()
-		if single {
-			VPBROADCASTW_Z(Mem{Base: q}, kLo, y)
-		} else {
-			VPBROADCASTW(Mem{Base: q}, y)
-			VPBROADCASTW(Mem{Base: q, Disp: q80}, kHi, y)
-		}
-		d := ZMM()
-		VCVTPH2PS(y, d)
-		VMOVUPS(d, Mem{Base: dst, Disp: 128})
-	}
-	Label("loop")
-	CMPQ(n, Imm(2))
-	JL(LabelRef("tail"))
-	body(false)
-	ADDQ(Imm(2*q80), q)
-	ADDQ(U32(xPair), dst)
-	SUBQ(Imm(2), n)
-	JMP(LabelRef("loop"))
-	Label("tail")
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	body(true)
-	Label("done")
-	RET()
-}
-
-// xPair is the bytes per pair of blocks of an expanded activation row (see
-// expandQ8X in package cpu): 32+32 quants, 16 int32 corrections (-cw times
-// the sum of each 4 quants), 16 float32 scales (block 2k's ×8, 2k+1's ×8).
-const xPair = 192
-
-// blockLoopX is blockLoop for expanded activation rows, with the roles of
-// the operands of VPDPBUSD swapped: the weights are the unsigned bytes
-// (w+128 for Q8_0, the raw nibbles for Q4_0) and the activations the signed
-// ones, so that the correction (cw times each lane's activation sum) was
-// computed once when the row was expanded and starts each integer sum.
-// Per weight row and activation row this leaves VPDPBUSD, VCVTDQ2PS, VMULPS
-// and VFMADD231PS, with the activation side read from memory. The integer
-// sums, scale products and FMAs are blockLoop's, so the results are too.
-func (t *tile) blockLoopX(wsz int, wquants func(r int, single bool) reg.VecVirtual) {
-	acc := t.zeroAcc()
-	g := GP32()
-	MOVL(U32(0xff00), g)
-	kHi := K()
-	KMOVW(g, kHi)
-	MOVL(U32(0x00ff), g)
-	kLo := K()
-	KMOVW(g, kLo)
-
-	body := func(single bool) {
-		for r := 0; r < t.R; r++ {
-			wu := wquants(r, single)
-			kk := kHi
-			if single {
-				kk = nil
-			}
-			wd := scales2(t.w(r, 0), t.w(r, wsz), kk)
-			for c := 0; c < t.C; c++ {
-				s := ZMM()
-				VMOVDQU32(t.x(c, 64), s)
-				vpdpbusd(t.x(c, 0), wu, s) // exact sum of w*x per lane
-				VCVTDQ2PS(s, s)
-				dd := ZMM()
-				VMULPS(t.x(c, 128), wd, dd)
-				if single {
-					VFMADD231PS(dd, s, kLo, acc[r][c])
-				} else {
-					VFMADD231PS(dd, s, acc[r][c])
-				}
-			}
-		}
-	}
-	Label("loop")
-	CMPQ(t.n, Imm(2))
-	JL(LabelRef("tail"))
-	body(false)
-	t.advance(2*wsz, xPair, 2)
-	JMP(LabelRef("loop"))
-	Label("tail")
-	TESTQ(t.n, t.n)
-	JZ(LabelRef("done"))
-	body(true)
-	Label("done")
-	t.store(acc)
-}
-
-// q80VNNIX is q80VNNI on expanded activations: weights w+128 as unsigned.
-func q80VNNIX(t *tile) {
-	g := GP32()
-	MOVL(U32(0x80808080), g)
-	c80 := ZMM()
-	VPBROADCASTD(g, c80)
-	t.blockLoopX(q80, func(r int, single bool) reg.VecVirtual {
-		z := ZMM()
-		VBROADCASTI64X4(t.w(r, 2), z)
-		if !single {
-			VINSERTI64X4(Imm(1), t.w(r, q80+2), z, z)
-		}
-		VPXORD(c80, z, z)
-		return z
-	})
-}
-
-// q40VNNIX is q40VNNI on expanded activations: the nibbles q are the
-// unsigned bytes (the correction of -8 is in the activation row).
-func q40VNNIX(t *tile) {
-	g := GP32()
-	MOVL(U32(0x0f0f0f0f), g)
-	c0f := ZMM()
-	VPBROADCASTD(g, c0f)
-	MOVL(U32(0xcc), g)
-	kOdd := K()
-	KMOVW(g, kOdd)
-	t.blockLoopX(q40, func(r int, single bool) reg.VecVirtual {
-		z := ZMM()
-		VBROADCASTI32X4(t.w(r, 2), z)
-		if !single {
-			VINSERTI32X4(Imm(2), t.w(r, q40+2), z, z)
-			VINSERTI32X4(Imm(3), t.w(r, q40+2), z, z)
-		}
-		hi := ZMM()
-		VPSRLW(Imm(4), z, hi)
-		VMOVDQA64(hi, kOdd, z)
-		VPANDD(c0f, z, z)
-		return z
-	})
-}
-
-// blockAVX2 is the Q8_0/Q4_0 order of dotQ80Q80 with AVX2: lanes 0..7 of
-// every sum are one YMM (even blocks) and lanes 8..15 another (odd
-// blocks). Each block's quants are sign-extended to int16; VPMADDWD sums
-// the products in pairs and VPHADDD the pairs in fours, exactly (no
-// VPMADDUBSW, whose int16 sums saturate). VPHADDD leaves the eight 4-sums
-// of a block in the lane order [g0 g1 g4 g5 | g2 g3 g6 g7], the same for
-// every block, so the accumulators hold the lanes permuted and foldPerm
-// folds them in reduceLanes' order. wquants loads the int16 weights of
-// block disp of row r (elements 0..15, 16..31).
+// blockAVX2 is the Q8_0/Q4_0 order of dotQ80Q80 with AVX2: one float32
+// accumulator per output (lane 0 of an XMM). Each block's quants are
+// sign-extended to int16, VPMADDWD sums the products in pairs and the pairs
+// are added to one int32, exactly (no VPMADDUBSW, whose int16 sums
+// saturate); then acc = fma(float32(sum), f16(w.d)*f16(x.d), acc). wquants
+// loads the int16 weights of the block of row r (elements 0..15, 16..31).
 func (t *tile) blockAVX2(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
-	type pair struct{ lo, hi reg.VecVirtual }
-	acc := make([][]pair, t.R)
+	acc := make([][]reg.VecVirtual, t.R)
 	for r := range acc {
-		acc[r] = make([]pair, t.C)
+		acc[r] = make([]reg.VecVirtual, t.C)
 		for c := range acc[r] {
-			acc[r][c] = pair{YMM(), YMM()}
-			VXORPS(acc[r][c].lo, acc[r][c].lo, acc[r][c].lo)
-			VXORPS(acc[r][c].hi, acc[r][c].hi, acc[r][c].hi)
-		}
-	}
-	block := func(b int) {
-		for r := 0; r < t.R; r++ {
-			wa, wb := wquants(r, b*wsz)
-			wd := YMM()
-			VPBROADCASTW(t.w(r, b*wsz), wd.AsX())
-			VCVTPH2PS(wd.AsX(), wd)
-			for c := 0; c < t.C; c++ {
-				xa, xb := YMM(), YMM()
-				VPMOVSXBW(t.x(c, b*q80+2), xa)
-				VPMOVSXBW(t.x(c, b*q80+18), xb)
-				VPMADDWD(wa, xa, xa)
-				VPMADDWD(wb, xb, xb)
-				VPHADDD(xb, xa, xa) // [g0 g1 g4 g5 | g2 g3 g6 g7], exact
-				VCVTDQ2PS(xa, xa)
-				dd := YMM()
-				VPBROADCASTW(t.x(c, b*q80), dd.AsX())
-				VCVTPH2PS(dd.AsX(), dd)
-				VMULPS(dd, wd, dd)
-				a := acc[r][c].lo
-				if b == 1 {
-					a = acc[r][c].hi
-				}
-				VFMADD231PS(dd, xa, a)
-			}
+			acc[r][c] = XMM()
+			VXORPS(acc[r][c], acc[r][c], acc[r][c])
 		}
 	}
 	Label("loop")
-	CMPQ(t.n, Imm(2))
-	JL(LabelRef("tail"))
-	block(0)
-	block(1)
-	t.advance(2*wsz, 2*q80, 2)
-	JMP(LabelRef("loop"))
-	Label("tail")
 	TESTQ(t.n, t.n)
 	JZ(LabelRef("done"))
-	block(0)
+	xd := make([]reg.VecVirtual, t.C)
+	for c := range xd {
+		xd[c] = XMM()
+		VPBROADCASTW(t.x(c, 0), xd[c])
+		VCVTPH2PS(xd[c], xd[c])
+	}
+	for r := 0; r < t.R; r++ {
+		wa, wb := wquants(r, 0)
+		wd := XMM()
+		VPBROADCASTW(t.w(r, 0), wd)
+		VCVTPH2PS(wd, wd)
+		for c := 0; c < t.C; c++ {
+			xa, xb := YMM(), YMM()
+			VPMOVSXBW(t.x(c, 2), xa)
+			VPMOVSXBW(t.x(c, 18), xb)
+			VPMADDWD(wa, xa, xa)
+			VPMADDWD(wb, xb, xb)
+			VPADDD(xb, xa, xa)
+			s := XMM()
+			VEXTRACTI128(Imm(1), xa, s)
+			VPADDD(xa.AsX(), s, s)
+			h := XMM()
+			VPSHUFD(Imm(0x4e), s, h)
+			VPADDD(h, s, s)
+			VPSHUFD(Imm(0xb1), s, h)
+			VPADDD(h, s, s) // lane 0: the exact sum of the block
+			VCVTDQ2PS(s, s)
+			dd := XMM()
+			VMULSS(xd[c], wd, dd)
+			VFMADD231SS(dd, s, acc[r][c])
+		}
+	}
+	t.advance(wsz, q80, 1)
+	JMP(LabelRef("loop"))
 	Label("done")
 	op := param("out")
 	os := param("os")
 	for r := range acc {
 		for c := range acc[r] {
-			s := foldPerm(acc[r][c].lo, acc[r][c].hi)
 			if c == 0 {
-				VMOVSS(s, Mem{Base: op, Disp: 4 * r})
+				VMOVSS(acc[r][c], Mem{Base: op, Disp: 4 * r})
 			} else {
-				VMOVSS(s, Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
+				VMOVSS(acc[r][c], Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
 			}
 		}
 	}
 }
 
-// foldPerm is reduceLanes on 16 lanes held as lo (0..7) and hi (8..15) in
-// the order [0 1 4 5 | 2 3 6 7]: +8 (lo+hi), +4 (positions 0,1,4,5 gain
-// 2,3,6,7: VPERMILPS swaps the 64-bit halves of each 128-bit lane), +2
-// (positions 0,1 gain 4,5), +1.
-func foldPerm(lo, hi reg.VecVirtual) reg.VecVirtual {
-	y := YMM()
-	VADDPS(hi, lo, y)
-	t := YMM()
-	VPERMILPS(Imm(0x4e), y, t)
-	VADDPS(t, y, y)
-	x := XMM()
-	VEXTRACTF128(Imm(1), y, x)
-	VADDPS(x, y.AsX(), x)
-	h := XMM()
-	VMOVSHDUP(x, h)
-	VADDSS(h, x, x)
-	return x
+// Panel kernels. Weights of type Q8_0 and Q4_0 are repacked (repack.go in
+// package cpu) into panels of 16 rows: for each 32-element block in order,
+// the 16 rows' f16 scales (32 bytes), then the quants with row i's bytes in
+// int32 lane i of every 64-byte vector — Q8_0: eight vectors, vector k
+// holding elements 4k..4k+3 plus 128 (as unsigned bytes); Q4_0: four
+// vectors, vector j holding the block's bytes 4j..4j+3 (low nibbles are
+// elements 4j.., high nibbles 16+4j..). Activation rows are expanded to 40
+// bytes per block: float32 scale, int32 correction (-128 or -8 times the
+// sum of the block's quants), the 32 int8 quants. A kernel computes one
+// panel against C activation rows: for each block, the correction starts an
+// int32 sum per lane, VPDPBUSD adds the products of the unsigned weight
+// bytes with the activation's four bytes broadcast, which leaves the exact
+// integer dot product of each row's block; then acc = fma(float32(sum),
+// wd*xd, acc) per lane. That is dotQ80Q80's order for each of the 16 rows.
+
+// panelSignature is the panel kernels' signature: nb blocks, the panel at
+// w, activation rows x, x+xs, …, and row c's 16 outputs at out + c*os.
+const panelSignature = "func(nb int, w *byte, x *byte, xs int, out *float32, os int)"
+
+// maxPanelC bounds the activation rows of a panel kernel.
+const maxPanelC = 8
+
+const xBlock = 40 // bytes of an expanded activation block
+
+// vpdpbusdBcst emits VPDPBUSD with its signed operand a dword in memory
+// broadcast to every lane.
+func vpdpbusdBcst(m Mem, u, acc Op) {
+	Instruction(&ir.Instruction{
+		Opcode:   "VPDPBUSD",
+		Suffixes: []string{"BCST"},
+		Operands: []Op{m, u, acc},
+		Inputs:   []Op{m, u, acc},
+		Outputs:  []Op{acc},
+		ISA:      []string{"AVX512_VNNI"},
+	})
+}
+
+func panelKernel(name string, C int, q4 bool) {
+	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, name[:3], C))
+	nb := param("nb")
+	wp := param("w")
+	xp := param("x")
+	xs := param("xs")
+	var xs3, xp4 reg.GPVirtual
+	if C > 3 {
+		xs3 = GP64()
+		LEAQ(Mem{Base: xs, Index: xs, Scale: 2}, xs3)
+	}
+	if C > 4 {
+		xp4 = GP64()
+		LEAQ(Mem{Base: xp, Index: xs, Scale: 4}, xp4)
+	}
+	xm := func(c, disp int) Mem {
+		if c < 4 {
+			return rowMem(xp, xs, xs3, c, disp)
+		}
+		return rowMem(xp4, xs, xs3, c-4, disp)
+	}
+	acc := make([]reg.VecVirtual, C)
+	for c := range acc {
+		acc[c] = ZMM()
+		VXORPS(acc[c], acc[c], acc[c])
+	}
+	var c0f reg.VecVirtual
+	if q4 {
+		g := GP32()
+		MOVL(U32(0x0f0f0f0f), g)
+		c0f = ZMM()
+		VPBROADCASTD(g, c0f)
+	}
+	// With one or two rows, each row's sum is split in two chains (even and
+	// odd vectors) added at the end — the same integer — so that VPDPBUSD's
+	// latency does not serialise the block.
+	split := C <= 2
+	blockBytes := 32 + 8*64
+	if q4 {
+		blockBytes = 32 + 4*64
+	}
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	dd := ZMM()
+	VCVTPH2PS(Mem{Base: wp}, dd)
+	s := make([]reg.VecVirtual, C)
+	s2 := make([]reg.VecVirtual, C)
+	for c := range s {
+		s[c] = ZMM()
+		VPBROADCASTD(xm(c, 4), s[c])
+		if split {
+			s2[c] = ZMM()
+			VPXORD(s2[c], s2[c], s2[c])
+		}
+	}
+	dot := func(k int, wv reg.VecVirtual, xoff int) {
+		for c := range s {
+			a := s[c]
+			if split && k%2 == 1 {
+				a = s2[c]
+			}
+			vpdpbusdBcst(xm(c, 8+xoff), wv, a)
+		}
+	}
+	if !q4 {
+		for k := range 8 {
+			wv := ZMM()
+			VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*k}, wv)
+			dot(k, wv, 4*k)
+		}
+	} else {
+		for j := range 4 {
+			lo := ZMM()
+			VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*j}, lo)
+			hi := ZMM()
+			VPSRLW(Imm(4), lo, hi)
+			VPANDD(c0f, lo, lo)
+			VPANDD(c0f, hi, hi)
+			dot(2*j, lo, 4*j)
+			dot(2*j+1, hi, 16+4*j)
+		}
+	}
+	for c := range s {
+		if split {
+			VPADDD(s2[c], s[c], s[c])
+		}
+		VCVTDQ2PS(s[c], s[c])
+		m := ZMM()
+		VMULPS_BCST(xm(c, 0), dd, m)
+		VFMADD231PS(m, s[c], acc[c])
+	}
+	ADDQ(U32(blockBytes), wp)
+	ADDQ(Imm(xBlock), xp)
+	if xp4 != nil {
+		ADDQ(Imm(xBlock), xp4)
+	}
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	op := param("out")
+	os := param("os")
+	var os3, op4 reg.GPVirtual
+	if C > 3 {
+		os3 = GP64()
+		LEAQ(Mem{Base: os, Index: os, Scale: 2}, os3)
+	}
+	if C > 4 {
+		op4 = GP64()
+		LEAQ(Mem{Base: op, Index: os, Scale: 4}, op4)
+	}
+	for c := range acc {
+		if c < 4 {
+			VMOVUPS(acc[c], rowMem(op, os, os3, c, 0))
+		} else {
+			VMOVUPS(acc[c], rowMem(op4, os, os3, c-4, 0))
+		}
+	}
+	RET()
 }
 
 func q80AVX2(t *tile) {

@@ -1,0 +1,100 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// Repacked weights. The panel kernels (see panelFunc) read Q8_0 and Q4_0
+// matrices in panels of panelRows rows: for each 32-element block in order,
+// the 16 rows' f16 scales (32 bytes), then the quants with row i's four
+// bytes in int32 lane i of every 64-byte vector. Q8_0 has eight vectors,
+// vector k holding elements 4k..4k+3 plus 128, so that they are VPDPBUSD's
+// unsigned bytes; Q4_0 has four, vector j holding the block's stored bytes
+// 4j..4j+3 unchanged (their low nibbles are elements 4j..4j+3, their high
+// nibbles 16+4j..16+4j+3). A panel takes as many bytes as its 16 rows did,
+// so a repacked matrix is the stored one rounded up to whole panels (the
+// rows past the end have zero scales and zero weights). The layout lets one
+// instruction multiply four elements of 16 rows, and streams every panel
+// front to back.
+const panelRows = 16
+
+// panelBlockBytes is the bytes of one block of a panel of type t.
+func panelBlockBytes(t ggml.Type) int {
+	if t == ggml.Q4_0 {
+		return panelRows * q40Bytes
+	}
+	return panelRows * q80Bytes
+}
+
+// repack returns the rows×cols matrix data of type t (Q8_0 or Q4_0) in
+// panels.
+func repack(t ggml.Type, rows, cols int, data []byte) []byte {
+	nb := cols / ggml.QK
+	bsz, pbb := q80Bytes, panelBlockBytes(t)
+	if t == ggml.Q4_0 {
+		bsz = q40Bytes
+	}
+	panels := (rows + panelRows - 1) / panelRows
+	out := make([]byte, panels*nb*pbb)
+	for p := range panels {
+		for b := range nb {
+			dst := out[(p*nb+b)*pbb : (p*nb+b+1)*pbb]
+			for i := range panelRows {
+				r := p*panelRows + i
+				if r >= rows {
+					if t == ggml.Q8_0 { // quants of zero, plus 128
+						for k := range 8 {
+							copy(dst[32+64*k+4*i:32+64*k+4*i+4], []byte{0x80, 0x80, 0x80, 0x80})
+						}
+					}
+					continue // Q4_0: nibbles of zero times a zero scale
+				}
+				src := data[(r*nb+b)*bsz : (r*nb+b+1)*bsz]
+				dst[2*i], dst[2*i+1] = src[0], src[1]
+				if t == ggml.Q8_0 {
+					for k := range 8 {
+						for e := range 4 {
+							dst[32+64*k+4*i+e] = src[2+4*k+e] ^ 0x80
+						}
+					}
+				} else {
+					for j := range 4 {
+						copy(dst[32+64*j+4*i:32+64*j+4*i+4], src[2+4*j:2+4*j+4])
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// xBlock is the bytes of one block of an expanded activation row: the
+// float32 scale, the int32 correction, the 32 int8 quants.
+const xBlock = 40
+
+// expandRow writes the Q8_0 activation row q (nb blocks) to dst in the
+// panel kernels' layout for weights of type t. The correction is minus the
+// sum of the block's quants times 128 (Q8_0: the weights are stored plus
+// 128) or 8 (Q4_0: the nibbles are the weights plus 8), so that it starts
+// each block's integer sum at the exact value to subtract.
+func expandRow(t ggml.Type, nb int, q, dst []byte) {
+	cw := int32(128)
+	if t == ggml.Q4_0 {
+		cw = 8
+	}
+	_, _ = q[nb*q80Bytes-1], dst[nb*xBlock-1]
+	for b := range nb {
+		src := q[b*q80Bytes : (b+1)*q80Bytes]
+		d := dst[b*xBlock : (b+1)*xBlock]
+		binary.LittleEndian.PutUint32(d, math.Float32bits(f16Table[binary.LittleEndian.Uint16(src)]))
+		var sum int32
+		for _, v := range src[2:] {
+			sum += int32(int8(v))
+		}
+		binary.LittleEndian.PutUint32(d[4:], uint32(-cw*sum))
+		copy(d[8:], src[2:])
+	}
+}
