@@ -60,8 +60,9 @@ func KVBytes(cfg KVConfig) int64 {
 type KV struct {
 	cfg   KVConfig
 	kvDim int
-	row   int    // bytes per position per layer (keys or values)
-	k, v  []byte // [layer][block][position][kvDim]
+	row   int    // bytes of one KV head at one position: a head's keys are row apart
+	hstep int    // bytes between two KV heads' data in a block (BlockSize*row)
+	k, v  []byte // [layer][block][KV head][position][HeadDim]
 	dot   VecDot
 	scale float32
 }
@@ -75,14 +76,14 @@ func NewKV(cfg KVConfig) (*KV, error) {
 		return nil, err
 	}
 	kvDim := cfg.HeadsKV * cfg.HeadDim
-	row := kvDim * cfg.Type.TypeSize()
+	row := cfg.HeadDim * cfg.Type.TypeSize()
 	n := KVBytes(cfg) / 2
 	dot, err := VecDotFor(cfg.Type)
 	if err != nil {
 		return nil, err
 	}
 	return &KV{
-		cfg: cfg, kvDim: kvDim, row: row,
+		cfg: cfg, kvDim: kvDim, row: row, hstep: cfg.BlockSize * row,
 		k: make([]byte, n), v: make([]byte, n),
 		dot:   dot,
 		scale: 1 / float32(math.Sqrt(float64(cfg.HeadDim))),
@@ -98,27 +99,35 @@ func (c *KV) Blocks() int { return c.cfg.Blocks }
 // Config returns the pool's configuration.
 func (c *KV) Config() KVConfig { return c.cfg }
 
-// offset is the byte offset of (layer, position) through a block table.
+// offset is the byte offset of (layer, position) of KV head 0 through a
+// block table; KV head h's is hstep*h further. A block holds each head's
+// positions together, so that attention reads one head's keys and values
+// of a block as one contiguous run.
 func (c *KV) offset(layer int, blocks []int32, pos int) int {
 	bs := c.cfg.BlockSize
 	b := int(blocks[pos/bs])
-	return ((layer*c.cfg.Blocks+b)*bs + pos%bs) * c.row
+	return (layer*c.cfg.Blocks+b)*bs*c.cfg.HeadsKV*c.row + pos%bs*c.row
 }
 
 // Store implements model.KV: it converts k and v to the storage type.
 func (c *KV) Store(layer int, blocks []int32, pos int, k, v []float32) {
 	off := c.offset(layer, blocks, pos)
-	c.put(c.k[off:off+c.row], k)
-	c.put(c.v[off:off+c.row], v)
+	hd := c.cfg.HeadDim
+	for h := range c.cfg.HeadsKV {
+		o := off + h*c.hstep
+		c.put(c.k[o:o+c.row], k[h*hd:(h+1)*hd])
+		c.put(c.v[o:o+c.row], v[h*hd:(h+1)*hd])
+	}
 }
 
 func (c *KV) put(dst []byte, src []float32) {
-	src = src[:c.kvDim]
+	n := c.cfg.HeadDim
+	src = src[:n]
 	if c.cfg.Type == ggml.F32 {
-		copy(unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), c.kvDim), src)
+		copy(unsafe.Slice((*float32)(unsafe.Pointer(&dst[0])), n), src)
 		return
 	}
-	f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), c.kvDim), src)
+	f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&dst[0])), n), src)
 }
 
 // f32ToF16 sets dst[i] = ggml.F32ToF16(src[i]) (VCVTPS2PH where the CPU has
@@ -177,7 +186,7 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 		} else {
 			f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&qb[0])), hd), qh)
 		}
-		hoff := kvh * hd * esz
+		hoff := kvh * c.hstep
 		for j0 := 0; j0 < n; j0 += bs {
 			m := min(bs, n-j0)
 			off := c.offset(layer, blocks, j0) + hoff
@@ -288,7 +297,7 @@ func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
 		var hoff [2]int
 		for hh := range H {
 			h := h0 + hh
-			hoff[hh] = h / group * hd * esz
+			hoff[hh] = h / group * c.hstep
 			if f16 {
 				// The converted query lives in o until the values are
 				// scaled there: a stack buffer would escape through the
@@ -410,12 +419,16 @@ func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff int, scores, o []f
 // float32; tests use it to compare caches.
 func (c *KV) Read(layer int, blocks []int32, pos int, k, v []float32) {
 	off := c.offset(layer, blocks, pos)
-	for _, p := range []struct {
-		src []byte
-		dst []float32
-	}{{c.k[off : off+c.row], k}, {c.v[off : off+c.row], v}} {
-		if err := ggml.DequantizeRow(c.cfg.Type, p.src, p.dst[:c.kvDim]); err != nil {
-			panic(err)
+	hd := c.cfg.HeadDim
+	for h := range c.cfg.HeadsKV {
+		o := off + h*c.hstep
+		for _, p := range []struct {
+			src []byte
+			dst []float32
+		}{{c.k[o : o+c.row], k[h*hd : (h+1)*hd]}, {c.v[o : o+c.row], v[h*hd : (h+1)*hd]}} {
+			if err := ggml.DequantizeRow(c.cfg.Type, p.src, p.dst); err != nil {
+				panic(err)
+			}
 		}
 	}
 }
