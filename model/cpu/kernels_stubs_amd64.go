@@ -369,6 +369,11 @@ func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m in
 //go:noescape
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
 
+// scoresF16x16AVX512 sets out[r] to the f16 dot product of key r with q for r < 16 (hd a multiple of 16).
+//
+//go:noescape
+func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32)
+
 // q80Panel_1 computes a 16-row panel of q80 weights against 1 activation rows.
 //
 //go:noescape

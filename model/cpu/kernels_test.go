@@ -300,3 +300,32 @@ func TestPanelsEqualPortable(t *testing.T) {
 		}
 	}
 }
+
+// TestScores16EqualsPortable checks the sixteen-key score kernel against
+// the portable f16 dot product, bit for bit, with awkward values.
+func TestScores16EqualsPortable(t *testing.T) {
+	if !haveElementwise() {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(47, 48))
+	portable, err := VecDotFor(ggml.F16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, hd := range []int{16, 32, 64, 128, 256} {
+		for range 20 {
+			stride := 2*hd + 2*r.IntN(3)*16
+			keys := encode(t, ggml.F16, randBytesVec(r, 16*stride/2))
+			q := encode(t, ggml.F16, randBytesVec(r, hd))
+			var out [16]float32
+			scoresF16x16AVX512(hd, &keys[0], stride, &q[0], &out[0])
+			for k := range 16 {
+				var want float32
+				withPortable(func() { want = portable(hd, keys[k*stride:k*stride+2*hd], q) })
+				if math.Float32bits(out[k]) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(out[k]))) {
+					t.Fatalf("hd=%d key %d: %g (%08x), portable %g (%08x)", hd, k, out[k], math.Float32bits(out[k]), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
+}

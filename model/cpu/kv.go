@@ -325,9 +325,20 @@ func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
 					seg := min(m-k, bs-j%bs) // keys left in j's block
 					off := c.offset(layer, blocks, j) + hoff[hh]
 					_ = c.k[off+(seg-1)*c.row+hd*esz-1]
-					for r := 0; r < seg; r += ts.maxR {
+					for r := 0; r < seg; {
+						// Sixteen keys at once where they lie in the block
+						// and their scores fit the chunk; the ones past seg
+						// are scored too (stale keys of the block) and left
+						// for the next segment to overwrite.
+						if f16 && hd%16 == 0 && seg-r > 4 && (j+r)%bs+16 <= bs && k+r+16 <= softmaxChunk {
+							_ = c.k[off+r*c.row+15*c.row+hd*esz-1]
+							scoresF16x16AVX512(hd, &c.k[off+r*c.row], c.row, &qb[hh][0], &sc[hh][k+r])
+							r += 16
+							continue
+						}
 						R := min(ts.maxR, seg-r)
 						ts.k[R-1][0](hd, &c.k[off+r*c.row], c.row, &qb[hh][0], 0, &s[k+r], 4)
+						r += R
 					}
 					k += seg
 				}

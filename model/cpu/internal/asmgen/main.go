@@ -98,6 +98,7 @@ func main() {
 		softmaxValues(true, H)
 		softmaxValues(false, H)
 	}
+	scores16()
 	for C := 1; C <= maxPanelC; C++ {
 		panelKernel("q80Panel", C, false)
 		panelKernel("q40Panel", C, true)
@@ -1219,4 +1220,94 @@ func f16AVX2(t *tile) {
 			}
 		}
 	}
+}
+
+// scores16 emits func(hd int, k *byte, stride int, q *byte, out *float32):
+// out[r] = the f16 dot product of key r (at k + r*stride) with q, for r <
+// 16, in dotF16's order (element i into lane i%16, then reduceLanes' fold);
+// hd is a multiple of 16. The sixteen folds run side by side, two keys per
+// register at the first level and four at the last, with the very additions
+// of reduceLanes; a permutation then puts the keys in order.
+func scores16() {
+	TEXT("scoresF16x16AVX512", NOSPLIT, "func(hd int, k *byte, stride int, q *byte, out *float32)")
+	Pragma("noescape")
+	Doc("scoresF16x16AVX512 sets out[r] to the f16 dot product of key r with q for r < 16 (hd a multiple of 16).")
+	n := param("hd")
+	kp := param("k")
+	st := param("stride")
+	qp := param("q")
+	st3 := GP64()
+	LEAQ(Mem{Base: st, Index: st, Scale: 2}, st3)
+	base := [4]reg.GPVirtual{kp, GP64(), GP64(), GP64()}
+	for i := 1; i < 4; i++ {
+		LEAQ(Mem{Base: base[i-1], Index: st, Scale: 4}, base[i])
+	}
+	key := func(r, disp int) Mem {
+		return rowMem(base[r/4], st, st3, r%4, disp)
+	}
+	acc := make([]reg.VecVirtual, 16)
+	for r := range acc {
+		acc[r] = ZMM()
+		VXORPS(acc[r], acc[r], acc[r])
+	}
+	Label("loop")
+	CMPQ(n, Imm(16))
+	JL(LabelRef("fold"))
+	qz := ZMM()
+	VCVTPH2PS(Mem{Base: qp}, qz)
+	for r := range acc {
+		kz := ZMM()
+		VCVTPH2PS(key(r, 0), kz)
+		VFMADD231PS(qz, kz, acc[r])
+	}
+	ADDQ(Imm(32), qp)
+	for _, b := range base {
+		ADDQ(Imm(32), b)
+	}
+	SUBQ(Imm(16), n)
+	JMP(LabelRef("loop"))
+	Label("fold")
+	// lane j += lane j+8: two keys per register.
+	z := make([]reg.VecVirtual, 8)
+	for i := range z {
+		x, y := ZMM(), ZMM()
+		VSHUFF32X4(Imm(0x44), acc[2*i+1], acc[2*i], x)
+		VSHUFF32X4(Imm(0xee), acc[2*i+1], acc[2*i], y)
+		z[i] = ZMM()
+		VADDPS(y, x, z[i])
+	}
+	// lane j += lane j+4: four keys per register, one per 128-bit lane.
+	u := make([]reg.VecVirtual, 4)
+	for i := range u {
+		x, y := ZMM(), ZMM()
+		VSHUFF32X4(Imm(0x88), z[2*i+1], z[2*i], x)
+		VSHUFF32X4(Imm(0xdd), z[2*i+1], z[2*i], y)
+		u[i] = ZMM()
+		VADDPS(y, x, u[i])
+	}
+	// lane j += lane j+2, within each 128-bit lane.
+	v := make([]reg.VecVirtual, 2)
+	for i := range v {
+		x, y := ZMM(), ZMM()
+		VSHUFPS(Imm(0x44), u[2*i+1], u[2*i], x)
+		VSHUFPS(Imm(0xee), u[2*i+1], u[2*i], y)
+		v[i] = ZMM()
+		VADDPS(y, x, v[i])
+	}
+	// lane 0 += lane 1: lane 4q+i holds key q+4i.
+	x, y := ZMM(), ZMM()
+	VSHUFPS(Imm(0x88), v[1], v[0], x)
+	VSHUFPS(Imm(0xdd), v[1], v[0], y)
+	r := ZMM()
+	VADDPS(y, x, r)
+	perm := GLOBL("scoresPerm", RODATA|NOPTR) // lane 4q+i (key q+4i) to lane q+4i
+	for r := range 16 {
+		DATA(4*r, U32(uint32(4*(r%4)+r/4)))
+	}
+	idx := ZMM()
+	VMOVDQU32(perm, idx)
+	VPERMPS(r, idx, r)
+	op := param("out")
+	VMOVUPS(r, Mem{Base: op})
+	RET()
 }
