@@ -98,6 +98,8 @@ func submitError(err error) *apiError {
 			return invalid("max_tokens", "the request can never run: %s = %d exceeds %s %d", le.What, le.Got, le.Limit, le.Max)
 		}
 		return invalid("max_tokens", "the request can never run: %v", err)
+	case errors.Is(err, ErrNotReady):
+		return errNotReady(err)
 	case errors.Is(err, ErrStopped):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "service_unavailable",
 			msg: "the server is not accepting requests (shutting down)", retryAfter: retryNotReady}

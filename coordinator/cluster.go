@@ -57,6 +57,9 @@ type ClusterConfig struct {
 	// PlacementWait is how long the cluster may stay without a pipeline
 	// before Ready reports it as an outage (ErrNoPipeline).
 	PlacementWait time.Duration
+	// LeaveTimeout bounds the graceful gossip leave when Run ends; 0 skips
+	// it (a cluster no process outside this one can be part of).
+	LeaveTimeout time.Duration
 	// ServerOptions are added to service Coordinator's gRPC server and
 	// StageDialOptions to the stage-0 link's connection: interceptors
 	// (tests use them to lose or delay control-stream and batch messages).
@@ -84,7 +87,10 @@ func DefaultClusterConfig() ClusterConfig {
 		// 60 s: the engine's default queue timeout; after it waiting
 		// requests cannot be served in time anyway.
 		PlacementWait: 60 * time.Second,
-		Log:           slog.New(slog.DiscardHandler),
+		// 1 s: long enough for the leave to reach a cluster of some
+		// shards, short enough not to hold up a shutdown.
+		LeaveTimeout: time.Second,
+		Log:          slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -103,6 +109,8 @@ func (c ClusterConfig) Validate() error {
 		return fmt.Errorf("coordinator: ClusterConfig.Lease (%v) must exceed Heartbeat (%v) > 0", c.Lease, c.Heartbeat)
 	case c.LossConfirm <= 0 || c.PlacementWait <= 0:
 		return fmt.Errorf("coordinator: ClusterConfig.LossConfirm (%v) and PlacementWait (%v) must be > 0", c.LossConfirm, c.PlacementWait)
+	case c.LeaveTimeout < 0:
+		return fmt.Errorf("coordinator: ClusterConfig.LeaveTimeout must be >= 0, got %v", c.LeaveTimeout)
 	}
 	return c.Shape.Validate()
 }
@@ -136,6 +144,7 @@ type Cluster struct {
 	pipe  *remote
 	ln    net.Listener
 	srv   *grpc.Server
+	node  *membership.Node // nil without membership
 
 	ev         chan any      // events to the loop; unbuffered, the loop never blocks
 	stopped    chan struct{} // closed when the loop ends
@@ -187,8 +196,10 @@ func (s *shardState) unackedCount() int {
 	return n
 }
 
-// NewCluster opens the store (starting a new epoch) and listens on
-// cfg.GRPCAddr. Run serves; call it (it closes the store and listener).
+// NewCluster opens the store (starting a new epoch), listens on
+// cfg.GRPCAddr and starts gossiping on cfg.GossipAddr, so that GRPCAddr and
+// GossipAddr are known before Run. Run serves; call it (it closes the
+// store, the listener and the gossip member).
 func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -226,6 +237,11 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	}
 	if restored != nil {
 		c.nextVersion = restored.Version + 1
+	}
+	if c.node, err = c.startMembership(); err != nil {
+		ln.Close()
+		store.Close()
+		return nil, err
 	}
 	c.srv = transport.NewServer(append([]grpc.ServerOption{grpc.WaitForHandlers(true)}, cfg.ServerOptions...)...)
 	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
@@ -285,6 +301,16 @@ func (c *Cluster) PlacementVersion() uint64 {
 // GRPCAddr returns the address service Coordinator listens on.
 func (c *Cluster) GRPCAddr() string { return c.ln.Addr().String() }
 
+// GossipAddr returns the gossip address shards join (`shard join
+// --coordinator`): the host and port memberlist advertises, "" without
+// membership.
+func (c *Cluster) GossipAddr() string {
+	if c.node == nil {
+		return ""
+	}
+	return c.node.Local().Addr
+}
+
 // Ready reports nil when a full pipeline is loaded and dispatching, else
 // why not; past PlacementWait without one the error wraps ErrNoPipeline.
 func (c *Cluster) Ready() error {
@@ -317,12 +343,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 	defer c.store.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	node, err := c.startMembership()
-	if err != nil {
-		close(c.stopped)
-		c.ln.Close()
-		return err
-	}
+	node := c.node
 	serveErr := make(chan error, 1) // Serve's one result
 	c.wg.Go(func() { serveErr <- c.srv.Serve(c.ln) })
 	c.wg.Go(func() { c.pipe.forward(ctx) })
@@ -330,7 +351,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if node != nil {
 		events = node.Events()
 	}
-	err = c.loop(ctx, events, serveErr)
+	err := c.loop(ctx, events, serveErr)
 	close(c.stopped)
 	cancel()
 	if l := c.pipe.pause("coordinator stopping"); l != nil {
@@ -340,8 +361,10 @@ func (c *Cluster) Run(ctx context.Context) error {
 	c.streams.Wait()
 	c.wg.Wait()
 	if node != nil {
-		if err := node.Leave(time.Second); err != nil {
-			c.log.Warn("gossip leave", "err", err)
+		if c.cfg.LeaveTimeout > 0 {
+			if err := node.Leave(c.cfg.LeaveTimeout); err != nil {
+				c.log.Warn("gossip leave", "err", err)
+			}
 		}
 		node.Shutdown()
 	}

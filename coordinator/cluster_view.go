@@ -47,7 +47,13 @@ type ShardView struct {
 	Head      bool   `json:"head"`
 	State     string `json:"state"` // idle, loading, ready, failed, lost, disconnected
 	Connected bool   `json:"connected"`
-	// KV as the shard's last heartbeat reported it.
+	// Local marks a shard running inside the coordinator's process
+	// (--local-shards). Only those appear under strata_kv_* in the
+	// coordinator's /metrics: remote shards export the same names on their
+	// own --metrics.
+	Local bool `json:"local"`
+	// KV as the shard's last heartbeat reported it (a local shard's is read
+	// directly, see LocalView).
 	KVUsed        uint64    `json:"kv_blocks_used"`
 	KVTotal       uint64    `json:"kv_blocks_total"`
 	Sequences     uint64    `json:"sequences"`

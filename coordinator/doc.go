@@ -8,9 +8,11 @@
 //     batch, and its updates go to the requests' Streams. The loop never
 //     blocks: a Stream is a bounded sink whose slow reader is aborted, and
 //     Pipeline.Dispatch never waits.
-//   - Pipeline is where batches go: in-process shards (shard.Local, wired by
-//     cmd/coordinator) or remote ones through Cluster, a DynamicPipeline that
-//     pauses while no placement is ready and changes shape on re-placement.
+//   - Pipeline is where batches go: the shards through Cluster, a
+//     DynamicPipeline that pauses while no placement is ready and changes
+//     shape on re-placement. Shards run in the coordinator's process
+//     (--local-shards, wired by cmd/coordinator) reach it the same way; a
+//     LocalView reports their KV read directly.
 //   - Cluster is the control plane for remote shards: membership
 //     (transport/membership), gRPC service Coordinator (Register, Control,
 //     Results, Weights), placement, the acked tombstone backstop, leases and

@@ -173,7 +173,8 @@ func (e *Engine) Stats() EngineStats { return *e.stats.Load() }
 
 // Submit hands a request to the loop and returns its token stream. It
 // returns a *sched.LimitError wrapping ErrQueueFull or ErrNeverFits when the
-// scheduler refuses, ErrStopped when the loop is not running.
+// scheduler refuses, ErrStopped when the loop is not running, and an error
+// wrapping ErrNotReady when a DynamicPipeline has had no placement yet.
 func (e *Engine) Submit(ctx context.Context, p GenParams) (*Stream, error) {
 	if e.draining.Load() {
 		return nil, ErrStopped
@@ -236,8 +237,17 @@ func (e *Engine) Run(ctx context.Context) error {
 }
 
 func (e *Engine) add(sub submission, now time.Time) error {
+	// Judge the request against the newest placement, not the one of the
+	// last step: a cluster that just became ready has a shape the
+	// scheduler has not taken yet.
+	e.follow()
 	if e.noPipeline != nil {
 		return fmt.Errorf("%w: %v", ErrStopped, e.noPipeline)
+	}
+	if _, ok := e.pipe.(DynamicPipeline); ok && e.version == 0 {
+		// The scheduler holds a one-block placeholder until the first
+		// placement: every request would look as if it could never fit.
+		return fmt.Errorf("%w: no placement yet", ErrNotReady)
 	}
 	id := e.nextID
 	e.nextID++

@@ -122,13 +122,13 @@ func newCollector(eng *Engine, view func() ClusterView, stages func() []StageTim
 		blocksTotal:   d("strata_kv_blocks_total", "KV blocks in an in-process shard's pool.", "shard"),
 		sequences:     d("strata_kv_sequences", "Live sequences on an in-process shard.", "shard"),
 		invariantOK: d("strata_kv_invariant_ok",
-			"1 while an in-process shard's KV agrees with the allocator: the allocator's used+cached+free equals its total, the shard's blocks fit its pool, and when the engine is idle the shard holds exactly the allocator's live sequences and used blocks (a difference lasting over 1s).", "shard"),
+			"1 while an in-process shard's KV agrees with itself and the allocator: its replica tables are consistent, the allocator's used+cached+free equals its total, the shard's blocks fit its pool, and when the engine is idle a placed shard holds exactly the allocator's live sequences and used blocks (a difference lasting over 1s).", "shard"),
 		unacked: d("strata_tombstones_unacked",
 			"Backstop tombstones sent on a shard's control stream and not yet acked (Cluster.UnackedTombstones); resent when the stream reconnects.", "shard"),
 		batchFailed: d("strata_batch_failed_total",
 			"Batches (or rows) the cluster reported failed, by reason: BatchFailed reports from shards, and pipeline_lost for in-flight batches failed by a loss (Cluster.BatchFailedByReason).", "reason"),
 		stage: d("strata_stage_latency_seconds",
-			"Time an in-process stage spent on a batch: count and sum only (the stages keep no per-batch samples; remote shards export buckets).", "shard"),
+			"Time an in-process shard spent on a batch: count and sum only (remote shards export buckets on their own /metrics).", "shard"),
 	}
 }
 
@@ -180,8 +180,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			cnt(c.batchFailed, n, r)
 		}
 		for _, s := range v.Shards {
-			if !IsLocal(s) {
-				g(c.unacked, float64(s.TombstonesUnacked), s.ShardID)
+			g(c.unacked, float64(s.TombstonesUnacked), s.ShardID)
+			if !s.Local {
 				continue
 			}
 			g(c.blocksUsed, float64(s.KVUsed), s.ShardID)

@@ -17,10 +17,10 @@ import (
 	"github.com/strata-llm/strata/transport"
 )
 
-// blockPipeline is the fake pipeline seen as one stage that keeps block
-// tables the way a shard's replica does: each row names its sequence's whole
-// table, each tombstone drops one. It feeds a LocalView, so /metrics and
-// /v1/cluster report what the fake holds.
+// blockPipeline is the fake pipeline seen as one local shard that keeps
+// block tables the way a shard's replica does: each row names its
+// sequence's whole table, each tombstone drops one. It feeds a LocalView, so
+// /metrics and /v1/cluster report what the fake holds.
 type blockPipeline struct {
 	*fakePipeline
 	mu      sync.Mutex
@@ -43,7 +43,7 @@ func (p *blockPipeline) Dispatch(b *transport.MicroBatch) error {
 	return p.fakePipeline.Dispatch(b)
 }
 
-func (p *blockPipeline) stages() []LocalStage {
+func (p *blockPipeline) shards() []LocalShard {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	seen := map[int32]bool{}
@@ -52,8 +52,25 @@ func (p *blockPipeline) stages() []LocalStage {
 			seen[b] = true
 		}
 	}
-	return []LocalStage{{First: 0, End: 2, BlocksUsed: len(seen), BlocksTotal: p.blocks, Sequences: len(p.tables),
-		Batches: p.batches, Busy: time.Duration(p.batches) * time.Millisecond}}
+	return []LocalShard{{ShardID: "local-0", BlocksUsed: len(seen), BlocksTotal: p.blocks, Sequences: len(p.tables),
+		InvariantOK: true, Batches: p.batches, Busy: time.Duration(p.batches) * time.Millisecond}}
+}
+
+// clusterView returns the view a Cluster would publish of the fake: one
+// connected, ready shard holding layers [0, 2), its KV as of no heartbeat.
+func clusterView(eng *Engine) func() ClusterView {
+	return func() ClusterView {
+		ec := eng.Config()
+		return ClusterView{
+			ClusterID: "test", Epoch: ec.Epoch, Placement: 1, Ready: true,
+			KVBlocks: ec.Sched.KV.Blocks, BlockSize: ec.Sched.KV.BlockSize, LiveSequences: eng.Stats().KV.Sequences,
+			Shards: []ShardView{{
+				ShardID: "local-0", NodeID: "node-0", Addr: "127.0.0.1:7071", Device: "cpu", CPUCores: 2,
+				Stage: 0, First: 0, End: 2, Embed: true, Head: true, State: "ready", Connected: true,
+			}},
+			BatchFailed: map[string]uint64{},
+		}
+	}
 }
 
 // newViewHarness is newHarness with a LocalView over a blockPipeline.
@@ -69,7 +86,7 @@ func newViewHarness(t *testing.T, cfg ServerConfig) (*harness, *blockPipeline, *
 	if err != nil {
 		t.Fatal(err)
 	}
-	lv := NewLocalView(LocalViewConfig{Engine: eng, Stages: pipe.stages, Device: "cpu", CPUCores: 2})
+	lv := NewLocalView(LocalViewConfig{Engine: eng, Cluster: clusterView(eng), Shards: pipe.shards})
 	cfg.View, cfg.StageTimings = lv.View, lv.StageTimings
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -153,7 +170,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 		defer close(done)
 		h.post("/v1/completions", map[string]any{"prompt": "Once upon a time", "max_tokens": 30})
 	}()
-	waitFor(t, func() bool { return pipe.stages()[0].BlocksUsed > 0 })
+	waitFor(t, func() bool { return pipe.shards()[0].BlocksUsed > 0 })
 	fams := scrape(t, h)
 	if v := mustMetric(t, fams, "strata_kv_blocks_used", "shard", "local-0"); v < 1 {
 		t.Errorf("mid-request strata_kv_blocks_used = %v, want >= 1", v)
@@ -193,7 +210,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 		prompt += u.Usage.PromptTokens
 	}
 	h.waitIdle()
-	waitFor(t, func() bool { return pipe.stages()[0].Sequences == 0 })
+	waitFor(t, func() bool { return pipe.shards()[0].Sequences == 0 })
 
 	fams = scrape(t, h)
 	st := h.eng.Stats()
@@ -217,7 +234,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 		{"strata_kv_allocator_blocks", []string{"state", "used"}, 0},
 		{"strata_kv_allocator_sequences", nil, 0},
 		{"strata_time_to_first_token_seconds", nil, 3}, // histogram: its count
-		{"strata_stage_latency_seconds", []string{"shard", "local-0"}, float64(pipe.stages()[0].Batches)},
+		{"strata_stage_latency_seconds", []string{"shard", "local-0"}, float64(pipe.shards()[0].Batches)},
 	} {
 		if got := mustMetric(t, fams, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -235,7 +252,7 @@ func TestMetricsAfterRequests(t *testing.T) {
 	if itl := mustMetric(t, fams, "strata_inter_token_latency_seconds"); itl < 1 || itl > float64(st.GeneratedTokens)-3 {
 		t.Errorf("strata_inter_token_latency_seconds count = %v, want 1..%d (generated %d minus 3 first tokens)", itl, st.GeneratedTokens-3, st.GeneratedTokens)
 	}
-	if pipe.stages()[0].Batches == 0 {
+	if pipe.shards()[0].Batches == 0 {
 		t.Error("no batch counted")
 	}
 	if _, ok := fams["go_goroutines"]; !ok {

@@ -33,11 +33,11 @@ type ServerConfig struct {
 	// counted from its arrival; the engine ends it with FinishTimeout.
 	RequestTimeout time.Duration
 	// View, when set, returns the cluster for GET /v1/cluster, the status
-	// page and the per-shard metrics: serve supplies it from the in-process
-	// shards (LocalView) or from the remote cluster.
+	// page and the per-shard metrics: serve supplies the cluster's, through
+	// a LocalView when some shards run in its process.
 	View func() ClusterView
-	// StageTimings, when set, returns each in-process stage's cumulative
-	// batches and busy time (strata_stage_latency_seconds).
+	// StageTimings, when set, returns each local shard's cumulative batches
+	// and busy time (strata_stage_latency_seconds).
 	StageTimings func() []StageTiming
 	Log          *slog.Logger
 }

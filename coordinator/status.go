@@ -12,20 +12,13 @@ import (
 var statusFS embed.FS
 
 // clusterResponse is GET /v1/cluster: the cluster view with the engine's
-// counts beside it. ClusterView's fields are inlined; Shards shadows the
-// view's to add each shard's Local flag.
+// counts beside it. ClusterView's fields are inlined.
 type clusterResponse struct {
 	ClusterView
-	Shards   []clusterShard `json:"shards"`
-	Running  int            `json:"running"`
-	Waiting  int            `json:"waiting"`
-	InFlight int            `json:"batches_in_flight"`
-	KV       kvSummary      `json:"kv"`
-}
-
-type clusterShard struct {
-	ShardView
-	Local bool `json:"local"`
+	Running  int       `json:"running"`
+	Waiting  int       `json:"waiting"`
+	InFlight int       `json:"batches_in_flight"`
+	KV       kvSummary `json:"kv"`
 }
 
 // kvSummary is the coordinator's allocator, which picks every block ID.
@@ -48,15 +41,15 @@ func (s *Server) clusterView() ClusterView {
 
 func (s *Server) handleCluster(c *call) {
 	v := s.clusterView()
+	if v.Shards == nil {
+		v.Shards = []ShardView{} // "shards": [] rather than null
+	}
 	st := s.eng.Stats()
 	resp := clusterResponse{
-		ClusterView: v, Shards: make([]clusterShard, len(v.Shards)),
-		Running: st.Running, Waiting: st.Waiting, InFlight: st.InFlight,
+		ClusterView: v,
+		Running:     st.Running, Waiting: st.Waiting, InFlight: st.InFlight,
 		KV: kvSummary{Total: st.KV.Total, Used: st.KV.Used, Cached: st.KV.Cached, Free: st.KV.Free,
 			Sequences: st.KV.Sequences, PrefixHitRate: st.KV.HitRate()},
-	}
-	for i, sv := range v.Shards {
-		resp.Shards[i] = clusterShard{ShardView: sv, Local: IsLocal(sv)}
 	}
 	c.w.Header().Set("Cache-Control", "no-store")
 	s.writeJSON(c, http.StatusOK, resp)

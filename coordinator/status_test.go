@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"os"
 	"os/exec"
@@ -19,7 +20,7 @@ func TestViewClusterJSON(t *testing.T) {
 		t.Fatalf("completion: %d %s", resp.StatusCode, out)
 	}
 	h.waitIdle()
-	waitFor(t, func() bool { return pipe.stages()[0].Sequences == 0 })
+	waitFor(t, func() bool { return pipe.shards()[0].Sequences == 0 })
 	resp, out = h.do("GET", "/v1/cluster", nil)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("/v1/cluster: %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), out)
@@ -127,7 +128,7 @@ func TestStatusPageChromium(t *testing.T) {
 	view := ClusterView{Epoch: 7, Placement: 3, Ready: true, BatchFailed: map[string]uint64{}}
 	for i, r := range [][2]int{{0, 4}, {4, 8}, {8, 12}} {
 		view.Shards = append(view.Shards, ShardView{
-			ShardID: LocalShardID(i), NodeID: LocalNode, Addr: LocalNode, Device: "cpu", CPUCores: 2,
+			ShardID: fmt.Sprintf("local-%d", i), NodeID: fmt.Sprintf("node-%d", i), Addr: "127.0.0.1:7071", Local: true, Device: "cpu", CPUCores: 2,
 			Stage: i, First: r[0], End: r[1], Embed: i == 0, Head: i == 2, State: "ready", Connected: true,
 			KVUsed: uint64(50 * (i + 1)), KVTotal: 200, Sequences: 3, InvariantOK: true,
 		})

@@ -2,24 +2,28 @@ package shard
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // counters are the node's cumulative event counts that no Table keeps:
-// batches, tokens and batch failures. Safe for concurrent use.
+// batches, tokens, time spent on batches and batch failures. Safe for
+// concurrent use.
 type counters struct {
 	mu      sync.Mutex
 	batches uint64
 	tokens  uint64
+	busy    time.Duration
 	failed  map[string]uint64 // batches this shard failed, by reason
 	lost    uint64            // failure reports dropped: no upstream and control outbox full
 }
 
-func (c *counters) batch(tokens int) {
+func (c *counters) batch(tokens int, took time.Duration) {
 	c.mu.Lock()
 	c.batches++
 	c.tokens += uint64(tokens)
+	c.busy += took
 	c.mu.Unlock()
 }
 
@@ -40,13 +44,14 @@ func (c *counters) lose() {
 
 type countersSnapshot struct {
 	batches, tokens, lost uint64
+	busy                  time.Duration
 	failed                map[string]uint64
 }
 
 func (c *counters) snapshot() countersSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := countersSnapshot{batches: c.batches, tokens: c.tokens, lost: c.lost, failed: make(map[string]uint64, len(c.failed))}
+	s := countersSnapshot{batches: c.batches, tokens: c.tokens, lost: c.lost, busy: c.busy, failed: make(map[string]uint64, len(c.failed))}
 	for k, v := range c.failed {
 		s.failed[k] = v
 	}

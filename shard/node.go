@@ -61,7 +61,9 @@ type Config struct {
 	KVMemory int64
 	// QueueDepth bounds each downstream link's queue, in batches.
 	QueueDepth int
-	// LeaveTimeout bounds the graceful memberlist leave at shutdown.
+	// LeaveTimeout bounds the graceful memberlist leave at shutdown; 0
+	// skips it, for a shard that stops together with its coordinator (in
+	// the coordinator's process), when there is nobody left to tell.
 	LeaveTimeout time.Duration
 	// MaxBackoff caps the wait between attempts to join, register and
 	// reopen the control stream.
@@ -115,8 +117,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--kv-memory must be >= 0, got %d", c.KVMemory)
 	case c.QueueDepth < 1:
 		return fmt.Errorf("QueueDepth must be >= 1, got %d", c.QueueDepth)
-	case c.LeaveTimeout <= 0 || c.MaxBackoff <= 0 || c.LeaseTick <= 0:
-		return errors.New("LeaveTimeout, MaxBackoff and LeaseTick must be > 0")
+	case c.LeaveTimeout < 0:
+		return fmt.Errorf("LeaveTimeout must be >= 0, got %v", c.LeaveTimeout)
+	case c.MaxBackoff <= 0 || c.LeaseTick <= 0:
+		return errors.New("MaxBackoff and LeaseTick must be > 0")
 	}
 	if _, _, err := splitHostPort("--coordinator", c.Coordinator); err != nil {
 		return err
@@ -273,6 +277,7 @@ func New(cfg Config) (*Node, error) {
 	n.registry.MustRegister(n.collector)
 	if cfg.Pool != nil {
 		n.pool = cfg.Pool
+		n.devices.CPUCores = cfg.Pool.Workers() // what this shard computes on, shared
 	} else {
 		n.pool, n.ownPool = cpu.NewPool(cfg.Threads), true
 	}
@@ -394,8 +399,10 @@ func (n *Node) Run(ctx context.Context) error {
 		<-gctx.Done()
 		// Leave first, so the coordinator sees a graceful leave before the
 		// streams break; then close the servers.
-		if err := ml.Leave(n.cfg.LeaveTimeout); err != nil {
-			n.log.Warn("gossip leave", "err", err)
+		if n.cfg.LeaveTimeout > 0 {
+			if err := ml.Leave(n.cfg.LeaveTimeout); err != nil {
+				n.log.Warn("gossip leave", "err", err)
+			}
 		}
 		if err := ml.Shutdown(); err != nil {
 			n.log.Warn("gossip shutdown", "err", err)
@@ -580,6 +587,42 @@ func (n *Node) stats(live bool) nodeStats {
 		}
 	}
 	return s
+}
+
+// Stats is a snapshot of a node's KV replica and stage counts, for a
+// coordinator that runs the node in its own process and reads it directly
+// rather than from its last heartbeat.
+type Stats struct {
+	// ShardID is the coordinator's name for the node, "" before Register.
+	ShardID     string
+	BlocksUsed  int  // distinct blocks named by live replica tables
+	BlocksTotal int  // the KV pool, 0 without a range
+	Sequences   int  // live sequences
+	InvariantOK bool // the replica tables are consistent (Table.CheckInvariants)
+	// Freed counts sequences freed, by reason: a coordinator tombstone's,
+	// or the node's own (lease, epoch, reconcile).
+	Freed map[string]uint64
+	// Batches and Busy are the batches this stage processed and the time it
+	// spent on them.
+	Batches uint64
+	Busy    time.Duration
+}
+
+// Stats returns a snapshot of the current placement's replica, and of the
+// counters (Freed, Batches, Busy) over every placement the node has served.
+// Safe for concurrent use.
+func (n *Node) Stats() Stats {
+	st := n.stats(false)
+	cs := n.counters.snapshot()
+	out := Stats{
+		ShardID:    n.ShardID(),
+		BlocksUsed: st.BlocksUsed, BlocksTotal: st.BlocksTotal, Sequences: st.Sequences, InvariantOK: st.InvariantOK,
+		Freed: make(map[string]uint64, numReasons), Batches: cs.batches, Busy: cs.busy,
+	}
+	for _, r := range Reasons() {
+		out.Freed[r.String()] = st.Freed[r]
+	}
+	return out
 }
 
 // retireLocked folds a replaced runner's counts into the base; its live

@@ -295,8 +295,9 @@ func (n *Node) handle(b *transport.Batch) {
 	for _, r := range batch.Rows {
 		tokens += len(r.Tokens)
 	}
-	n.counters.batch(tokens)
-	n.collector.latency.WithLabelValues(n.shardLabel()).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	n.counters.batch(tokens, took)
+	n.collector.latency.WithLabelValues(n.shardLabel()).Observe(took.Seconds())
 	if len(res.Dropped) > 0 {
 		n.log.Debug("rows dropped", "batch", h.GetBatchId(), "dropped", len(res.Dropped))
 	}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/strata-llm/strata/coordinator"
 	"github.com/strata-llm/strata/model"
@@ -12,58 +14,20 @@ import (
 	"github.com/strata-llm/strata/model/gguf"
 )
 
-// backend is where serve's batches go: shards in this process, or remote
-// `shard join` shards behind the cluster.
+// backend is where serve's batches go: the cluster (gossip, gRPC,
+// placement, the persisted epoch, from coordinator.Cluster) and the shards
+// it runs in this process, which reach it over gRPC like remote `shard join`
+// shards do.
 type backend struct {
-	pipe     coordinator.Pipeline
-	run      func(ctx context.Context) error
-	ready    func() error
-	views    func(*coordinator.Engine) (func() coordinator.ClusterView, func() []coordinator.StageTiming)
-	kvBlocks func() string // for the throughput log line
-	epoch    uint64
-	firstSeq uint64 // 0: the scheduler's default
-	attrs    []any  // for the "serving" log line
-	close    func()
+	c     *coordinator.Cluster
+	local *localShards // nil without --local-shards
 }
 
-// localBackend runs cfg.LocalShards stages in this process on one worker pool.
-func localBackend(cfg serveConfig, m *model.Model) (*backend, error) {
-	pool := cpu.NewPool(cfg.Threads)
-	local, err := newLocal(m, localConfig{Shards: cfg.LocalShards, Pool: pool, KVMemory: cfg.KVMemory, KVType: cfg.KVType})
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return &backend{
-		pipe:  local,
-		run:   local.Run,
-		ready: func() error { return nil },
-		views: func(eng *coordinator.Engine) (func() coordinator.ClusterView, func() []coordinator.StageTiming) {
-			lv := coordinator.NewLocalView(coordinator.LocalViewConfig{
-				Engine: eng, Device: "cpu", CPUCores: uint32(pool.Workers()),
-				Stages: func() []coordinator.LocalStage { return localStages(local) },
-			})
-			return lv.View, lv.StageTimings
-		},
-		kvBlocks: func() string {
-			var kv []string
-			for _, s := range local.StageStats() {
-				kv = append(kv, fmt.Sprintf("shard %d: %d/%d", s.Stage, s.BlocksUsed, s.BlocksTotal))
-			}
-			return strings.Join(kv, ", ")
-		},
-		// Without the cluster's store there is nothing persisted: Unix
-		// milliseconds still increase from one start to the next.
-		epoch: uint64(time.Now().UnixMilli()),
-		attrs: []any{"local_shards", cfg.LocalShards, "kv_blocks", local.Blocks(), "threads", pool.Workers()},
-		close: pool.Close,
-	}, nil
-}
-
-// clusterBackend serves through remote shards: gossip, gRPC, placement and
-// the persisted epoch come from coordinator.Cluster.
-func clusterBackend(cfg serveConfig, f *gguf.File, m *model.Model, maxBatchTokens int) (*backend, error) {
-	sha, err := coordinator.FileSHA256(cfg.Model)
+// newBackend opens the cluster's store in dataDir, binds its listeners and
+// the local shards' (which load modelPath); run serves them. f and m are
+// modelPath opened.
+func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *model.Model, maxBatchTokens int) (*backend, error) {
+	sha, err := coordinator.FileSHA256(modelPath)
 	if err != nil {
 		return nil, err
 	}
@@ -72,30 +36,66 @@ func clusterBackend(cfg serveConfig, f *gguf.File, m *model.Model, maxBatchToken
 		return nil, err
 	}
 	cc := coordinator.DefaultClusterConfig()
-	cc.GossipAddr, cc.GRPCAddr, cc.DataDir = cfg.Gossip, cfg.GRPC, cfg.DataDir
-	cc.MinShards, cc.ModelPath, cc.Shape, cc.KVMemory = cfg.MinShards, cfg.Model, shape, cfg.KVMemory
-	cc.Log = cfg.Log.With("component", "cluster")
+	cc.GossipAddr, cc.GRPCAddr, cc.DataDir = cfg.Gossip, cfg.GRPC, dataDir
+	cc.MinShards, cc.ModelPath, cc.Shape, cc.KVMemory = cfg.MinShards, modelPath, shape, cfg.KVMemory
+	if cfg.Private {
+		cc.LeaveTimeout = 0 // nobody outside this process to tell
+	}
+	cc.Log = cfg.Log // the cluster adds its component
 	c, err := coordinator.NewCluster(cc)
 	if err != nil {
 		return nil, err
 	}
-	return &backend{
-		pipe:  c.Pipeline(),
-		run:   c.Run,
-		ready: c.Ready,
-		views: func(*coordinator.Engine) (func() coordinator.ClusterView, func() []coordinator.StageTiming) {
-			return c.View, nil
-		},
-		kvBlocks: func() string {
-			var kv []string
-			for _, s := range c.View().Shards {
-				kv = append(kv, fmt.Sprintf("%s: %d/%d", s.ShardID, s.KVUsed, s.KVTotal))
-			}
-			return strings.Join(kv, ", ")
-		},
-		epoch:    c.Epoch(),
-		firstSeq: c.FirstSeq(),
-		attrs:    []any{"min_shards", cfg.MinShards, "gossip", cfg.Gossip, "grpc", c.GRPCAddr(), "data_dir", cfg.DataDir},
-		close:    func() {},
-	}, nil
+	b := &backend{c: c}
+	if cfg.LocalShards > 0 {
+		host, _, _ := net.SplitHostPort(cfg.Gossip) // checked by NewCluster
+		b.local, err = newLocalShards(localConfig{
+			Shards: cfg.LocalShards, Coordinator: c.GossipAddr(), Host: host, Model: modelPath,
+			DataDir: dataDir, Threads: cfg.Threads, KVMemory: cfg.KVMemory, Log: cfg.Log,
+		})
+		if err != nil {
+			b.discard()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// run serves the cluster and the local shards until ctx ends.
+func (b *backend) run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var clusterErr, localErr error
+	wg.Go(func() { clusterErr = b.c.Run(ctx) })
+	if b.local != nil {
+		wg.Go(func() { localErr = b.local.run(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(clusterErr, localErr)
+}
+
+// discard closes a backend that will not serve: run on a cancelled context
+// closes what newBackend opened.
+func (b *backend) discard() {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = b.run(ctx)
+}
+
+// views returns the cluster view and stage timings the server reports: the
+// cluster's, with the local shards' KV read from the shards themselves.
+func (b *backend) views(eng *coordinator.Engine) (func() coordinator.ClusterView, func() []coordinator.StageTiming) {
+	if b.local == nil {
+		return b.c.View, nil
+	}
+	lv := coordinator.NewLocalView(coordinator.LocalViewConfig{Engine: eng, Cluster: b.c.View, Shards: b.local.stats})
+	return lv.View, lv.StageTimings
+}
+
+// kvBlocks describes each shard's KV blocks for the throughput log line.
+func kvBlocks(view func() coordinator.ClusterView) string {
+	var kv []string
+	for _, s := range view().Shards {
+		kv = append(kv, fmt.Sprintf("%s: %d/%d", s.ShardID, s.KVUsed, s.KVTotal))
+	}
+	return strings.Join(kv, ", ")
 }

@@ -30,7 +30,8 @@ type httpServer struct {
 }
 
 // startServe runs serve() with the given flags (and --listen 127.0.0.1:0)
-// and returns once it listens. Cleanup cancels it and waits for its return.
+// and returns once /readyz answers 200: its shards formed the pipeline.
+// Cleanup cancels it and waits for its return.
 func startServe(t *testing.T, args ...string) *httpServer {
 	t.Helper()
 	if _, err := os.Stat(stories); err != nil {
@@ -69,6 +70,7 @@ func startServe(t *testing.T, args ...string) *httpServer {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not listen within 20s")
 	}
+	waitReady(t, s.base+"/readyz", 30*time.Second)
 	return s
 }
 

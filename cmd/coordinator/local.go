@@ -1,68 +1,103 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"time"
 
-	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/coordinator"
 	"github.com/strata-llm/strata/model/cpu"
-	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/shard"
 )
 
-// localConfig describes shards run inside the coordinator's process.
+// localConfig describes the shards serve runs inside its own process.
 type localConfig struct {
-	Shards   int       // stages; layers are split evenly
-	Pool     *cpu.Pool // shared by every stage (--threads workers in all)
-	KVMemory int64     // bytes of KV cache per shard
-	KVType   ggml.Type
+	Shards int
+	// Coordinator is the cluster's gossip address (Cluster.GossipAddr); its
+	// host is also what the shards advertise.
+	Coordinator string
+	// Host is the interface the shards bind, on ephemeral ports: the host of
+	// the coordinator's --gossip ("" for every interface).
+	Host     string
+	Model    string // the GGUF file every shard loads (checked by SHA-256 as usual)
+	DataDir  string // shard i keeps its node identity in DataDir/local-shard-i
+	Threads  int    // workers of the one pool the shards share
+	KVMemory int64  // bytes of KV cache each shard offers
+	Log      *slog.Logger
 }
 
-// splitLayers cuts n layers into k contiguous ranges whose sizes differ by at
-// most one, the larger ones first.
-func splitLayers(n, k int) [][2]int {
-	out := make([][2]int, k)
-	a := 0
-	for i := range out {
-		size := n / k
-		if i < n%k {
-			size++
+// localShards are shard.Nodes run inside the coordinator's process. Each
+// joins the coordinator's gossip, registers and serves its stage over gRPC
+// like any `shard join`, on ephemeral ports; all of them compute on one
+// worker pool.
+type localShards struct {
+	nodes []*shard.Node
+	pool  *cpu.Pool
+}
+
+// newLocalShards opens each shard's data dir and binds its stage endpoint;
+// run serves them (call it, with a cancelled context if need be: it closes
+// what this opened).
+func newLocalShards(cfg localConfig) (*localShards, error) {
+	advertise, _, err := net.SplitHostPort(cfg.Coordinator)
+	if err != nil {
+		return nil, fmt.Errorf("local shards: coordinator gossip address %q: %w", cfg.Coordinator, err)
+	}
+	l := &localShards{pool: cpu.NewPool(cfg.Threads)}
+	for i := range cfg.Shards {
+		sc := shard.DefaultConfig()
+		sc.Coordinator, sc.Model = cfg.Coordinator, cfg.Model
+		sc.Gossip, sc.GRPC = net.JoinHostPort(cfg.Host, "0"), net.JoinHostPort(cfg.Host, "0")
+		sc.Advertise = advertise
+		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
+		sc.Pool, sc.KVMemory = l.pool, cfg.KVMemory
+		// No gossip leave: the shards stop when the coordinator in this
+		// process does, and announcing it to a cluster that is going away
+		// only slows the shutdown. Retries within 1 s: the coordinator is
+		// reached over loopback.
+		sc.LeaveTimeout, sc.MaxBackoff = 0, time.Second
+		sc.Logger = cfg.Log.With("local_shard", i)
+		n, err := shard.New(sc)
+		if err != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_ = l.run(ctx) // closes the nodes made so far and the pool
+			return nil, fmt.Errorf("local shard %d: %w", i, err)
 		}
-		out[i] = [2]int{a, a + size}
-		a += size
+		l.nodes = append(l.nodes, n)
+	}
+	return l, nil
+}
+
+// run runs every node until ctx ends and they have left the cluster, then
+// closes the pool.
+func (l *localShards) run(ctx context.Context) error {
+	errs := make([]error, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			if err := n.Run(ctx); err != nil {
+				errs[i] = fmt.Errorf("local shard %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	l.pool.Close()
+	return errors.Join(errs...)
+}
+
+// stats snapshots every node for the coordinator's view and metrics.
+func (l *localShards) stats() []coordinator.LocalShard {
+	out := make([]coordinator.LocalShard, len(l.nodes))
+	for i, n := range l.nodes {
+		s := n.Stats()
+		out[i] = coordinator.LocalShard{ShardID: s.ShardID, BlocksUsed: s.BlocksUsed, BlocksTotal: s.BlocksTotal,
+			Sequences: s.Sequences, InvariantOK: s.InvariantOK, Batches: s.Batches, Busy: s.Busy}
 	}
 	return out
-}
-
-// newLocal builds the in-process pipeline: one runner per layer range, each
-// with a KV pool sized by cfg.KVMemory, and the pool the scheduler may use
-// (the smallest stage's).
-func newLocal(m *model.Model, cfg localConfig) (*shard.Local, error) {
-	if cfg.Shards < 1 || cfg.Shards > m.Layers {
-		return nil, fmt.Errorf("--local-shards must be in 1..%d (the model's layers), got %d", m.Layers, cfg.Shards)
-	}
-	ranges := splitLayers(m.Layers, cfg.Shards)
-	blocks := -1
-	for _, r := range ranges {
-		per := cpu.KVBytes(cpu.KVConfig{Layers: r[1] - r[0], Blocks: 1, BlockSize: cpu.DefaultBlockSize, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: cfg.KVType})
-		n := int(cfg.KVMemory / per)
-		if blocks < 0 || n < blocks {
-			blocks = n
-		}
-	}
-	if blocks < 1 {
-		return nil, fmt.Errorf("--kv-memory %d bytes holds no %d-position KV block", cfg.KVMemory, cpu.DefaultBlockSize)
-	}
-	var runners []*shard.Runner
-	for _, r := range ranges {
-		kv, err := cpu.NewKV(cpu.KVConfig{Layers: r[1] - r[0], Blocks: blocks, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: cfg.KVType})
-		if err != nil {
-			return nil, err
-		}
-		st, err := model.NewStage(m, r[0], r[1], cpu.NewBackend(cfg.Pool), kv)
-		if err != nil {
-			return nil, err
-		}
-		runners = append(runners, shard.NewRunner(st, blocks, kv.BlockSize()))
-	}
-	return shard.NewLocal(runners, blocks, cpu.DefaultBlockSize), nil
 }

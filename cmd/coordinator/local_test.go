@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -12,23 +13,25 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/coordinator"
-	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/model/tokenizer"
+	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/shard"
 )
 
 const stories = "../../../shared/models/stories260K.gguf"
 
 type cluster struct {
-	eng   *coordinator.Engine
-	local *shard.Local
-	tok   *tokenizer.Tokenizer
-	stop  []int32
+	eng  *coordinator.Engine
+	be   *backend
+	tok  *tokenizer.Tokenizer
+	stop []int32
 }
 
-// startCluster runs an engine over n in-process shards until the test ends.
+// startCluster runs an engine over serve's backend with n local shards (on
+// loopback gRPC, sharing a pool of 2 workers) until the test ends, and
+// returns once they form an n-stage pipeline.
 func startCluster(t *testing.T, path string, n int, kvMemory int64, tweak func(*coordinator.EngineConfig)) *cluster {
 	t.Helper()
 	if _, err := os.Stat(path); path != "" && err != nil {
@@ -39,32 +42,61 @@ func startCluster(t *testing.T, path string, n int, kvMemory int64, tweak func(*
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	pool := cpu.NewPool(2)
-	t.Cleanup(pool.Close)
-	local, err := newLocal(m, localConfig{Shards: n, Pool: pool, KVMemory: kvMemory, KVType: ggml.F16})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := coordinator.DefaultEngineConfig()
-	cfg.Epoch = 1
 	cfg.Sched.MaxModelLen = m.Context
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	eng, err := coordinator.NewEngine(cfg, local)
+	sc := serveConfig{LocalShards: n, MinShards: n, Gossip: "127.0.0.1:0", GRPC: "127.0.0.1:0", Private: true, Threads: 2,
+		KVMemory: kvMemory, KVType: ggml.F16, Log: slog.New(slog.DiscardHandler)}
+	be, err := newBackend(sc, t.TempDir(), path, f, m, cfg.Sched.MaxBatchTokens)
 	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Epoch = be.c.Epoch()
+	cfg.Sched.FirstSeq = sched.SeqID(be.c.FirstSeq())
+	eng, err := coordinator.NewEngine(cfg, be.c.Pipeline())
+	if err != nil {
+		be.discard()
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Go(func() { local.Run(ctx) })
+	wg.Go(func() {
+		if err := be.run(ctx); err != nil {
+			t.Errorf("backend: %v", err)
+		}
+	})
 	wg.Go(func() { eng.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if err := be.c.WaitReady(wctx); err != nil {
+		t.Fatal(err)
+	}
+	stages := 0
+	for _, s := range be.c.View().Shards {
+		if s.Stage >= 0 {
+			stages++
+		}
+	}
+	if stages != n {
+		t.Fatalf("pipeline of %d stages over %d local shards: %+v", stages, n, be.c.View())
+	}
 	info, err := coordinator.NewModelInfo("test", f, m, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{eng: eng, local: local, tok: tok, stop: info.Stop}
+	return &cluster{eng: eng, be: be, tok: tok, stop: info.Stop}
+}
+
+// shardStats snapshots every local shard.
+func (c *cluster) shardStats() []shard.Stats {
+	var out []shard.Stats
+	for _, n := range c.be.local.nodes {
+		out = append(out, n.Stats())
+	}
+	return out
 }
 
 // generate runs one request to its end and returns its tokens.
@@ -92,14 +124,14 @@ func (c *cluster) waitDrained(t *testing.T) {
 	for {
 		st := c.eng.Stats()
 		ok := st.Running == 0 && st.Waiting == 0 && st.KV.Used == 0 && st.KV.Sequences == 0
-		for _, s := range c.local.StageStats() {
+		for _, s := range c.shardStats() {
 			ok = ok && s.BlocksUsed == 0 && s.Sequences == 0
 		}
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not drained: engine %+v, stages %+v", st, c.local.StageStats())
+			t.Fatalf("not drained: engine %+v, shards %+v", st, c.shardStats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -107,8 +139,8 @@ func (c *cluster) waitDrained(t *testing.T) {
 
 const onceUponATime = ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily's mom said"
 
-// TestGreedyThroughShards: greedy output through 1, 2 and 3 in-process
-// shards equals llama.cpp's.
+// TestGreedyThroughShards: greedy output through 1, 2 and 3 local shards
+// (serve's path: loopback gRPC, one shared pool) equals llama.cpp's.
 func TestGreedyThroughShards(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
 		t.Run(fmt.Sprintf("shards=%d", n), func(t *testing.T) {
@@ -196,10 +228,10 @@ func TestAbortStorm(t *testing.T) {
 	if text := c.tok.Decode(got); text != onceUponATime {
 		t.Errorf("after the storm: %q", text)
 	}
-	for i, s := range c.local.StageStats() {
-		t.Logf("stage %d: freed %v refused %v", i, s.Freed, s.Refused)
+	for i, s := range c.shardStats() {
+		t.Logf("shard %d: freed %v", i, s.Freed)
 		if s.Freed["lease"]+s.Freed["reconcile"] != 0 {
-			t.Errorf("stage %d needed repairs: %v", i, s.Freed)
+			t.Errorf("shard %d needed repairs: %v", i, s.Freed)
 		}
 	}
 }

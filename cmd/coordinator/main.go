@@ -2,7 +2,8 @@
 //
 //	coordinator serve [--listen :8080] [--model FILE.gguf] [--local-shards N] …
 //
-// serves the OpenAI-compatible API over shards run in this process, and
+// serves the OpenAI-compatible API over shards run in this process (on
+// loopback gRPC, like remote `shard join` shards) and remote ones, and
 //
 //	coordinator generate [--model FILE.gguf] [--prompt TEXT] [-n N] [--temp T] …
 //
@@ -28,7 +29,7 @@ import (
 const usage = `usage: coordinator <command> [flags]
 
 commands:
-  serve      run the OpenAI-compatible API over shards in this process
+  serve      run the OpenAI-compatible API over shards in this process and remote ones
   generate   run a prompt through the whole model in this process
 
 Run "coordinator <command> -h" for a command's flags.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/coordinator"
+	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/shard"
@@ -24,13 +26,14 @@ import (
 // serveConfig is everything `coordinator serve` needs.
 type serveConfig struct {
 	Listen      string
-	Model       string
-	LocalShards int
-	MinShards   int    // > 0: wait for this many remote `shard join` shards
-	Gossip      string // memberlist address (cluster mode)
-	GRPC        string // service Coordinator address (cluster mode)
-	DataDir     string // bbolt: epoch, placement, shard registry (cluster mode)
-	Threads     int
+	Model       string // "": the built-in demo model
+	LocalShards int    // shards run in this process
+	MinShards   int    // shards, local ones included, that form the pipeline
+	Gossip      string // memberlist address shards join
+	GRPC        string // service Coordinator address
+	DataDir     string // bbolt: epoch, placement, shard registry; local shards' identities ("": a temporary directory)
+	Private     bool   // the cluster's listeners are ephemeral loopback ports: only the local shards are in it
+	Threads     int    // the local shards' one worker pool
 	KVMemory    int64
 	KVType      ggml.Type
 	MaxModelLen int
@@ -54,11 +57,11 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Listen, "listen", ":8080", "HTTP address of the OpenAI-compatible API")
 	fs.StringVar(&cfg.Model, "model", "", "GGUF model file (default: the built-in demo model)")
-	fs.IntVar(&cfg.LocalShards, "local-shards", -1, "shards run inside this process, layers split evenly (default 1, or 0 with --min-shards)")
-	fs.IntVar(&cfg.MinShards, "min-shards", 0, "serve through remote `shard join` shards: hold readiness until this many form the pipeline")
-	fs.StringVar(&cfg.Gossip, "gossip", ":7946", "gossip (memberlist) address shards join, with --min-shards")
-	fs.StringVar(&cfg.GRPC, "grpc", ":7070", "gRPC address of service Coordinator, with --min-shards")
-	fs.StringVar(&cfg.DataDir, "data-dir", "strata-data", "where the coordinator keeps its epoch, placement and shard registry, with --min-shards")
+	fs.IntVar(&cfg.LocalShards, "local-shards", -1, "shards run inside this process, reached over loopback gRPC like remote ones (default 1, or 0 with --min-shards alone)")
+	fs.IntVar(&cfg.MinShards, "min-shards", 0, "shards, the local ones included, that must join before the pipeline forms; above --local-shards the rest are remote `shard join` shards (default --local-shards)")
+	fs.StringVar(&cfg.Gossip, "gossip", ":7946", "gossip (memberlist) address shards join (with local shards only and neither --gossip nor --grpc: 127.0.0.1, ephemeral port)")
+	fs.StringVar(&cfg.GRPC, "grpc", ":7070", "gRPC address of service Coordinator (see --gossip)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "strata-data", "where the coordinator keeps its epoch, placement and shard registry, and local shard N its identity (DIR/local-shard-N); with local shards only and no --data-dir, a temporary directory")
 	fs.IntVar(&cfg.Threads, "threads", runtime.NumCPU(), "worker threads shared by the local shards")
 	kvMem := fs.String("kv-memory", "512MiB", "KV cache memory per shard (e.g. 512MiB, 4GiB)")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
@@ -75,6 +78,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	n, err := shard.ParseSize(*kvMem)
 	if err != nil {
 		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
@@ -88,21 +93,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	default:
 		return cfg, fmt.Errorf("serve: --kv-type must be f16 or f32, got %q", *kvType)
 	}
-	if cfg.MinShards < 0 {
-		return cfg, fmt.Errorf("serve: --min-shards must be >= 0, got %d", cfg.MinShards)
-	}
-	switch {
-	case cfg.LocalShards == -1 && cfg.MinShards > 0:
-		cfg.LocalShards = 0
-	case cfg.LocalShards == -1:
-		cfg.LocalShards = 1
-	case cfg.LocalShards > 0 && cfg.MinShards > 0:
-		return cfg, errors.New("serve: --local-shards with --min-shards: mixing in-process and remote shards is not supported yet")
-	case cfg.LocalShards < 1 && cfg.MinShards == 0:
-		return cfg, fmt.Errorf("serve: --local-shards must be >= 1 without --min-shards, got %d", cfg.LocalShards)
-	}
-	if cfg.MinShards > 0 && cfg.Model == "" {
-		return cfg, errors.New("serve: --min-shards needs --model: remote shards load the same GGUF file")
+	if err := resolveShards(&cfg, set); err != nil {
+		return cfg, err
 	}
 	if cfg.MaxModelLen < 0 {
 		return cfg, fmt.Errorf("serve: --max-model-len must be >= 0, got %d", cfg.MaxModelLen)
@@ -117,17 +109,76 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return cfg, nil
 }
 
-// serve runs the coordinator with local shards until ctx ends, then drains.
+// resolveShards checks --local-shards and --min-shards and fills in their
+// defaults. --min-shards counts every shard of the pipeline, local ones
+// included: it defaults to --local-shards, and above it the rest are remote.
+// With local shards only, the cluster needs nothing outside this process:
+// unless set, its gossip and gRPC listeners take ephemeral loopback ports
+// and its data dir is temporary, so that one process opens nothing but
+// --listen to others and leaves nothing behind.
+func resolveShards(cfg *serveConfig, set map[string]bool) error {
+	switch {
+	case cfg.MinShards < 0:
+		return fmt.Errorf("serve: --min-shards must be >= 0, got %d", cfg.MinShards)
+	case cfg.LocalShards == -1 && cfg.MinShards > 0:
+		cfg.LocalShards = 0
+	case cfg.LocalShards == -1:
+		cfg.LocalShards = 1
+	case cfg.LocalShards < 0:
+		return fmt.Errorf("serve: --local-shards must be >= 0, got %d", cfg.LocalShards)
+	}
+	if cfg.MinShards == 0 {
+		cfg.MinShards = cfg.LocalShards
+	}
+	switch {
+	case cfg.MinShards == 0:
+		return errors.New("serve: --local-shards 0 needs --min-shards: the remote shards to wait for")
+	case cfg.MinShards < cfg.LocalShards:
+		return fmt.Errorf("serve: --min-shards %d is below --local-shards %d: it counts the local shards too", cfg.MinShards, cfg.LocalShards)
+	case cfg.MinShards > cfg.LocalShards && cfg.Model == "":
+		return errors.New("serve: --min-shards above --local-shards needs --model: remote shards load the same GGUF file")
+	case cfg.MinShards > cfg.LocalShards:
+		return nil
+	}
+	if !set["gossip"] && !set["grpc"] {
+		cfg.Gossip, cfg.GRPC, cfg.Private = "127.0.0.1:0", "127.0.0.1:0", true
+	}
+	if !set["data-dir"] {
+		cfg.DataDir = ""
+	}
+	return nil
+}
+
+// serve runs the coordinator and its local shards until ctx ends, then
+// drains.
 func serve(ctx context.Context, cfg serveConfig) error {
 	log := cfg.Log
-	f, m, tok, err := coordinator.OpenModel(cfg.Model)
+	dataDir := cfg.DataDir
+	if dataDir == "" {
+		tmp, err := os.MkdirTemp("", "strata-serve-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dataDir = tmp
+	}
+	name, modelPath := "strata-demo", cfg.Model
+	if modelPath != "" {
+		name = strings.TrimSuffix(filepath.Base(modelPath), filepath.Ext(modelPath))
+	} else {
+		// Shards load the model from a file, as remote ones would.
+		var err error
+		if modelPath, err = writeDemoModel(dataDir); err != nil {
+			return err
+		}
+	}
+	f, m, tok, err := coordinator.OpenModel(modelPath)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	name := "strata-demo"
-	if cfg.Model != "" {
-		name = strings.TrimSuffix(filepath.Base(cfg.Model), filepath.Ext(cfg.Model))
+	if cfg.LocalShards > m.Layers {
+		return fmt.Errorf("serve: --local-shards must be in 0..%d (the model's layers), got %d", m.Layers, cfg.LocalShards)
 	}
 	info, err := coordinator.NewModelInfo(name, f, m, tok)
 	if err != nil {
@@ -139,29 +190,27 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		ec.Sched.MaxModelLen = min(cfg.MaxModelLen, m.Context)
 	}
 	info.Context = ec.Sched.MaxModelLen
-	var be *backend
-	if cfg.MinShards > 0 {
-		be, err = clusterBackend(cfg, f, m, ec.Sched.MaxBatchTokens)
-	} else {
-		be, err = localBackend(cfg, m)
-	}
+	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err
 	}
-	defer be.close()
-	ec.Epoch = be.epoch
-	if be.firstSeq > 0 {
-		ec.Sched.FirstSeq = sched.SeqID(be.firstSeq)
-	}
-	eng, err := coordinator.NewEngine(ec, be.pipe)
+	defer ln.Close() // hs.Serve closes it too; this covers the returns before
+	be, err := newBackend(cfg, dataDir, modelPath, f, m, ec.Sched.MaxBatchTokens)
 	if err != nil {
+		return err
+	}
+	ec.Epoch = be.c.Epoch()
+	ec.Sched.FirstSeq = sched.SeqID(be.c.FirstSeq())
+	eng, err := coordinator.NewEngine(ec, be.c.Pipeline())
+	if err != nil {
+		be.discard()
 		return err
 	}
 	ready := func() error {
 		if eng.Draining() {
 			return errors.New("draining: not admitting requests")
 		}
-		if err := be.ready(); err != nil {
+		if err := be.c.Ready(); err != nil {
 			return err
 		}
 		st := eng.Stats()
@@ -173,10 +222,6 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	sc := cfg.Server
 	sc.View, sc.StageTimings = be.views(eng)
 	srv := coordinator.NewServer(sc, eng, info, ready)
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -188,11 +233,12 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 	})
 	wg.Go(func() { eng.Run(runCtx) })
-	wg.Go(func() { logThroughput(runCtx, log, eng, be.kvBlocks, cfg.LogEvery) })
+	wg.Go(func() { logThroughput(runCtx, log, eng, func() string { return kvBlocks(sc.View) }, cfg.LogEvery) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() { serveErr <- hs.Serve(ln) })
-	log.Info("serving", append([]any{"addr", ln.Addr().String(), "model", name, "layers", m.Layers,
-		"max_model_len", ec.Sched.MaxModelLen, "epoch", ec.Epoch}, be.attrs...)...)
+	log.Info("serving", "addr", ln.Addr().String(), "model", name, "layers", m.Layers,
+		"max_model_len", ec.Sched.MaxModelLen, "epoch", ec.Epoch, "local_shards", cfg.LocalShards, "min_shards", cfg.MinShards,
+		"threads", cfg.Threads, "gossip", be.c.GossipAddr(), "grpc", be.c.GRPCAddr(), "data_dir", dataDir)
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}
@@ -252,14 +298,24 @@ func logThroughput(ctx context.Context, log *slog.Logger, eng *coordinator.Engin
 	}
 }
 
-// localStages converts the in-process stages' snapshots for the
-// coordinator's view and metrics.
-func localStages(local *shard.Local) []coordinator.LocalStage {
-	st := local.StageStats()
-	out := make([]coordinator.LocalStage, len(st))
-	for i, s := range st {
-		out[i] = coordinator.LocalStage{First: s.FirstLayer, End: s.LastLayer, BlocksUsed: s.BlocksUsed, BlocksTotal: s.BlocksTotal,
-			Sequences: s.Sequences, Batches: s.Batches, Busy: s.Busy}
+// writeDemoModel writes the built-in demo model to dir/strata-demo.gguf (the
+// same bytes every time) and returns its path.
+func writeDemoModel(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
 	}
-	return out
+	path := filepath.Join(dir, "strata-demo.gguf")
+	tmp, err := os.CreateTemp(dir, "strata-demo-*.gguf")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	if err := model.WriteRandom(tmp, model.DemoSpec()); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("write the demo model: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp.Name(), path)
 }
