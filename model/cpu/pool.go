@@ -4,24 +4,43 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Pool is a fixed set of worker goroutines that run Parallel jobs. The caller
 // of Parallel works too, as worker 0.
+//
+// A forward pass is a long run of short jobs (a decode step of a 110M model
+// is ~120 of them, tens of microseconds each), so handing a job over must
+// cost far less than waking a parked goroutine. Workers therefore spin on
+// the job generation for spinFor after each job (yielding their P to any
+// other runnable goroutine as they go) and park only when no job came; the
+// caller wakes only parked workers, and waits for the others by spinning on
+// a counter.
 type Pool struct {
 	workers int
 	mu      sync.Mutex // serialises jobs; held for a job's whole run
-	start   []chan struct{}
-	done    sync.WaitGroup
+	helpers []*helper
+	gen     atomic.Uint64 // job generation: a change starts every helper
+	pending atomic.Int32  // helpers still in the current job
 	stop    chan struct{}
 	exited  sync.WaitGroup
 
-	// The current job, written under mu before the workers are started.
+	// The current job, written under mu before gen changes.
 	n     int
 	chunk int
 	fn    func(worker, i int)
 	next  atomic.Int64
 }
+
+// helper is one worker goroutine's parking state.
+type helper struct {
+	parked atomic.Bool
+	wake   chan struct{} // one token: the caller cleared parked
+}
+
+// spinFor is how long a worker waits for the next job before parking.
+const spinFor = 100 * time.Microsecond
 
 // NewPool starts a pool of threads workers (runtime.NumCPU() when threads <= 0).
 // Close stops them.
@@ -31,10 +50,10 @@ func NewPool(threads int) *Pool {
 	}
 	p := &Pool{workers: threads, stop: make(chan struct{})}
 	for w := 1; w < threads; w++ {
-		ch := make(chan struct{}, 1)
-		p.start = append(p.start, ch)
+		h := &helper{wake: make(chan struct{}, 1)}
+		p.helpers = append(p.helpers, h)
 		p.exited.Add(1)
-		go p.worker(w, ch)
+		go p.worker(w, h)
 	}
 	return p
 }
@@ -49,16 +68,47 @@ func (p *Pool) Close() {
 	p.exited.Wait()
 }
 
-func (p *Pool) worker(w int, start chan struct{}) {
+func (p *Pool) worker(w int, h *helper) {
 	defer p.exited.Done()
+	var seen uint64
 	for {
-		select {
-		case <-p.stop:
+		g, ok := p.await(h, seen)
+		if !ok {
 			return
-		case <-start:
-			p.run(w)
-			p.done.Done()
 		}
+		seen = g
+		p.run(w)
+		p.pending.Add(-1)
+	}
+}
+
+// await returns the next job generation after seen, spinning for spinFor
+// and then parking; false when the pool is closed.
+func (p *Pool) await(h *helper, seen uint64) (uint64, bool) {
+	start := time.Now()
+	for i := 1; ; i++ {
+		if g := p.gen.Load(); g != seen {
+			return g, true
+		}
+		if i%64 == 0 {
+			if time.Since(start) > spinFor {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	h.parked.Store(true)
+	if g := p.gen.Load(); g != seen {
+		if !h.parked.CompareAndSwap(true, false) {
+			<-h.wake // the caller saw us parked and sent a token: take it
+		}
+		return g, true
+	}
+	select {
+	case <-h.wake:
+		return p.gen.Load(), true
+	case <-p.stop:
+		return 0, false
 	}
 }
 
@@ -93,12 +143,18 @@ func (p *Pool) Parallel(n int, fn func(worker, i int)) {
 	p.n, p.fn = n, fn
 	p.chunk = max(1, n/(p.workers*4))
 	p.next.Store(0)
-	helpers := min(len(p.start), n-1)
-	p.done.Add(helpers)
-	for _, ch := range p.start[:helpers] {
-		ch <- struct{}{}
+	p.pending.Store(int32(len(p.helpers)))
+	p.gen.Add(1)
+	for _, h := range p.helpers {
+		if h.parked.CompareAndSwap(true, false) {
+			h.wake <- struct{}{}
+		}
 	}
 	p.run(0)
-	p.done.Wait()
+	for i := 1; p.pending.Load() != 0; i++ {
+		if i%64 == 0 {
+			runtime.Gosched()
+		}
+	}
 	p.fn = nil
 }
