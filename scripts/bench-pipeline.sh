@@ -1,7 +1,10 @@
 #!/bin/bash
 # Pipeline scaling (issue 4): one `shard join` process pinned to one core
-# against two shard processes pinned to one core each, under the same load
-# (loadgen: 8 streams, 48 requests, 34-token prompts, 64 output tokens).
+# against two shard processes pinned to one core each, under the same load.
+# LOADS lists loadgen loads as clients:prompt-len:output-len:requests; the
+# default runs a decode-heavy one (8 streams, 34-token prompts, 64 output
+# tokens) and a prompt-heavy one (16 streams, 256-token prompts, 16 output
+# tokens), each side alternated twice.
 # The coordinator is pinned to core 1. Needs taskset and the 110M Q8_0 model
 # that scripts/bench-serve.sh writes ($TMPDIR/strata-bench-110M-q8_0.gguf).
 # Only loopback addresses are used.
@@ -28,12 +31,18 @@ run() { # $1 = shards
 	done
 	for _ in $(seq 1 120); do curl -sf 127.0.0.1:18500/readyz >/dev/null && break; sleep 0.5; done
 	"$bin/loadgen" --url http://127.0.0.1:18500 --clients 1 --requests 2 --output-len 16 >/dev/null 2>&1 # warm up
-	echo "== $n shard(s), load average $(cut -d' ' -f1 /proc/loadavg)"
-	"$bin/loadgen" --url http://127.0.0.1:18500 --clients 8 --requests 48 --prompt-len 34 --output-len 64 2>&1 |
+	echo "== $n shard(s), load $load, load average $(cut -d' ' -f1 /proc/loadavg)"
+	"$bin/loadgen" --url http://127.0.0.1:18500 --clients "$c" --requests "$r" --prompt-len "$p" --output-len "$o" 2>&1 |
 		grep -iE "tok/s|TTFT|inter-token|failed|KV"
 	kill $pids
 	wait 2>/dev/null
 	rm -rf "$d"
 }
 # Alternate so that load drifts hit both sides.
-run 2; run 1; run 2; run 1
+for load in ${LOADS:-8:34:64:48 16:256:16:64}; do
+	IFS=: read -r c p o r <<<"$load"
+	run 2
+	run 1
+	run 2
+	run 1
+done

@@ -10,14 +10,17 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"time"
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/model/gguf"
 )
 
 // Spec15M, Spec110M and Spec1B are llama-shaped models of about 15 M, 110 M
@@ -84,7 +87,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.BatchPrompt <= 0 {
 		cfg.BatchPrompt = cfg.Prompt
 	}
-	f, err := model.RandomFile(cfg.Spec)
+	f, err := openRandom(cfg.Spec)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: generate model: %w", err)
 	}
@@ -254,4 +257,28 @@ func Bandwidth(ctx context.Context, threads, reps int) (float64, error) {
 		best = max(best, 12*n/time.Since(start).Seconds()/1e9)
 	}
 	return best, nil
+}
+
+// openRandom writes the model of spec to a temporary file and maps it, as a
+// served model file is: a 1B F32 model (4.4 GB) built in a growing buffer
+// would need three times that in memory.
+func openRandom(spec model.RandomSpec) (*gguf.File, error) {
+	tmp, err := os.CreateTemp("", "strata-bench-*.gguf")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name()) // the mapping outlives the name
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	if err := model.WriteRandom(w, spec); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	return gguf.Open(tmp.Name())
 }
