@@ -4,7 +4,8 @@
 # LOADS lists loadgen loads as clients:prompt-len:output-len:requests; the
 # default runs a decode-heavy one (8 streams, 34-token prompts, 64 output
 # tokens) and a prompt-heavy one (16 streams, 256-token prompts, 16 output
-# tokens), each side alternated twice.
+# tokens) and a prefill-only one (16 streams, 256-token prompts, 1 output
+# token), each side alternated twice.
 # The coordinator is pinned to core 1. Needs taskset and the 110M Q8_0 model
 # that scripts/bench-serve.sh writes ($TMPDIR/strata-bench-110M-q8_0.gguf).
 # Only loopback addresses are used.
@@ -39,7 +40,7 @@ run() { # $1 = shards
 	rm -rf "$d"
 }
 # Alternate so that load drifts hit both sides.
-for load in ${LOADS:-8:34:64:48 16:256:16:64}; do
+for load in ${LOADS:-8:34:64:48 16:256:16:64 16:256:1:64}; do
 	IFS=: read -r c p o r <<<"$load"
 	run 2
 	run 1

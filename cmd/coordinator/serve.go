@@ -18,6 +18,7 @@ import (
 
 	"github.com/strata-llm/strata/coordinator"
 	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/shard"
@@ -153,6 +154,7 @@ func resolveShards(cfg *serveConfig, set map[string]bool) error {
 // drains.
 func serve(ctx context.Context, cfg serveConfig) error {
 	log := cfg.Log
+	cpu.ReserveIOProc(cfg.Threads)
 	dataDir := cfg.DataDir
 	if dataDir == "" {
 		tmp, err := os.MkdirTemp("", "strata-serve-")

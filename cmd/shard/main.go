@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/shard"
 )
 
@@ -47,6 +48,7 @@ func main() {
 	slog.SetDefault(cfg.Logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	cpu.ReserveIOProc(cfg.Threads)
 	n, err := shard.New(cfg)
 	if err == nil {
 		err = n.Run(ctx)

@@ -158,3 +158,20 @@ func (p *Pool) Parallel(n int, fn func(worker, i int)) {
 	}
 	p.fn = nil
 }
+
+// ReserveIOProc raises GOMAXPROCS to one more than threads compute workers
+// (runtime.NumCPU() when threads <= 0), for a process that computes on a
+// Pool and also serves the network. While a batch computes, the workers
+// hold every P; without a spare one, the goroutines that stream the next
+// batch's hidden states in and the last one's out run only at the runtime's
+// 10 ms preemption ticks, which throttles gRPC's flow control so much that
+// a two-stage pipeline ran one batch at a time. The spare P sleeps when the
+// network is idle; the OS shares the cores when it is not.
+func ReserveIOProc(threads int) {
+	if threads <= 0 {
+		threads = runtime.NumCPU()
+	}
+	if runtime.GOMAXPROCS(0) < threads+1 {
+		runtime.GOMAXPROCS(threads + 1)
+	}
+}
