@@ -20,6 +20,7 @@ import (
 type Pool struct {
 	workers int
 	mu      sync.Mutex // serialises jobs; held for a job's whole run
+	closed  bool       // under mu: the helpers are gone, jobs run on the caller
 	helpers []*helper
 	gen     atomic.Uint64 // job generation: a change starts every helper
 	pending atomic.Int32  // helpers still in the current job
@@ -61,9 +62,17 @@ func NewPool(threads int) *Pool {
 // Workers is the number of workers, the caller of Parallel included.
 func (p *Pool) Workers() int { return p.workers }
 
-// Close stops the workers and waits for them to exit. Parallel must not be
-// called after Close.
+// Close stops the workers and waits for them to exit, after the job in
+// progress. Jobs after Close run on their caller alone (a stage may finish a
+// batch while its process shuts down).
 func (p *Pool) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.mu.Unlock()
 	close(p.stop)
 	p.exited.Wait()
 }
@@ -97,18 +106,25 @@ func (p *Pool) await(h *helper, seen uint64) (uint64, bool) {
 			runtime.Gosched()
 		}
 	}
-	h.parked.Store(true)
-	if g := p.gen.Load(); g != seen {
-		if !h.parked.CompareAndSwap(true, false) {
-			<-h.wake // the caller saw us parked and sent a token: take it
+	for {
+		h.parked.Store(true)
+		if g := p.gen.Load(); g != seen {
+			if !h.parked.CompareAndSwap(true, false) {
+				<-h.wake // the caller saw us parked and sent a token: take it
+			}
+			return g, true
 		}
-		return g, true
-	}
-	select {
-	case <-h.wake:
-		return p.gen.Load(), true
-	case <-p.stop:
-		return 0, false
+		select {
+		case <-h.wake:
+			if g := p.gen.Load(); g != seen {
+				return g, true
+			}
+			// A late token: the caller of the job already run here was
+			// slow to look at parked and found us parked for the next
+			// one. Park again.
+		case <-p.stop:
+			return 0, false
+		}
 	}
 }
 
@@ -140,6 +156,12 @@ func (p *Pool) Parallel(n int, fn func(worker, i int)) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
 	p.n, p.fn = n, fn
 	p.chunk = max(1, n/(p.workers*4))
 	p.next.Store(0)

@@ -49,3 +49,32 @@ func TestPoolRunsEveryItemOnce(t *testing.T) {
 		p.Close()
 	}
 }
+
+// TestPoolAfterClose checks that a job after Close (a stage finishing a
+// batch while its process shuts down) runs on its caller instead of waiting
+// for workers that are gone, and that Close may be called twice.
+func TestPoolAfterClose(t *testing.T) {
+	p := NewPool(3)
+	p.Parallel(10, func(int, int) {})
+	p.Close()
+	var ran atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		p.Parallel(10, func(w, i int) {
+			if w != 0 {
+				t.Errorf("worker %d after Close", w)
+			}
+			ran.Add(1)
+		})
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Parallel after Close did not return")
+	}
+	if ran.Load() != 10 {
+		t.Fatalf("%d of 10 items ran", ran.Load())
+	}
+	p.Close()
+}
