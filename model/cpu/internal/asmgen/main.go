@@ -1267,42 +1267,16 @@ func scores16() {
 	SUBQ(Imm(16), n)
 	JMP(LabelRef("loop"))
 	Label("fold")
-	// lane j += lane j+8: two keys per register.
-	z := make([]reg.VecVirtual, 8)
-	for i := range z {
-		x, y := ZMM(), ZMM()
-		VSHUFF32X4(Imm(0x44), acc[2*i+1], acc[2*i], x)
-		VSHUFF32X4(Imm(0xee), acc[2*i+1], acc[2*i], y)
-		z[i] = ZMM()
-		VADDPS(y, x, z[i])
-	}
-	// lane j += lane j+4: four keys per register, one per 128-bit lane.
-	u := make([]reg.VecVirtual, 4)
-	for i := range u {
-		x, y := ZMM(), ZMM()
-		VSHUFF32X4(Imm(0x88), z[2*i+1], z[2*i], x)
-		VSHUFF32X4(Imm(0xdd), z[2*i+1], z[2*i], y)
-		u[i] = ZMM()
-		VADDPS(y, x, u[i])
-	}
-	// lane j += lane j+2, within each 128-bit lane.
-	v := make([]reg.VecVirtual, 2)
-	for i := range v {
-		x, y := ZMM(), ZMM()
-		VSHUFPS(Imm(0x44), u[2*i+1], u[2*i], x)
-		VSHUFPS(Imm(0xee), u[2*i+1], u[2*i], y)
-		v[i] = ZMM()
-		VADDPS(y, x, v[i])
-	}
-	// lane 0 += lane 1: lane 4q+i holds key q+4i.
-	x, y := ZMM(), ZMM()
-	VSHUFPS(Imm(0x88), v[1], v[0], x)
-	VSHUFPS(Imm(0xdd), v[1], v[0], y)
-	r := ZMM()
-	VADDPS(y, x, r)
+	// The folds of reduceLanes, sixteen keys at a time: lane j += lane j+8
+	// (two keys per register), += lane j+4 (four keys, one per 128-bit
+	// lane), += lane j+2, += lane j+1; then lane 4q+i holds key q+4i.
+	z := foldLevel(acc, VSHUFF32X4, 0x44, 0xee)
+	u := foldLevel(z, VSHUFF32X4, 0x88, 0xdd)
+	v := foldLevel(u, VSHUFPS, 0x44, 0xee)
+	r := foldLevel(v, VSHUFPS, 0x88, 0xdd)[0]
 	perm := GLOBL("scoresPerm", RODATA|NOPTR) // lane 4q+i (key q+4i) to lane q+4i
-	for r := range 16 {
-		DATA(4*r, U32(uint32(4*(r%4)+r/4)))
+	for k := range 16 {
+		DATA(4*k, U32(uint32(4*(k%4)+k/4)))
 	}
 	idx := ZMM()
 	VMOVDQU32(perm, idx)
@@ -1310,4 +1284,19 @@ func scores16() {
 	op := param("out")
 	VMOVUPS(r, Mem{Base: op})
 	RET()
+}
+
+// foldLevel halves a list of registers: out[i] = shuf(lo, in[2i+1], in[2i])
+// + shuf(hi, in[2i+1], in[2i]), the shuffles picking the lanes each addition
+// of a fold level pairs.
+func foldLevel(in []reg.VecVirtual, shuf func(...Op), lo, hi uint8) []reg.VecVirtual {
+	out := make([]reg.VecVirtual, len(in)/2)
+	for i := range out {
+		x, y := ZMM(), ZMM()
+		shuf(Imm(uint64(lo)), in[2*i+1], in[2*i], x)
+		shuf(Imm(uint64(hi)), in[2*i+1], in[2*i], y)
+		out[i] = ZMM()
+		VADDPS(y, x, out[i])
+	}
+	return out
 }
