@@ -34,6 +34,10 @@ type Config struct {
 	// Model is a local GGUF file; empty means stream the assigned range
 	// from the coordinator (Coordinator.Weights) and cache it in DataDir.
 	Model string
+	// ModelSHA256 is Model's SHA-256 (lower-case hex) when the caller has
+	// already hashed the file — a coordinator running the node in its own
+	// process; empty means the node hashes Model itself.
+	ModelSHA256 string
 	// Device is what the shard computes on: "cpu" (the only backend built
 	// so far).
 	Device string

@@ -130,12 +130,23 @@ func openModel(path, sha string) (*loadedModel, error) {
 }
 
 // localModelFile hashes --model (if any) for Register and records its
-// SHA-256. It reads the whole file once per process start.
+// SHA-256. It reads the whole file once per process start, unless the
+// caller gave the hash (Config.ModelSHA256).
 func (n *Node) localModelFile(ctx context.Context) (*pb.ModelFile, error) {
 	if n.cfg.Model == "" {
 		return nil, nil
 	}
-	sum, size, err := hashFile(ctx, n.cfg.Model)
+	sum := n.cfg.ModelSHA256
+	var size int64
+	var err error
+	if sum == "" {
+		sum, size, err = hashFile(ctx, n.cfg.Model)
+	} else {
+		var fi os.FileInfo
+		if fi, err = os.Stat(n.cfg.Model); err == nil {
+			size = fi.Size()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--model: %w", err)
 	}

@@ -50,7 +50,7 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 	if cfg.LocalShards > 0 {
 		host, _, _ := net.SplitHostPort(cfg.Gossip) // checked by NewCluster
 		b.local, err = newLocalShards(localConfig{
-			Shards: cfg.LocalShards, Coordinator: c.GossipAddr(), Host: host, Model: modelPath,
+			Shards: cfg.LocalShards, Coordinator: c.GossipAddr(), Host: host, Model: modelPath, SHA256: sha,
 			DataDir: dataDir, Threads: cfg.Threads, KVMemory: cfg.KVMemory, Log: cfg.Log,
 		})
 		if err != nil {

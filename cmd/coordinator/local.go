@@ -25,6 +25,7 @@ type localConfig struct {
 	// the coordinator's --gossip ("" for every interface).
 	Host     string
 	Model    string // the GGUF file every shard loads (checked by SHA-256 as usual)
+	SHA256   string // Model's, as the coordinator hashed it: the shards need not read it again
 	DataDir  string // shard i keeps its node identity in DataDir/local-shard-i
 	Threads  int    // workers of the one pool the shards share
 	KVMemory int64  // bytes of KV cache each shard offers
@@ -51,7 +52,7 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 	l := &localShards{pool: cpu.NewPool(cfg.Threads)}
 	for i := range cfg.Shards {
 		sc := shard.DefaultConfig()
-		sc.Coordinator, sc.Model = cfg.Coordinator, cfg.Model
+		sc.Coordinator, sc.Model, sc.ModelSHA256 = cfg.Coordinator, cfg.Model, cfg.SHA256
 		sc.Gossip, sc.GRPC = net.JoinHostPort(cfg.Host, "0"), net.JoinHostPort(cfg.Host, "0")
 		sc.Advertise = advertise
 		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
