@@ -1,11 +1,14 @@
 package model
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
@@ -178,6 +181,30 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		}
 	}
 	return gguf.Write(w, kvs, ts)
+}
+
+// WriteRandomFile writes a random model to path: to a temporary file beside
+// it first, renamed into place once complete, so that path never holds a
+// partial model.
+func WriteRandomFile(path string, s RandomSpec) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	w := bufio.NewWriterSize(tmp, 1<<20)
+	if err := WriteRandom(w, s); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := w.Flush(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 // RandomFile writes a random model to memory and parses it.

@@ -307,17 +307,8 @@ func writeDemoModel(dir string) (string, error) {
 		return "", err
 	}
 	path := filepath.Join(dir, "strata-demo.gguf")
-	tmp, err := os.CreateTemp(dir, "strata-demo-*.gguf")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name()) // after the rename, a no-op
-	if err := model.WriteRandom(tmp, model.DemoSpec()); err != nil {
-		tmp.Close()
+	if err := model.WriteRandomFile(path, model.DemoSpec()); err != nil {
 		return "", fmt.Errorf("write the demo model: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	return path, os.Rename(tmp.Name(), path)
+	return path, nil
 }

@@ -105,19 +105,7 @@ func writeModel(path string, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "writing %s …\n", path)
 	spec := model.RandomSpec{Layers: 12, Embd: 768, Heads: 12, HeadsKV: 12, FF: 2048, Vocab: 32000, Context: 2048, Type: ggml.Q8_0, Seed: 1}
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := model.WriteRandom(f, spec); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return model.WriteRandomFile(path, spec)
 }
 
 func benchShards(ctx context.Context, cfg config, n int, stdout, stderr io.Writer) error {

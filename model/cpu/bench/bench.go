@@ -10,10 +10,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -263,22 +263,14 @@ func Bandwidth(ctx context.Context, threads, reps int) (float64, error) {
 // served model file is: a 1B F32 model (4.4 GB) built in a growing buffer
 // would need three times that in memory.
 func openRandom(spec model.RandomSpec) (*gguf.File, error) {
-	tmp, err := os.CreateTemp("", "strata-bench-*.gguf")
+	dir, err := os.MkdirTemp("", "strata-bench-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name()) // the mapping outlives the name
-	w := bufio.NewWriterSize(tmp, 1<<20)
-	if err := model.WriteRandom(w, spec); err != nil {
-		tmp.Close()
+	defer os.RemoveAll(dir) // the mapping outlives the name
+	path := filepath.Join(dir, "model.gguf")
+	if err := model.WriteRandomFile(path, spec); err != nil {
 		return nil, err
 	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, err
-	}
-	return gguf.Open(tmp.Name())
+	return gguf.Open(path)
 }
