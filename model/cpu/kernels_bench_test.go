@@ -79,17 +79,19 @@ func BenchmarkPanel(b *testing.B) {
 	}
 }
 
-// BenchmarkMatVec measures one activation row against a weight matrix larger
-// than the caches (8192×2048) through Backend.MatMul on one thread: the
-// weight bytes streamed per second bound token generation.
+// BenchmarkMatVec measures one activation row against a weight matrix of
+// 2048 columns and ~64 MiB, larger than the caches whatever its type,
+// through Backend.MatMul on one thread: the weight bytes streamed per second
+// bound token generation.
 func BenchmarkMatVec(b *testing.B) {
 	r := rand.New(rand.NewPCG(43, 44))
 	pool := NewPool(1)
 	defer pool.Close()
 	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_0} {
 		b.Run(typ.String(), func(b *testing.B) {
-			const K, N = 2048, 8192
+			const K = 2048
 			wrow := mustRowBytes(b, typ, K)
+			N := (64 << 20) / wrow / panelRows * panelRows
 			data := make([]byte, N*wrow)
 			row := quantWeights(b, r, typ, K)
 			for o := range N {
