@@ -27,6 +27,9 @@ type GenerateConfig struct {
 	KVType    ggml.Type // ggml.F16 (default) or ggml.F32
 	Out       io.Writer // generated text is streamed here
 	Log       *slog.Logger
+	// IgnoreEOS keeps generating past an end-of-generation token, as
+	// llama.cpp's --ignore-eos does: benchmarks need exactly MaxTokens.
+	IgnoreEOS bool
 }
 
 // DefaultGenerateConfig returns the defaults of the generate command.
@@ -161,7 +164,7 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 		st.Tokens = append(st.Tokens, r.Token)
 		st.GeneratedTokens++
 		history = append(history, r.Token)
-		if tok.IsEOG(r.Token) {
+		if tok.IsEOG(r.Token) && !cfg.IgnoreEOS {
 			break
 		}
 		piece := dec.Add(r.Token)

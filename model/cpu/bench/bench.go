@@ -41,7 +41,10 @@ func Spec1B(t ggml.Type) model.RandomSpec {
 
 // Config is one measurement.
 type Config struct {
-	Spec    model.RandomSpec
+	Spec model.RandomSpec
+	// Path is a file holding the model of Spec, written by
+	// model.WriteRandomFile; empty generates it into a temporary file.
+	Path    string
 	Threads int   // workers (runtime.NumCPU() when <= 0)
 	Prompt  int   // pp tokens; 128 when 0
 	Gen     int   // tg steps; 64 when 0
@@ -87,7 +90,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.BatchPrompt <= 0 {
 		cfg.BatchPrompt = cfg.Prompt
 	}
-	f, err := openRandom(cfg.Spec)
+	var f *gguf.File
+	var err error
+	if cfg.Path != "" {
+		f, err = gguf.Open(cfg.Path)
+	} else {
+		f, err = openRandom(cfg.Spec)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: generate model: %w", err)
 	}

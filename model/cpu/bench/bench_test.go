@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/model"
@@ -62,5 +65,23 @@ func BenchmarkBatchedDecode(b *testing.B) {
 		for _, bd := range res.Batched {
 			b.Logf("batched decode %2d seqs: %.1f tok/s, %.2f ms/step", bd.Seqs, bd.TokPerSec, bd.StepMs)
 		}
+	}
+}
+
+func TestCPUInfo(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cpuinfo")
+	text := "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n"
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name, vendor := cpuinfo(p)
+	if name != "Intel(R) Xeon(R) Platinum 8488C" || vendor != "GenuineIntel" {
+		t.Errorf("cpuinfo = %q, %q", name, vendor)
+	}
+	if name, vendor := cpuinfo(filepath.Join(t.TempDir(), "absent")); name != "" || vendor != "" {
+		t.Errorf("absent file: %q, %q", name, vendor)
+	}
+	if got := CPU(); !strings.Contains(got, "CPUs") {
+		t.Errorf("CPU() = %q", got)
 	}
 }
