@@ -316,7 +316,11 @@ func (g *gen) setup(ctx context.Context) error {
 	var tok struct {
 		Tokens []int32 `json:"tokens"`
 	}
-	body, _ := json.Marshal(map[string]any{"model": g.model, "prompt": corpus, "add_special_tokens": false})
+	// The fields of vLLM's and strata's shape (prompt, add_special_tokens)
+	// and of llama.cpp's server (content, add_special), so that the same
+	// load runs against llama-server side by side.
+	body, _ := json.Marshal(map[string]any{"model": g.model, "prompt": corpus, "add_special_tokens": false,
+		"content": corpus, "add_special": false})
 	if err := g.postJSON(ctx, "/tokenize", body, &tok); err != nil {
 		return fmt.Errorf("loadgen: tokenize the prompt corpus: %w", err)
 	}

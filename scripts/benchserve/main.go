@@ -25,7 +25,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/strata-llm/strata/loadgen"
 	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cpu/bench"
 	"github.com/strata-llm/strata/model/ggml"
 )
 
@@ -86,8 +86,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := writeModel(cfg.modelPath, stderr); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "model %s, %d CPUs, coordinator --threads %d, %d requests per stream per case\n\n",
-		cfg.modelPath, runtime.NumCPU(), cfg.threads, cfg.perStream)
+	fmt.Fprintf(stdout, "CPU: %s\nmodel %s, coordinator --threads %d, %d requests per stream per case\n\n",
+		bench.CPU(), cfg.modelPath, cfg.threads, cfg.perStream)
 	fmt.Fprintln(stdout, "| shards | case | streams | requests | output tok/s | TTFT p50 | ITL p50 | ITL p99 | ITL p99 kept | load avg (1m) before → after |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, n := range cfg.shards {
