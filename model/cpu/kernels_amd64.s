@@ -47,6 +47,7 @@ done:
 	VMOVSHDUP     X0, X1
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -106,6 +107,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -179,6 +181,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -268,6 +271,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -327,6 +331,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -412,6 +417,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -523,6 +529,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -662,6 +669,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -735,6 +743,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -846,6 +855,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -995,6 +1005,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1184,6 +1195,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1272,6 +1284,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1410,6 +1423,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1598,6 +1612,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f32AVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1838,6 +1853,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1885,6 +1901,7 @@ done:
 	VMOVSHDUP     X0, X1
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -1947,6 +1964,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2024,6 +2042,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2118,6 +2137,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2180,6 +2200,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2269,6 +2290,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2385,6 +2407,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2530,6 +2553,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2607,6 +2631,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2723,6 +2748,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -2878,6 +2904,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3074,6 +3101,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3167,6 +3195,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3311,6 +3340,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3506,6 +3536,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func f16AVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3754,6 +3785,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3805,6 +3837,7 @@ done:
 	VMOVSHDUP     X0, X1
 	VADDSS        X1, X0, X0
 	VMOVSS        X0, (AX)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3874,6 +3907,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -3961,6 +3995,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4068,6 +4103,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, (AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4137,6 +4173,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4238,6 +4275,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4371,6 +4409,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4538,6 +4577,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 4(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4625,6 +4665,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4758,6 +4799,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -4937,6 +4979,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -5164,6 +5207,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 8(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -5270,6 +5314,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -5436,6 +5481,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -5662,6 +5708,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func bf16AVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -5950,6 +5997,7 @@ done:
 	VMOVSHDUP     X1, X0
 	VADDSS        X0, X1, X1
 	VMOVSS        X1, 12(AX)(DX*1)
+	VZEROUPPER
 	RET
 
 DATA maskTab<>+0(SB)/4, $0xffffffff
@@ -6039,6 +6087,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, (AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6114,6 +6163,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f32AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6191,6 +6241,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func f32AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6306,6 +6357,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6382,6 +6434,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, (AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6488,6 +6541,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func f16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6596,6 +6650,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func f16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6752,6 +6807,7 @@ done:
 	VMOVSHDUP    X1, X0
 	VADDSS       X0, X1, X1
 	VMOVSS       X1, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q80AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6796,6 +6852,7 @@ done:
 	MOVQ   out+40(FP), AX
 	MOVQ   os+48(FP), CX
 	VMOVSS X0, (AX)
+	VZEROUPPER
 	RET
 
 // func q80AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6858,6 +6915,7 @@ done:
 	MOVQ   os+48(FP), CX
 	VMOVSS X0, (AX)
 	VMOVSS X1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q80AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -6922,6 +6980,7 @@ done:
 	MOVQ   os+48(FP), CX
 	VMOVSS X0, (AX)
 	VMOVSS X1, 4(AX)
+	VZEROUPPER
 	RET
 
 // func q80AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -7020,6 +7079,7 @@ done:
 	VMOVSS X1, (AX)(CX*1)
 	VMOVSS X2, 4(AX)
 	VMOVSS X3, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q40AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -7073,6 +7133,7 @@ done:
 	MOVQ   out+40(FP), AX
 	MOVQ   os+48(FP), CX
 	VMOVSS X2, (AX)
+	VZEROUPPER
 	RET
 
 // func q40AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -7144,6 +7205,7 @@ done:
 	MOVQ   os+48(FP), CX
 	VMOVSS X2, (AX)
 	VMOVSS X3, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q40AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -7220,6 +7282,7 @@ done:
 	MOVQ   os+48(FP), CX
 	VMOVSS X2, (AX)
 	VMOVSS X3, 4(AX)
+	VZEROUPPER
 	RET
 
 // func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
@@ -7330,6 +7393,7 @@ done:
 	VMOVSS X3, (AX)(CX*1)
 	VMOVSS X4, 4(AX)
 	VMOVSS X5, 4(AX)(CX*1)
+	VZEROUPPER
 	RET
 
 DATA expTab<>+0(SB)/8, $0xc05a200000000000
@@ -7352,7 +7416,7 @@ DATA expTab<>+128(SB)/8, $0x3e5ae64567f544e4
 GLOBL expTab<>(SB), RODATA|NOPTR, $136
 
 // func expSubAVX512(n int, x *float32, sub float32, dst *float32)
-// Requires: AVX512F, BMI2, SSE
+// Requires: AVX, AVX512F, BMI2, SSE
 TEXT ·expSubAVX512(SB), NOSPLIT, $0-32
 	MOVQ         n+0(FP), AX
 	MOVQ         x+8(FP), CX
@@ -7470,10 +7534,11 @@ tail:
 	VMOVUPS           Z0, K1, (DX)
 
 done:
+	VZEROUPPER
 	RET
 
 // func swigluAVX512(n int, gate *float32, up *float32)
-// Requires: AVX512F, BMI2
+// Requires: AVX, AVX512F, BMI2
 TEXT ·swigluAVX512(SB), NOSPLIT, $0-24
 	MOVQ         n+0(FP), AX
 	MOVQ         gate+8(FP), CX
@@ -7601,6 +7666,7 @@ tail:
 	VMOVUPS           Z2, K1, (CX)
 
 done:
+	VZEROUPPER
 	RET
 
 // func quantQ80AVX512(nb int, x *float32, dst *byte)
@@ -7649,10 +7715,11 @@ loop:
 	JMP           loop
 
 done:
+	VZEROUPPER
 	RET
 
 // func f32ToF16AVX512(n int, src *float32, dst *uint16)
-// Requires: AVX512F, BMI2
+// Requires: AVX, AVX512F, BMI2
 TEXT ·f32ToF16AVX512(SB), NOSPLIT, $0-24
 	MOVQ n+0(FP), AX
 	MOVQ src+8(FP), CX
@@ -7678,10 +7745,11 @@ tail:
 	VCVTPS2PH $0x00, Z0, K1, (DX)
 
 done:
+	VZEROUPPER
 	RET
 
 // func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32)
-// Requires: AVX512F, BMI2, SSE
+// Requires: AVX, AVX512F, BMI2, SSE
 TEXT ·f16ScaleAVX512(SB), NOSPLIT, $0-32
 	MOVQ         n+0(FP), AX
 	MOVQ         src+8(FP), CX
@@ -7711,6 +7779,7 @@ tail:
 	VMOVUPS     Z1, K1, (DX)
 
 done:
+	VZEROUPPER
 	RET
 
 // func softmaxF16x1AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
@@ -7812,6 +7881,7 @@ values0:
 	ADDQ         $0x00000080, DX
 	SUBQ         $0x40, AX
 	JG           pass
+	VZEROUPPER
 	RET
 
 rescale0:
@@ -7921,6 +7991,7 @@ values0:
 	ADDQ         $0x00000100, DX
 	SUBQ         $0x40, AX
 	JG           pass
+	VZEROUPPER
 	RET
 
 rescale0:
@@ -8063,6 +8134,7 @@ values1:
 	ADDQ         $0x00000080, DX
 	SUBQ         $0x40, AX
 	JG           pass
+	VZEROUPPER
 	RET
 
 rescale0:
@@ -8213,6 +8285,7 @@ values1:
 	ADDQ         $0x00000100, DX
 	SUBQ         $0x40, AX
 	JG           pass
+	VZEROUPPER
 	RET
 
 rescale0:
@@ -8232,7 +8305,7 @@ rescale1:
 	JMP          values1
 
 // func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32)
-// Requires: AVX512DQ, AVX512F
+// Requires: AVX, AVX512DQ, AVX512F
 TEXT ·scoresF16x16AVX512(SB), NOSPLIT, $0-40
 	MOVQ   hd+0(FP), AX
 	MOVQ   k+8(FP), CX
@@ -8353,6 +8426,7 @@ fold:
 	VPERMPS    Z0, Z1, Z0
 	MOVQ       out+32(FP), AX
 	VMOVUPS    Z0, (AX)
+	VZEROUPPER
 	RET
 
 DATA scoresPerm<>+0(SB)/4, $0x00000000
@@ -8374,7 +8448,7 @@ DATA scoresPerm<>+60(SB)/4, $0x0000000f
 GLOBL scoresPerm<>(SB), RODATA|NOPTR, $64
 
 // func q80Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_1(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -8417,10 +8491,11 @@ done:
 	MOVQ    out+32(FP), AX
 	MOVQ    os+40(FP), CX
 	VMOVUPS Z0, (AX)
+	VZEROUPPER
 	RET
 
 // func q40Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_1(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -8473,10 +8548,11 @@ done:
 	MOVQ    out+32(FP), AX
 	MOVQ    os+40(FP), CX
 	VMOVUPS Z0, (AX)
+	VZEROUPPER
 	RET
 
 // func q80Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_2(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -8535,10 +8611,11 @@ done:
 	MOVQ    os+40(FP), CX
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q40Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_2(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -8607,10 +8684,11 @@ done:
 	MOVQ    os+40(FP), CX
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, (AX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q80Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_3(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -8679,10 +8757,11 @@ done:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, (AX)(CX*1)
 	VMOVUPS Z2, (AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func q40Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_3(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -8761,10 +8840,11 @@ done:
 	VMOVUPS Z0, (AX)
 	VMOVUPS Z1, (AX)(CX*1)
 	VMOVUPS Z2, (AX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func q80Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_4(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -8849,10 +8929,11 @@ done:
 	VMOVUPS Z1, (AX)(CX*1)
 	VMOVUPS Z2, (AX)(CX*2)
 	VMOVUPS Z3, (AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func q40Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_4(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -8947,10 +9028,11 @@ done:
 	VMOVUPS Z1, (AX)(CX*1)
 	VMOVUPS Z2, (AX)(CX*2)
 	VMOVUPS Z3, (AX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func q80Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_5(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -9052,10 +9134,11 @@ done:
 	VMOVUPS Z2, (AX)(CX*2)
 	VMOVUPS Z3, (AX)(DX*1)
 	VMOVUPS Z4, (BX)
+	VZEROUPPER
 	RET
 
 // func q40Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_5(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -9167,10 +9250,11 @@ done:
 	VMOVUPS Z2, (AX)(CX*2)
 	VMOVUPS Z3, (AX)(DX*1)
 	VMOVUPS Z4, (BX)
+	VZEROUPPER
 	RET
 
 // func q80Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_6(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -9286,10 +9370,11 @@ done:
 	VMOVUPS Z3, (AX)(DX*1)
 	VMOVUPS Z4, (BX)
 	VMOVUPS Z5, (BX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q40Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_6(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -9415,10 +9500,11 @@ done:
 	VMOVUPS Z3, (AX)(DX*1)
 	VMOVUPS Z4, (BX)
 	VMOVUPS Z5, (BX)(CX*1)
+	VZEROUPPER
 	RET
 
 // func q80Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_7(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -9548,10 +9634,11 @@ done:
 	VMOVUPS Z4, (BX)
 	VMOVUPS Z5, (BX)(CX*1)
 	VMOVUPS Z6, (BX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func q40Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_7(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -9691,10 +9778,11 @@ done:
 	VMOVUPS Z4, (BX)
 	VMOVUPS Z5, (BX)(CX*1)
 	VMOVUPS Z6, (BX)(CX*2)
+	VZEROUPPER
 	RET
 
 // func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q80Panel_8(SB), NOSPLIT, $0-48
 	MOVQ   nb+0(FP), AX
 	MOVQ   w+8(FP), CX
@@ -9838,10 +9926,11 @@ done:
 	VMOVUPS Z5, (BX)(CX*1)
 	VMOVUPS Z6, (BX)(CX*2)
 	VMOVUPS Z7, (BX)(DX*1)
+	VZEROUPPER
 	RET
 
 // func q40Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
-// Requires: AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·q40Panel_8(SB), NOSPLIT, $0-48
 	MOVQ         nb+0(FP), AX
 	MOVQ         w+8(FP), CX
@@ -9995,4 +10084,5 @@ done:
 	VMOVUPS Z5, (BX)(CX*1)
 	VMOVUPS Z6, (BX)(CX*2)
 	VMOVUPS Z7, (BX)(DX*1)
+	VZEROUPPER
 	RET

@@ -14,6 +14,10 @@
 // output is reduced in exactly the order of the portable kernel of its type
 // (see dot.go and dot_quant.go), whatever R and C: an R×C kernel equals R*C
 // calls of the 1×1 kernel bit for bit.
+//
+// Every function ends with ret, never with a bare RET: all of them use YMM or
+// ZMM registers, and ret clears their upper halves with VZEROUPPER first (see
+// ret; TestNoBareRET enforces it).
 package main
 
 import (
@@ -51,7 +55,7 @@ func main() {
 				Doc(fmt.Sprintf("%s_%dx%d computes a %d×%d tile of %s dot products.", k.name, r, c, r, c, k.name))
 				t := newTile(r, c)
 				k.gen(t)
-				RET()
+				ret()
 			}
 		}
 	}
@@ -62,7 +66,7 @@ func main() {
 			Pragma("noescape")
 			Doc(fmt.Sprintf("f32AVX2_%dx%d computes a %d×%d tile of f32 dot products with AVX2 and FMA.", r, c, r, c))
 			f32AVX2(newTile(r, c))
-			RET()
+			ret()
 		}
 	}
 	for r := 1; r <= 2; r++ {
@@ -71,7 +75,7 @@ func main() {
 			Pragma("noescape")
 			Doc(fmt.Sprintf("f16AVX2_%dx%d computes a %d×%d tile of f16 dot products with AVX2, F16C and FMA.", r, c, r, c))
 			f16AVX2(newTile(r, c))
-			RET()
+			ret()
 		}
 	}
 	for _, k := range []struct {
@@ -84,7 +88,7 @@ func main() {
 				Pragma("noescape")
 				Doc(fmt.Sprintf("%s_%dx%d computes a %d×%d tile of %s dot products with AVX2 and FMA.", k.name, r, c, r, c, k.name))
 				k.gen(newTile(r, c))
-				RET()
+				ret()
 			}
 		}
 	}
@@ -104,6 +108,21 @@ func main() {
 		panelKernel("q40Panel", C, true)
 	}
 	Generate()
+}
+
+// ret ends a function: VZEROUPPER, then RET. Every function of this
+// generator uses YMM or ZMM registers, and a function that returns with their
+// upper halves dirty makes every legacy-SSE instruction run later on the same
+// thread (all of Go's scalar float code: math.Exp, the sampler, ...) pay the
+// AVX→SSE transition penalty on Intel CPUs, which made serving 6× slower on a
+// Xeon; AMD hides it. VZEROUPPER costs about a cycle and changes no X
+// register, so a future function that uses only general-purpose or XMM
+// registers may end with ret too. Never call RET directly: TestNoBareRET in
+// this package fails on it, and TestVZEROUPPER in package cpu checks the
+// generated assembly.
+func ret() {
+	VZEROUPPER()
+	RET()
 }
 
 // expCoef are the constants of expf (see expf in package cpu, whose order
@@ -200,7 +219,7 @@ func expSub() {
 	JZ(LabelRef("done"))
 	body(tailMask(n))
 	Label("done")
-	RET()
+	ret()
 }
 
 // swiGLU emits func(n int, gate, up *float32): gate[i] = gate[i] / (1 +
@@ -253,7 +272,7 @@ func swiGLU() {
 	JZ(LabelRef("done"))
 	body(tailMask(n))
 	Label("done")
-	RET()
+	ret()
 }
 
 // quantQ80 emits func(nb int, x *float32, dst *byte): ggml's x86 Q8_0
@@ -319,7 +338,7 @@ func quantQ80() {
 	DECQ(n)
 	JMP(LabelRef("loop"))
 	Label("done")
-	RET()
+	ret()
 }
 
 // tile holds the pointers and strides of one kernel call.
@@ -674,7 +693,7 @@ func f32ToF16() {
 	VMOVUPS_Z(Mem{Base: src}, k, z)
 	VCVTPS2PH(Imm(0), z, k, Mem{Base: dst})
 	Label("done")
-	RET()
+	ret()
 }
 
 // f16Scale emits func(n int, src *uint16, scale float32, dst *float32):
@@ -709,7 +728,7 @@ func f16Scale() {
 	VMULPS(sc, z, z)
 	VMOVUPS(z, k, Mem{Base: dst})
 	Label("done")
-	RET()
+	ret()
 }
 
 // softmaxValues emits Attend's value accumulation over m consecutive keys of
@@ -845,7 +864,7 @@ func softmaxValues(f16 bool, H int) {
 	ADDQ(U32(16*U*esz), vp) // the value rows have acc's type
 	SUBQ(Imm(16*U), rem)
 	JG(LabelRef("pass"))
-	RET()
+	ret()
 	for h := 0; h < H; h++ {
 		Label(fmt.Sprintf("rescale%d", h))
 		bm := ZMM()
@@ -1081,7 +1100,7 @@ func panelKernel(name string, C int, q4 bool) {
 			VMOVUPS(acc[c], rowMem(op4, os, os3, c-4, 0))
 		}
 	}
-	RET()
+	ret()
 }
 
 func q80AVX2(t *tile) {
@@ -1283,7 +1302,7 @@ func scores16() {
 	VPERMPS(r, idx, r)
 	op := param("out")
 	VMOVUPS(r, Mem{Base: op})
-	RET()
+	ret()
 }
 
 // foldLevel halves a list of registers: out[i] = shuf(lo, in[2i+1], in[2i])
