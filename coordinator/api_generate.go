@@ -319,9 +319,10 @@ func (s *Server) logDone(c *call, g *genRun) {
 
 // sse writes server-sent events; after a write error it writes nothing.
 type sse struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration // each event's write deadline
+	err     error
 }
 
 func (e *sse) send(v any) {
@@ -344,6 +345,7 @@ func (e *sse) raw(b []byte) {
 	buf = append(buf, "data: "...)
 	buf = append(buf, b...)
 	buf = append(buf, "\n\n"...)
+	e.rc.SetWriteDeadline(time.Now().Add(e.timeout)) // ErrNotSupported only for exotic writers
 	if _, e.err = e.w.Write(buf); e.err == nil {
 		e.err = e.rc.Flush()
 	}
@@ -357,7 +359,7 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	c.w.WriteHeader(http.StatusOK)
-	ev := &sse{w: c.w, rc: http.NewResponseController(c.w)}
+	ev := &sse{w: c.w, rc: http.NewResponseController(c.w), timeout: s.cfg.WriteTimeout}
 	created := time.Now().Unix()
 	id := "cmpl-" + c.rid
 	if g.req.chat {

@@ -347,11 +347,33 @@ func (s *Server) parseChat(body []byte) (*genRequest, *apiError) {
 	return req, nil
 }
 
+// fitsContext refuses text that cannot fit the context whatever it
+// encodes to, by the tokenizer's cheap lower bound, before any CPU is spent
+// rendering or tokenizing it (a multi-megabyte body would otherwise cost
+// seconds of the cores the pipeline runs on). Text that passes is still
+// checked against the context once tokenized.
+func (s *Server) fitsContext(field, text string) *apiError {
+	if s.info.Tokenizer == nil {
+		return nil
+	}
+	if n := s.info.Tokenizer.MinTokens(text); n >= s.info.Context {
+		return invalid(field, "the %s holds %d bytes, at least %d tokens, which do not fit the context of %d tokens", field, len(text), n, s.info.Context)
+	}
+	return nil
+}
+
 // chatTokens renders messages with the model's template and tokenizes the
 // result.
 func (s *Server) chatTokens(f fields, addGen bool) ([]int32, *apiError) {
 	msgs, err := parseMessages(f)
 	if err != nil {
+		return nil, err
+	}
+	var all strings.Builder
+	for _, m := range msgs {
+		all.WriteString(m.Content)
+	}
+	if err := s.fitsContext("messages", all.String()); err != nil {
 		return nil, err
 	}
 	text, rerr := s.info.Template.Render(msgs, chat.Options{BOS: s.info.BOS, EOS: s.info.EOS, AddGenerationPrompt: addGen})
@@ -463,6 +485,9 @@ func (s *Server) promptTokens(raw json.RawMessage) ([]int32, string, *apiError) 
 	encode := func(text string) ([]int32, string, *apiError) {
 		if text == "" {
 			return nil, "", invalid("prompt", "prompt must not be empty")
+		}
+		if err := s.fitsContext("prompt", text); err != nil {
+			return nil, "", err
 		}
 		return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true}), text, nil
 	}

@@ -90,6 +90,11 @@ func (s *Server) tokenize(body []byte) (toks []int32, withPieces bool, _ *apiErr
 			addSpecial = v
 		}
 	}
+	// Capped like a prompt: text that cannot fit the context is refused
+	// before it is tokenized.
+	if err := s.fitsContext("prompt", text); err != nil {
+		return nil, false, err
+	}
 	parseSpecial := true
 	if v, ok, err := f.boolean("parse_special"); err != nil {
 		return nil, false, err

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -21,14 +22,36 @@ import (
 // even as a JSON array of token IDs.
 const DefaultMaxBodyBytes = 4 << 20
 
+// DefaultBodyTimeout bounds the reading of one request body when
+// ServerConfig leaves it 0: a 4 MiB body arrives in well under a second on
+// any network a client would serve from; 30 s is room for a slow one and
+// still frees a connection a slow-body client holds open.
+const DefaultBodyTimeout = 30 * time.Second
+
+// DefaultWriteTimeout bounds each write of a response (one server-sent
+// event, or a whole JSON answer) when ServerConfig leaves it 0: a client
+// that stops reading is cut off after it, and its request aborted, instead
+// of holding a connection and a goroutine forever. It is per write, so
+// streams may last as long as their requests.
+const DefaultWriteTimeout = 30 * time.Second
+
 // ServerConfig configures the HTTP API.
 type ServerConfig struct {
-	// APIKey, when set, is the Bearer token every endpoint but /healthz and
-	// /readyz requires.
+	// APIKey, when set, is a Bearer token every endpoint but /healthz,
+	// /readyz and the status page's shell requires.
 	APIKey string
+	// APIKeys are more accepted keys (from --api-key-file); any one of them
+	// or APIKey is accepted.
+	APIKeys []string
 	// MaxBodyBytes bounds a request body; larger bodies get 413. 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyTimeout bounds the reading of a request body (408 after it); 0
+	// means DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of a response; 0 means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// RequestTimeout, when > 0, is each generation request's deadline,
 	// counted from its arrival; the engine ends it with FinishTimeout.
 	RequestTimeout time.Duration
@@ -52,11 +75,15 @@ type Server struct {
 	info    *ModelInfo
 	ready   func() error
 	log     *slog.Logger
-	keySum  [sha256.Size]byte
-	start   time.Time
-	routes  map[string]route
-	stops   map[int32]bool // info.Stop as a set
-	metrics *metrics
+	keySums [][sha256.Size]byte // accepted API keys, hashed; none: the API is open
+	// maxTokenBytes is the longest token of the vocabulary in bytes: a text
+	// of n bytes encodes to at least n/maxTokenBytes tokens, a bound checked
+	// before a prompt is rendered or tokenized.
+	maxTokenBytes int
+	start         time.Time
+	routes        map[string]route
+	stops         map[int32]bool // info.Stop as a set
+	metrics       *metrics
 }
 
 type route struct {
@@ -79,6 +106,12 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -92,8 +125,16 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 		stops: map[int32]bool{},
 	}
 	s.metrics = newMetrics(eng, s.clusterView, cfg.StageTimings)
-	if cfg.APIKey != "" {
-		s.keySum = sha256.Sum256([]byte(cfg.APIKey))
+	for _, k := range append([]string{cfg.APIKey}, cfg.APIKeys...) {
+		if k != "" {
+			s.keySums = append(s.keySums, sha256.Sum256([]byte(k)))
+		}
+	}
+	s.maxTokenBytes = 1
+	if tok := info.Tokenizer; tok != nil {
+		for id := range tok.VocabSize() {
+			s.maxTokenBytes = max(s.maxTokenBytes, len(tok.TokenBytes(int32(id))))
+		}
 	}
 	for _, id := range info.Stop {
 		s.stops[id] = true
@@ -139,7 +180,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	path := r.URL.Path
-	if !openPaths[path] && s.cfg.APIKey != "" && !s.authorized(r) {
+	if !openPaths[path] && len(s.keySums) > 0 && !s.authorized(r) {
+		// Refused before a byte of the body is read; closing the connection
+		// keeps the server from draining a body nobody authorized.
+		c.w.Header().Set("Connection", "close")
 		c.w.Header().Set("WWW-Authenticate", `Bearer realm="strata"`)
 		s.writeError(c, &apiError{status: http.StatusUnauthorized, typ: "authentication_error", code: "invalid_api_key",
 			msg: "missing or invalid API key: send it as \"Authorization: Bearer KEY\""})
@@ -150,11 +194,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		rt, ok = route{http.MethodGet, s.handleModel}, true
 	}
 	if !ok {
+		c.w.Header().Set("Connection", "close")
 		s.writeError(c, &apiError{status: http.StatusNotFound, typ: "not_found_error", code: "not_found",
 			msg: fmt.Sprintf("no such endpoint: %s %s", r.Method, path)})
 		return
 	}
 	if r.Method != rt.method && !(rt.method == http.MethodGet && r.Method == http.MethodHead) {
+		c.w.Header().Set("Connection", "close")
 		c.w.Header().Set("Allow", rt.method)
 		s.writeError(c, &apiError{status: http.StatusMethodNotAllowed, typ: "invalid_request_error", code: "method_not_allowed",
 			msg: fmt.Sprintf("%s takes %s, got %s", path, rt.method, r.Method)})
@@ -172,7 +218,11 @@ func (s *Server) authorized(r *http.Request) bool {
 		return false
 	}
 	got := sha256.Sum256([]byte(strings.TrimSpace(h[len(prefix):])))
-	return subtle.ConstantTimeCompare(got[:], s.keySum[:]) == 1
+	ok := 0
+	for i := range s.keySums {
+		ok |= subtle.ConstantTimeCompare(got[:], s.keySums[i][:])
+	}
+	return ok == 1
 }
 
 // requestID returns the client's X-Request-ID when it is sane (1 to 128
@@ -187,20 +237,40 @@ func requestID(client string) string {
 	return "req-" + hex.EncodeToString(b[:])
 }
 
-// readBody reads the request body within MaxBodyBytes.
+// readBody reads the request body within MaxBodyBytes and BodyTimeout.
+// The read deadline is lifted once the body is in: the connection's reads
+// then only watch for the client going away, for as long as the request
+// runs (net/http cancels the request's context when such a read fails). A
+// body refused or cut short closes the connection.
 func (s *Server) readBody(c *call) ([]byte, *apiError) {
 	limit := s.cfg.MaxBodyBytes
 	if c.r.ContentLength > limit {
+		c.w.Header().Set("Connection", "close")
 		return nil, errTooLarge(c.r.ContentLength, limit)
 	}
+	rc := http.NewResponseController(c.w)
+	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) // ErrNotSupported only for exotic writers: then unbounded, as before
 	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, limit))
 	if err != nil {
+		// The deadline stays: the server must not wait for the rest of a
+		// body it refused before it closes the connection.
+		c.w.Header().Set("Connection", "close")
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, errTooLarge(-1, limit)
 		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			return nil, &apiError{status: http.StatusRequestTimeout, typ: "invalid_request_error", code: "request_timeout",
+				msg: fmt.Sprintf("the request body did not arrive within %v", s.cfg.BodyTimeout)}
+		}
 		return nil, invalid("", "reading the request body: %v", err)
 	}
+	rc.SetReadDeadline(time.Time{})
 	return body, nil
+}
+
+// writeDeadline bounds the next write of c's response by WriteTimeout.
+func (s *Server) writeDeadline(rc *http.ResponseController) {
+	rc.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout)) // ErrNotSupported only for exotic writers
 }
 
 func (s *Server) handleHealthz(c *call) {
@@ -253,6 +323,7 @@ func (s *Server) writeJSON(c *call, status int, v any) {
 		b, _ = json.Marshal(errInternal("internal error encoding the response (request %s)", c.rid).envelope())
 	}
 	c.w.Header().Set("Content-Type", "application/json")
+	s.writeDeadline(http.NewResponseController(c.w))
 	c.w.WriteHeader(status)
 	c.w.Write(append(b, '\n'))
 }

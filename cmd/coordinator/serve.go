@@ -22,6 +22,7 @@ import (
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/shard"
+	"golang.org/x/net/netutil"
 )
 
 // serveConfig is everything `coordinator serve` needs.
@@ -41,8 +42,13 @@ type serveConfig struct {
 	Engine      coordinator.EngineConfig
 	Server      coordinator.ServerConfig
 	Grace       time.Duration // drain time after SIGTERM
-	LogEvery    time.Duration
-	Log         *slog.Logger
+	// HTTP: TLS on the API when both are set; the most connections served
+	// at once (0: no limit); how long a keep-alive connection may idle.
+	TLSCert, TLSKey string
+	MaxConns        int
+	IdleTimeout     time.Duration
+	LogEvery        time.Duration
+	Log             *slog.Logger
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -70,7 +76,15 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&cfg.Server.RequestTimeout, "request-timeout", 10*time.Minute, "deadline of a request from its arrival (0: none)")
 	fs.DurationVar(&cfg.Engine.Sched.QueueTimeout, "queue-timeout", cfg.Engine.Sched.QueueTimeout, "longest wait for admission (0: none)")
 	fs.IntVar(&cfg.Engine.Sched.MaxWaiting, "max-waiting", cfg.Engine.Sched.MaxWaiting, "requests that may wait for admission; more get 429")
-	fs.StringVar(&cfg.Server.APIKey, "api-key", "", "require this Bearer key on the API (/healthz and /readyz stay open)")
+	fs.StringVar(&cfg.Server.APIKey, "api-key", "", "require this Bearer key on the API (/healthz and /readyz stay open); visible to anyone who can list processes: prefer --api-key-file or $STRATA_API_KEY")
+	keyFile := fs.String("api-key-file", "", "require one of the Bearer keys in this file (one per line; blank lines and # comments skipped)")
+	maxBody := fs.String("max-body", "4MiB", "largest request body (larger ones get 413)")
+	fs.IntVar(&cfg.MaxConns, "max-connections", 1024, "HTTP connections served at once; more wait to be accepted (0: no limit)")
+	fs.DurationVar(&cfg.Server.BodyTimeout, "body-timeout", coordinator.DefaultBodyTimeout, "longest time a request body may take to arrive (408 after it)")
+	fs.DurationVar(&cfg.Server.WriteTimeout, "write-timeout", coordinator.DefaultWriteTimeout, "longest time one write of a response may take; a client that stops reading is cut off after it")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; with --tls-key)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long in-flight requests may run before they are failed")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +95,22 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := apiKeys(&cfg.Server, *keyFile, os.Getenv("STRATA_API_KEY")); err != nil {
+		return cfg, err
+	}
+	mb, err := shard.ParseSize(*maxBody)
+	if err != nil || mb <= 0 {
+		return cfg, fmt.Errorf("serve: --max-body must be a positive size such as 4MiB, got %q", *maxBody)
+	}
+	cfg.Server.MaxBodyBytes = mb
+	switch {
+	case cfg.MaxConns < 0:
+		return cfg, fmt.Errorf("serve: --max-connections must be >= 0, got %d", cfg.MaxConns)
+	case cfg.Server.BodyTimeout <= 0 || cfg.Server.WriteTimeout <= 0 || cfg.IdleTimeout <= 0:
+		return cfg, errors.New("serve: --body-timeout, --write-timeout and --idle-timeout must be positive")
+	case (cfg.TLSCert == "") != (cfg.TLSKey == ""):
+		return cfg, errors.New("serve: --tls-cert and --tls-key go together")
+	}
 	n, err := shard.ParseSize(*kvMem)
 	if err != nil {
 		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
@@ -105,9 +135,38 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		level = slog.LevelDebug
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if set["api-key"] {
+		cfg.Log.Warn("--api-key is visible to anyone who can list this machine's processes; use --api-key-file or $STRATA_API_KEY")
+	}
 	cfg.Engine.Log = cfg.Log.With("component", "engine")
 	cfg.Server.Log = cfg.Log.With("component", "http")
 	return cfg, nil
+}
+
+// apiKeys adds the keys of keyFile (one per line; blank lines and lines
+// starting with # skipped) and of env ($STRATA_API_KEY) to sc.
+func apiKeys(sc *coordinator.ServerConfig, keyFile, env string) error {
+	if env = strings.TrimSpace(env); env != "" {
+		sc.APIKeys = append(sc.APIKeys, env)
+	}
+	if keyFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("serve: --api-key-file: %w", err)
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			sc.APIKeys = append(sc.APIKeys, line)
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("serve: --api-key-file %s holds no key", keyFile)
+	}
+	return nil
 }
 
 // resolveShards checks --local-shards and --min-shards and fills in their
@@ -224,7 +283,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	sc := cfg.Server
 	sc.View, sc.StageTimings = be.views(eng)
 	srv := coordinator.NewServer(sc, eng, info, ready)
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout or WriteTimeout: they would cut streams that last
+	// longer. The server bounds each body read and each response write
+	// itself (--body-timeout, --write-timeout).
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelDebug)}
+	if cfg.MaxConns > 0 {
+		ln = netutil.LimitListener(ln, cfg.MaxConns)
+	}
 
 	runCtx, stopRun := context.WithCancel(context.Background())
 	defer stopRun()
@@ -237,8 +303,14 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	wg.Go(func() { eng.Run(runCtx) })
 	wg.Go(func() { logThroughput(runCtx, log, eng, func() string { return kvBlocks(sc.View) }, cfg.LogEvery) })
 	serveErr := make(chan error, 1)
-	wg.Go(func() { serveErr <- hs.Serve(ln) })
-	log.Info("serving", "addr", ln.Addr().String(), "model", name, "layers", m.Layers,
+	wg.Go(func() {
+		if cfg.TLSCert != "" {
+			serveErr <- hs.ServeTLS(ln, cfg.TLSCert, cfg.TLSKey)
+		} else {
+			serveErr <- hs.Serve(ln)
+		}
+	})
+	log.Info("serving", "addr", ln.Addr().String(), "tls", cfg.TLSCert != "", "api_keys", len(sc.APIKeys)+min(len(sc.APIKey), 1), "model", name, "layers", m.Layers,
 		"max_model_len", ec.Sched.MaxModelLen, "epoch", ec.Epoch, "local_shards", cfg.LocalShards, "min_shards", cfg.MinShards,
 		"threads", cfg.Threads, "gossip", be.c.GossipAddr(), "grpc", be.c.GRPCAddr(), "data_dir", dataDir)
 	if cfg.Ready != nil {

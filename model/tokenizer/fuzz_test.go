@@ -25,7 +25,8 @@ func FuzzRoundTrip(f *testing.F) {
 	spm, gpt2 := fuzzTokenizers(f)
 	f.Fuzz(func(t *testing.T, s string) {
 		ids := spm.Encode(s, EncodeOptions{})
-		_ = spm.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		special := spm.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		checkMinTokens(t, "SPM", spm, s, ids, special)
 		// SPM with byte fallback is lossless, except that a U+2581 in the
 		// input decodes as the space it stands for, and that a malformed
 		// lead byte can swallow the U+2581 of a following space into a
@@ -52,7 +53,8 @@ func FuzzRoundTrip(f *testing.F) {
 			return
 		}
 		ids = gpt2.Encode(s, EncodeOptions{})
-		_ = gpt2.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		special = gpt2.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		checkMinTokens(t, "GPT-2", gpt2, s, ids, special)
 		// Byte-level BPE is lossless on valid UTF-8.
 		if got := gpt2.Decode(ids); utf8.ValidString(s) && got != s {
 			t.Fatalf("GPT-2: Decode(Encode(%q)) = %q (ids %v)", s, got, ids)
@@ -70,4 +72,15 @@ func fuzzTokenizers(f *testing.F) (spm, gpt2 *Tokenizer) {
 	}
 	return sharedTokenizer(f, "tokenizers/ggml-vocab-llama-spm.gguf"),
 		sharedTokenizer(f, "tokenizers/ggml-vocab-gpt-2.gguf")
+}
+
+// checkMinTokens fails when MinTokens promises more tokens than an encoding
+// of s made.
+func checkMinTokens(t *testing.T, name string, tok *Tokenizer, s string, encodings ...[]int32) {
+	t.Helper()
+	for _, ids := range encodings {
+		if m := tok.MinTokens(s); m > len(ids) {
+			t.Fatalf("%s: MinTokens(%q) = %d, but it encodes to %d tokens", name, s, m, len(ids))
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ErrUnsupported is wrapped by the errors for vocabularies this package cannot
@@ -125,6 +126,10 @@ type Tokenizer struct {
 
 	eog     map[int32]bool
 	special []int32 // control, user-defined and unknown tokens, longest first
+
+	// maxCover is the most input bytes other than spaces that one token
+	// can stand for (see MinTokens).
+	maxCover int
 }
 
 // New builds a Tokenizer from v, applying llama.cpp's load-time fix-ups:
@@ -240,6 +245,7 @@ func New(v Vocab) (*Tokenizer, error) {
 			t.byteToken[b] = id
 		}
 	}
+	t.maxCover = t.coverBound()
 	return t, nil
 }
 
@@ -423,4 +429,33 @@ func (t *Tokenizer) IsControl(id int32) bool {
 func (t *Tokenizer) Lookup(s string) (int32, bool) {
 	id, ok := t.ids[s]
 	return id, ok
+}
+
+// coverBound returns the most input bytes one token can stand for: its text
+// as the vocabulary stores it is never shorter than the bytes it matches
+// (SPM's U+2581 is 3 bytes for a 1-byte space; GPT-2's byte alphabet spends
+// 1 or 2 bytes per byte; control and user-defined tokens match their text),
+// and an unknown token stands for one character, at most 4 bytes.
+func (t *Tokenizer) coverBound() int {
+	m := utf8.UTFMax
+	for _, s := range t.tokens {
+		m = max(m, len(s))
+	}
+	return m
+}
+
+// MinTokens returns a lower bound on the number of tokens Encode makes of
+// text, with any options, in one pass and without tokenizing: every byte
+// but whitespace lies inside some token's match, and no token matches more
+// than maxCover bytes. (Whitespace is not counted because special tokens
+// with lstrip/rstrip swallow any run of it.) A server checks it against the
+// context before it spends CPU on a prompt that can never fit.
+func (t *Tokenizer) MinTokens(text string) int {
+	n := 0
+	for i := 0; i < len(text); i++ {
+		if strings.IndexByte(cSpace, text[i]) < 0 {
+			n++
+		}
+	}
+	return (n + t.maxCover - 1) / t.maxCover
 }
