@@ -28,6 +28,7 @@ const (
 	MaxFF      = 1 << 18
 	MaxVocab   = 1 << 22
 	MaxContext = 1 << 24
+	MaxHeadDim = 1024
 )
 
 // Config is a model's architecture as its GGUF metadata describes it.
@@ -37,7 +38,7 @@ type Config struct {
 	Embd      int    // hidden size
 	Heads     int    // query heads
 	HeadsKV   int    // key/value heads (grouped-query attention when < Heads)
-	HeadDim   int    // Embd / Heads
+	HeadDim   int    // per-head width: attention.key_length, else Embd / Heads
 	FF        int    // feed-forward hidden size
 	Vocab     int    // rows of the embedding matrix
 	Context   int    // training context length in tokens
@@ -51,23 +52,35 @@ type Config struct {
 	NoRopeEvery int
 	QKVBias     bool // attention projections carry biases (Qwen2)
 	TiedOutput  bool // no output.weight: the head reuses token_embd
+	// QKNorm applies an RMSNorm of HeadDim weights (attn_q_norm,
+	// attn_k_norm) to each head of the queries and keys before RoPE (Qwen3).
+	QKNorm bool
 }
 
 // KVDim is the width of one position's keys (and values) in one layer.
 func (c Config) KVDim() int { return c.HeadsKV * c.HeadDim }
 
+// QDim is the width of one position's queries (and of the attention output
+// the O projection reads): Heads×HeadDim, which need not equal Embd.
+func (c Config) QDim() int { return c.Heads * c.HeadDim }
+
 // archInfo holds what differs between the supported architectures.
 type archInfo struct {
 	rope    RopeStyle
 	qkvBias bool
+	qkNorm  bool
 }
 
 var archs = map[string]archInfo{
 	"llama":   {rope: RopeNormal},
 	"mistral": {rope: RopeNormal},
 	"qwen2":   {rope: RopeNeoX, qkvBias: true},
+	"qwen3":   {rope: RopeNeoX, qkNorm: true},
 	"smollm3": {rope: RopeNormal},
 }
+
+// supportedArchs lists archs' keys for error messages.
+const supportedArchs = "llama, mistral, qwen2, qwen3, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
@@ -77,9 +90,9 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	}
 	info, ok := archs[arch]
 	if !ok {
-		return Config{}, fmt.Errorf("%w %q (general.architecture); supported: llama, mistral, qwen2, smollm3", ErrUnsupportedArch, arch)
+		return Config{}, fmt.Errorf("%w %q (general.architecture); supported: %s", ErrUnsupportedArch, arch, supportedArchs)
 	}
-	c := Config{Arch: arch, Rope: info.rope, QKVBias: info.qkvBias, RopeBase: 10000, RopeScale: 1}
+	c := Config{Arch: arch, Rope: info.rope, QKVBias: info.qkvBias, QKNorm: info.qkNorm, RopeBase: 10000, RopeScale: 1}
 	key := func(s string) string { return arch + "." + s }
 	geti := func(k string, limit int, dst *int) error {
 		v, err := f.Uint(key(k))
@@ -113,20 +126,35 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if c.Embd%c.Heads != 0 {
-		return Config{}, fmt.Errorf("model: %s %d is not a multiple of %s %d", key("embedding_length"), c.Embd, key("attention.head_count"), c.Heads)
-	}
 	if c.Heads%c.HeadsKV != 0 {
 		return Config{}, fmt.Errorf("model: %s %d is not a multiple of %s %d", key("attention.head_count"), c.Heads, key("attention.head_count_kv"), c.HeadsKV)
 	}
-	c.HeadDim = c.Embd / c.Heads
 	if f.Has(key("attention.key_length")) {
-		v, err := f.Uint(key("attention.key_length"))
+		if err := geti("attention.key_length", MaxHeadDim, &c.HeadDim); err != nil {
+			return Config{}, err
+		}
+	} else {
+		if c.Embd%c.Heads != 0 {
+			return Config{}, fmt.Errorf("model: %s %d is not a multiple of %s %d", key("embedding_length"), c.Embd, key("attention.head_count"), c.Heads)
+		}
+		c.HeadDim = c.Embd / c.Heads
+	}
+	if f.Has(key("attention.value_length")) {
+		v, err := f.Uint(key("attention.value_length"))
 		if err != nil {
 			return Config{}, err
 		}
-		if int(v) != c.HeadDim {
-			return Config{}, fmt.Errorf("model: %s = %d differs from embedding_length/head_count = %d; unsupported", key("attention.key_length"), v, c.HeadDim)
+		if v != uint64(c.HeadDim) {
+			return Config{}, fmt.Errorf("model: %s = %d differs from the key width %d; unsupported", key("attention.value_length"), v, c.HeadDim)
+		}
+	}
+	if f.Has(key("expert_count")) {
+		v, err := f.Uint(key("expert_count"))
+		if err != nil {
+			return Config{}, err
+		}
+		if v > 0 {
+			return Config{}, fmt.Errorf("model: %s = %d: mixture-of-experts %s files are not supported", key("expert_count"), v, arch)
 		}
 	}
 	c.RopeDims = c.HeadDim

@@ -14,16 +14,21 @@ import (
 	"github.com/strata-llm/strata/model/gguf"
 )
 
-// RandomSpec describes a random-weight Llama model. Weights' values do not
+// RandomSpec describes a random-weight model. Weights' values do not
 // change speed, so such files stand in for real models in benchmarks.
 type RandomSpec struct {
-	// Arch is the architecture written: "llama" (the default when empty) or
-	// "qwen2" (NeoX RoPE, biases on the Q/K/V projections).
+	// Arch is the architecture written: "llama" (the default when empty),
+	// "qwen2" (NeoX RoPE, biases on the Q/K/V projections) or "qwen3" (NeoX
+	// RoPE, per-head Q and K norms, attention.key_length written).
 	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
 	Tied                                             bool      // no output.weight
 	Seed                                             uint64
+
+	// HeadDim is each head's width; 0 means Embd/Heads. A non-zero value is
+	// written as attention.key_length and value_length.
+	HeadDim int
 }
 
 // DemoSpec is the built-in demo model: small enough to generate in memory in
@@ -40,8 +45,10 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Layers must be 1..%d, got %d", MaxLayers, s.Layers)
 	case s.Heads <= 0 || s.HeadsKV <= 0 || s.Heads%s.HeadsKV != 0:
 		return fmt.Errorf("model: random spec Heads %d must be a positive multiple of HeadsKV %d", s.Heads, s.HeadsKV)
-	case s.Embd <= 0 || s.Embd%s.Heads != 0 || (s.Embd/s.Heads)%2 != 0:
+	case s.HeadDim == 0 && (s.Embd <= 0 || s.Embd%s.Heads != 0 || (s.Embd/s.Heads)%2 != 0):
 		return fmt.Errorf("model: random spec Embd %d must be a positive multiple of 2×Heads (%d)", s.Embd, 2*s.Heads)
+	case s.HeadDim != 0 && (s.HeadDim < 0 || s.HeadDim%2 != 0 || s.HeadDim > MaxHeadDim || s.Embd <= 0):
+		return fmt.Errorf("model: random spec HeadDim must be even and 2..%d with Embd > 0, got %d (Embd %d)", MaxHeadDim, s.HeadDim, s.Embd)
 	case s.FF <= 0:
 		return fmt.Errorf("model: random spec FF must be > 0, got %d", s.FF)
 	case s.Vocab < 259+4 || s.Vocab > MaxVocab:
@@ -50,9 +57,9 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2":
+	case "", "llama", "qwen2", "qwen3":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama or qwen2, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2 or qwen3, got %q", s.Arch)
 	}
 	switch s.Type {
 	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0:
@@ -62,7 +69,7 @@ func (s RandomSpec) Validate() error {
 	return nil
 }
 
-// WriteRandom writes a GGUF file of a Llama model with random weights and a
+// WriteRandom writes a GGUF file of a model of s.Arch with random weights and a
 // synthetic SentencePiece vocabulary (control tokens, 256 byte tokens, then
 // characters and character pairs). The same spec always gives the same bytes.
 func WriteRandom(w io.Writer, s RandomSpec) error {
@@ -76,8 +83,12 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		arch = "llama"
 	}
 	base := float32(10000)
-	if arch == "qwen2" {
+	if arch == "qwen2" || arch == "qwen3" {
 		base = 1e6
+	}
+	hd := s.Embd / s.Heads
+	if s.HeadDim != 0 {
+		hd = s.HeadDim
 	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: arch},
@@ -88,7 +99,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: arch + ".block_count", Value: uint32(s.Layers)},
 		{Key: arch + ".attention.head_count", Value: uint32(s.Heads)},
 		{Key: arch + ".attention.head_count_kv", Value: uint32(s.HeadsKV)},
-		{Key: arch + ".rope.dimension_count", Value: uint32(s.Embd / s.Heads)},
+		{Key: arch + ".rope.dimension_count", Value: uint32(hd)},
 		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
 		{Key: arch + ".rope.freq_base", Value: base},
 		{Key: "tokenizer.ggml.model", Value: "llama"},
@@ -98,6 +109,11 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
 		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
+	}
+	if s.HeadDim != 0 || arch == "qwen3" {
+		kvs = append(kvs,
+			gguf.KV{Key: arch + ".attention.key_length", Value: uint32(hd)},
+			gguf.KV{Key: arch + ".attention.value_length", Value: uint32(hd)})
 	}
 	var ts []gguf.WriteTensor
 	add := func(name string, t ggml.Type, rows, cols int, scale float32) error {
@@ -138,7 +154,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		return nil
 	}
 	norm := func(name string) error { return vec(name, s.Embd, 1, 0.1) }
-	kvDim := s.HeadsKV * (s.Embd / s.Heads)
+	kvDim, qDim := s.HeadsKV*hd, s.Heads*hd
 	in := 1 / float32(math.Sqrt(float64(s.Embd)))
 	steps := []func() error{
 		func() error { return add("token_embd.weight", s.Type, s.Vocab, s.Embd, 1) },
@@ -149,31 +165,45 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	}
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
-		steps = append(steps,
-			func() error { return norm(p + "attn_norm.weight") },
-			func() error { return add(p+"attn_q.weight", s.Type, s.Embd, s.Embd, in) },
+		attn := []func() error{
+			func() error { return add(p+"attn_q.weight", s.Type, qDim, s.Embd, in) },
 			func() error { return add(p+"attn_k.weight", s.Type, kvDim, s.Embd, in) },
 			func() error { return add(p+"attn_v.weight", s.Type, kvDim, s.Embd, in) },
-			func() error { return add(p+"attn_output.weight", s.Type, s.Embd, s.Embd, in) },
-			func() error {
-				if arch != "qwen2" {
-					return nil
-				}
-				if err := vec(p+"attn_q.bias", s.Embd, 0, 0.5); err != nil {
-					return err
-				}
-				if err := vec(p+"attn_k.bias", kvDim, 0, 0.5); err != nil {
-					return err
-				}
-				return vec(p+"attn_v.bias", kvDim, 0, 0.5)
-			},
-			func() error { return norm(p + "ffn_norm.weight") },
+		}
+		ffn := []func() error{
 			func() error { return add(p+"ffn_gate.weight", s.Type, s.FF, s.Embd, in) },
 			func() error { return add(p+"ffn_up.weight", s.Type, s.FF, s.Embd, in) },
+		}
+		steps = append(steps, func() error { return norm(p + "attn_norm.weight") })
+		steps = append(steps, attn...)
+		steps = append(steps,
 			func() error {
-				return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))
+				return add(p+"attn_output.weight", s.Type, s.Embd, qDim, 1/float32(math.Sqrt(float64(qDim))))
 			},
+			func() error {
+				switch arch {
+				case "qwen2":
+					if err := vec(p+"attn_q.bias", qDim, 0, 0.5); err != nil {
+						return err
+					}
+					if err := vec(p+"attn_k.bias", kvDim, 0, 0.5); err != nil {
+						return err
+					}
+					return vec(p+"attn_v.bias", kvDim, 0, 0.5)
+				case "qwen3":
+					if err := vec(p+"attn_q_norm.weight", hd, 1, 0.1); err != nil {
+						return err
+					}
+					return vec(p+"attn_k_norm.weight", hd, 1, 0.1)
+				}
+				return nil
+			},
+			func() error { return norm(p + "ffn_norm.weight") },
 		)
+		steps = append(steps, ffn...)
+		steps = append(steps, func() error {
+			return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))
+		})
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

@@ -91,8 +91,8 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
 	if p, ok := be.(Preparer); ok {
-		for _, L := range m.LayerWeights[first:last] {
-			for _, w := range []*Weight{L.Q, L.K, L.V, L.O, L.Gate, L.Up, L.Down} {
+		for i := range m.LayerWeights[first:last] {
+			for _, w := range m.LayerWeights[first+i].Matrices() {
 				p.Prepare(w)
 			}
 		}
@@ -194,12 +194,21 @@ func (s *Stage) normToken(_, t int) {
 
 func (s *Stage) qkvToken(_, t int) {
 	m, L := s.m, s.L
-	E, KVD := m.Embd, m.KVDim()
-	qt, kt, vt := s.q[t*E:(t+1)*E], s.k[t*KVD:(t+1)*KVD], s.v[t*KVD:(t+1)*KVD]
+	QD, KVD := m.QDim(), m.KVDim()
+	qt, kt, vt := s.q[t*QD:(t+1)*QD], s.k[t*KVD:(t+1)*KVD], s.v[t*KVD:(t+1)*KVD]
 	if L.QBias != nil {
 		addTo(qt, L.QBias)
 		addTo(kt, L.KBias)
 		addTo(vt, L.VBias)
+	}
+	if L.QNorm != nil {
+		hd := m.HeadDim
+		for h := 0; h < m.Heads; h++ {
+			rmsNorm(qt[h*hd:(h+1)*hd], qt[h*hd:(h+1)*hd], L.QNorm, m.NormEps)
+		}
+		for h := 0; h < m.HeadsKV; h++ {
+			rmsNorm(kt[h*hd:(h+1)*hd], kt[h*hd:(h+1)*hd], L.KNorm, m.NormEps)
+		}
 	}
 	if s.rope {
 		cs := s.ropeCS[t*m.RopeDims : (t+1)*m.RopeDims]
@@ -209,12 +218,12 @@ func (s *Stage) qkvToken(_, t int) {
 }
 
 func (s *Stage) attendToken(w, t int) {
-	E := s.m.Embd
+	QD := s.m.QDim()
 	n := s.pos[t] + 1
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}
-	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, s.pos[t], s.q[t*E:(t+1)*E], s.att[t*E:(t+1)*E], s.attnScratch[w][:n])
+	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, s.pos[t], s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {
@@ -261,7 +270,7 @@ func (s *Stage) check(rows []Row, in []float32) (int, error) {
 
 func (s *Stage) grow(T int) {
 	m := s.m
-	E, KVD := m.Embd, m.KVDim()
+	E, KVD, QD := m.Embd, m.KVDim(), m.QDim()
 	g := func(b *[]float32, n int) {
 		if cap(*b) < n {
 			*b = make([]float32, n)
@@ -270,10 +279,10 @@ func (s *Stage) grow(T int) {
 	}
 	g(&s.x, T*E)
 	g(&s.h, T*E)
-	g(&s.q, T*E)
+	g(&s.q, T*QD)
 	g(&s.k, T*KVD)
 	g(&s.v, T*KVD)
-	g(&s.att, T*E)
+	g(&s.att, T*QD)
 	g(&s.gate, T*m.FF)
 	g(&s.up, T*m.FF)
 	g(&s.out, T*E)
@@ -289,9 +298,9 @@ func (s *Stage) grow(T int) {
 func (s *Stage) layer(l int, rows []Row, T int) {
 	m := s.m
 	L := &m.LayerWeights[l]
-	E, KVD, FF := m.Embd, m.KVDim(), m.FF
+	E, KVD, QD, FF := m.Embd, m.KVDim(), m.QDim(), m.FF
 	x, h := s.x[:T*E], s.h[:T*E]
-	q, k, v := s.q[:T*E], s.k[:T*KVD], s.v[:T*KVD]
+	q, k, v := s.q[:T*QD], s.k[:T*KVD], s.v[:T*KVD]
 	s.L, s.ll = L, l-s.first
 	s.rope = m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
 
@@ -304,7 +313,7 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	for t := 0; t < T; t++ {
 		s.kv.Store(s.ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
 	}
-	att := s.att[:T*E]
+	att := s.att[:T*QD]
 	s.be.Parallel(T, s.steps.attend)
 	out := s.out[:T*E]
 	s.be.MatMul(L.O, att, T, out)

@@ -28,8 +28,20 @@ type Layer struct {
 	AttnNorm            []float32
 	Q, K, V, O          *Weight
 	QBias, KBias, VBias []float32 // nil unless Config.QKVBias
+	QNorm, KNorm        []float32 // per-head norms (HeadDim each); nil unless Config.QKNorm
 	FFNNorm             []float32
 	Gate, Up, Down      *Weight
+}
+
+// Matrices returns the layer's matrices that are present.
+func (l *Layer) Matrices() []*Weight {
+	var ws []*Weight
+	for _, w := range []*Weight{l.Q, l.K, l.V, l.O, l.Gate, l.Up, l.Down} {
+		if w != nil {
+			ws = append(ws, w)
+		}
+	}
+	return ws
 }
 
 // Model is a loaded model: its configuration and views of its tensors.
@@ -70,25 +82,35 @@ func Load(f *gguf.File) (*Model, error) {
 		m.Output = embed
 		m.TiedOutput = true
 	}
-	kvDim := cfg.KVDim()
+	kvDim, qDim := cfg.KVDim(), cfg.QDim()
 	m.LayerWeights = make([]Layer, cfg.Layers)
 	for i := range m.LayerWeights {
 		l := &m.LayerWeights[i]
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
-		for _, t := range []struct {
+		type mat struct {
 			dst        **Weight
 			name       string
 			rows, cols int
-		}{
-			{&l.Q, "attn_q.weight", cfg.Embd, cfg.Embd},
+		}
+		mats := []mat{
+			{&l.O, "attn_output.weight", cfg.Embd, qDim},
+			{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF},
+			{&l.Q, "attn_q.weight", qDim, cfg.Embd},
 			{&l.K, "attn_k.weight", kvDim, cfg.Embd},
 			{&l.V, "attn_v.weight", kvDim, cfg.Embd},
-			{&l.O, "attn_output.weight", cfg.Embd, cfg.Embd},
 			{&l.Gate, "ffn_gate.weight", cfg.FF, cfg.Embd},
 			{&l.Up, "ffn_up.weight", cfg.FF, cfg.Embd},
-			{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF},
-		} {
+		}
+		for _, t := range mats {
 			if *t.dst, err = matrix(f, name(t.name), t.rows, t.cols); err != nil {
+				return nil, err
+			}
+		}
+		if cfg.QKNorm {
+			if l.QNorm, err = vector(f, name("attn_q_norm.weight"), cfg.HeadDim); err != nil {
+				return nil, err
+			}
+			if l.KNorm, err = vector(f, name("attn_k_norm.weight"), cfg.HeadDim); err != nil {
 				return nil, err
 			}
 		}
@@ -99,7 +121,7 @@ func Load(f *gguf.File) (*Model, error) {
 			return nil, err
 		}
 		if cfg.QKVBias {
-			if l.QBias, err = vector(f, name("attn_q.bias"), cfg.Embd); err != nil {
+			if l.QBias, err = vector(f, name("attn_q.bias"), qDim); err != nil {
 				return nil, err
 			}
 			if l.KBias, err = vector(f, name("attn_k.bias"), kvDim); err != nil {
