@@ -55,6 +55,18 @@ type Config struct {
 	// QKNorm applies an RMSNorm of HeadDim weights (attn_q_norm,
 	// attn_k_norm) to each head of the queries and keys before RoPE (Qwen3).
 	QKNorm bool
+	// FusedGateUp: ffn_up holds 2×FF rows, the gate's then the up
+	// projection's, and there is no ffn_gate (Phi-3).
+	FusedGateUp bool
+	// RopeOrigContext is the context the model was trained with before its
+	// RoPE was stretched (rope.scaling.original_context_length; Context when
+	// absent). A file with rope_factors_long/short uses the long factors
+	// when Context exceeds it, as llama.cpp does when run at the full
+	// context.
+	RopeOrigContext int
+	// RopeAttnFactor scales RoPE's cosines and sines, and so every query and
+	// key it rotates (rope.scaling.attn_factor; 1 when absent).
+	RopeAttnFactor float32
 }
 
 // KVDim is the width of one position's keys (and values) in one layer.
@@ -66,21 +78,27 @@ func (c Config) QDim() int { return c.Heads * c.HeadDim }
 
 // archInfo holds what differs between the supported architectures.
 type archInfo struct {
-	rope    RopeStyle
-	qkvBias bool
-	qkNorm  bool
+	rope        RopeStyle
+	qkvBias     bool
+	qkNorm      bool
+	fusedGateUp bool
+	// ropeFactors: RoPE takes per-pair frequency divisors from the file's
+	// rope_freqs or rope_factors_long/short tensors, as llama.cpp's graph
+	// for the architecture does (the others ignore such tensors).
+	ropeFactors bool
 }
 
 var archs = map[string]archInfo{
-	"llama":   {rope: RopeNormal},
+	"llama":   {rope: RopeNormal, ropeFactors: true},
 	"mistral": {rope: RopeNormal},
 	"qwen2":   {rope: RopeNeoX, qkvBias: true},
 	"qwen3":   {rope: RopeNeoX, qkNorm: true},
+	"phi3":    {rope: RopeNeoX, fusedGateUp: true, ropeFactors: true},
 	"smollm3": {rope: RopeNormal},
 }
 
 // supportedArchs lists archs' keys for error messages.
-const supportedArchs = "llama, mistral, qwen2, qwen3, smollm3"
+const supportedArchs = "llama, mistral, phi3, qwen2, qwen3, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
@@ -92,7 +110,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 	if !ok {
 		return Config{}, fmt.Errorf("%w %q (general.architecture); supported: %s", ErrUnsupportedArch, arch, supportedArchs)
 	}
-	c := Config{Arch: arch, Rope: info.rope, QKVBias: info.qkvBias, QKNorm: info.qkNorm, RopeBase: 10000, RopeScale: 1}
+	c := Config{Arch: arch, Rope: info.rope, QKVBias: info.qkvBias, QKNorm: info.qkNorm, FusedGateUp: info.fusedGateUp, RopeBase: 10000, RopeScale: 1, RopeAttnFactor: 1}
 	key := func(s string) string { return arch + "." + s }
 	geti := func(k string, limit int, dst *int) error {
 		v, err := f.Uint(key(k))
@@ -191,6 +209,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		}
 		switch typ {
 		case "none":
+		case "longrope": // the factors are tensors (rope_factors_long/short)
 		case "linear":
 			v, err := f.Float(key("rope.scaling.factor"))
 			if err != nil {
@@ -201,7 +220,7 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			}
 			c.RopeScale = float32(v)
 		default:
-			return Config{}, fmt.Errorf("model: %s %q is not supported (none, linear)", key("rope.scaling.type"), typ)
+			return Config{}, fmt.Errorf("model: %s %q is not supported (none, linear, longrope)", key("rope.scaling.type"), typ)
 		}
 	} else if f.Has(key("rope.scale_linear")) {
 		v, err := f.Float(key("rope.scale_linear"))
@@ -212,6 +231,22 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return Config{}, fmt.Errorf("model: %s = %g, want >= 1", key("rope.scale_linear"), v)
 		}
 		c.RopeScale = float32(v)
+	}
+	c.RopeOrigContext = c.Context
+	if f.Has(key("rope.scaling.original_context_length")) {
+		if err := geti("rope.scaling.original_context_length", MaxContext, &c.RopeOrigContext); err != nil {
+			return Config{}, err
+		}
+	}
+	if f.Has(key("rope.scaling.attn_factor")) {
+		v, err := f.Float(key("rope.scaling.attn_factor"))
+		if err != nil {
+			return Config{}, err
+		}
+		if !(v > 0 && v < 16) {
+			return Config{}, fmt.Errorf("model: %s = %g, want 0 < factor < 16", key("rope.scaling.attn_factor"), v)
+		}
+		c.RopeAttnFactor = float32(v)
 	}
 	if arch == "smollm3" {
 		c.NoRopeEvery = 4

@@ -18,8 +18,11 @@ import (
 // change speed, so such files stand in for real models in benchmarks.
 type RandomSpec struct {
 	// Arch is the architecture written: "llama" (the default when empty),
-	// "qwen2" (NeoX RoPE, biases on the Q/K/V projections) or "qwen3" (NeoX
-	// RoPE, per-head Q and K norms, attention.key_length written).
+	// "qwen2" (NeoX RoPE, biases on the Q/K/V projections), "qwen3" (NeoX
+	// RoPE, per-head Q and K norms, attention.key_length written) or "phi3"
+	// (fused attn_qkv and gate-up ffn_up, NeoX RoPE over three quarters of
+	// each head, longrope factors with original_context_length Context/2,
+	// so that the long factors apply).
 	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
@@ -57,9 +60,9 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2", "qwen3":
+	case "", "llama", "qwen2", "qwen3", "phi3":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama, qwen2 or qwen3, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3 or phi3, got %q", s.Arch)
 	}
 	switch s.Type {
 	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0:
@@ -90,6 +93,12 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	if s.HeadDim != 0 {
 		hd = s.HeadDim
 	}
+	ropeDims := hd
+	if arch == "phi3" { // partial rotary, as Phi-4-mini's 0.75
+		if rd := hd * 3 / 4 &^ 1; rd >= 2 {
+			ropeDims = rd
+		}
+	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: arch},
 		{Key: "general.name", Value: fmt.Sprintf("strata-random-%s-%dL-%d", arch, s.Layers, s.Embd)},
@@ -99,7 +108,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: arch + ".block_count", Value: uint32(s.Layers)},
 		{Key: arch + ".attention.head_count", Value: uint32(s.Heads)},
 		{Key: arch + ".attention.head_count_kv", Value: uint32(s.HeadsKV)},
-		{Key: arch + ".rope.dimension_count", Value: uint32(hd)},
+		{Key: arch + ".rope.dimension_count", Value: uint32(ropeDims)},
 		{Key: arch + ".attention.layer_norm_rms_epsilon", Value: float32(1e-5)},
 		{Key: arch + ".rope.freq_base", Value: base},
 		{Key: "tokenizer.ggml.model", Value: "llama"},
@@ -114,6 +123,14 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".attention.key_length", Value: uint32(hd)},
 			gguf.KV{Key: arch + ".attention.value_length", Value: uint32(hd)})
+	}
+	origCtx := max(s.Context/2, 1)
+	if arch == "phi3" {
+		kvs = append(kvs, gguf.KV{Key: arch + ".rope.scaling.original_context_length", Value: uint32(origCtx)})
+		if scale := float64(s.Context) / float64(origCtx); scale > 1 {
+			// as llama.cpp's converter computes it for longrope
+			kvs = append(kvs, gguf.KV{Key: arch + ".rope.scaling.attn_factor", Value: float32(math.Sqrt(1 + math.Log(scale)/math.Log(float64(origCtx))))})
+		}
 	}
 	var ts []gguf.WriteTensor
 	add := func(name string, t ggml.Type, rows, cols int, scale float32) error {
@@ -163,6 +180,23 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	if !s.Tied {
 		steps = append(steps, func() error { return add("output.weight", s.Type, s.Vocab, s.Embd, in) })
 	}
+	if arch == "phi3" {
+		factors := func(name string, spread float32) error {
+			data := make([]byte, 4*ropeDims/2)
+			vals := make([]float32, ropeDims/2)
+			for i := range vals {
+				vals[i] = 1 + spread*float32(rng.Float64())
+			}
+			if err := ggml.QuantizeRow(ggml.F32, vals, data); err != nil {
+				return err
+			}
+			ts = append(ts, gguf.WriteTensor{Name: name, Type: ggml.F32, Dims: []uint64{uint64(len(vals))}, Data: data})
+			return nil
+		}
+		steps = append(steps,
+			func() error { return factors("rope_factors_long.weight", 8) },
+			func() error { return factors("rope_factors_short.weight", 0.5) })
+	}
 	for l := 0; l < s.Layers; l++ {
 		p := fmt.Sprintf("blk.%d.", l)
 		attn := []func() error{
@@ -170,9 +204,15 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			func() error { return add(p+"attn_k.weight", s.Type, kvDim, s.Embd, in) },
 			func() error { return add(p+"attn_v.weight", s.Type, kvDim, s.Embd, in) },
 		}
+		if arch == "phi3" {
+			attn = []func() error{func() error { return add(p+"attn_qkv.weight", s.Type, qDim+2*kvDim, s.Embd, in) }}
+		}
 		ffn := []func() error{
 			func() error { return add(p+"ffn_gate.weight", s.Type, s.FF, s.Embd, in) },
 			func() error { return add(p+"ffn_up.weight", s.Type, s.FF, s.Embd, in) },
+		}
+		if arch == "phi3" {
+			ffn = []func() error{func() error { return add(p+"ffn_up.weight", s.Type, 2*s.FF, s.Embd, in) }}
 		}
 		steps = append(steps, func() error { return norm(p + "attn_norm.weight") })
 		steps = append(steps, attn...)

@@ -59,9 +59,11 @@ type Stage struct {
 	first, last int
 	be          Backend
 	kv          KV
+	hasQKV      bool // a layer of the stage fuses Q, K and V
 
 	// Scratch, grown to the largest batch seen; reused across calls.
 	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
+	qkv, gateUp                                         []float32 // fused products, split per token
 	ropeCS                                              []float32 // per token: cos, sin of each rotated pair
 	pos                                                 []int     // position of each token
 	rowOf                                               []int     // row of each token
@@ -90,6 +92,9 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
+	for _, L := range m.LayerWeights[first:last] {
+		s.hasQKV = s.hasQKV || L.QKV != nil
+	}
 	if p, ok := be.(Preparer); ok {
 		for i := range m.LayerWeights[first:last] {
 			for _, w := range m.LayerWeights[first+i].Matrices() {
@@ -184,7 +189,7 @@ func (s *Stage) embedToken(_, t int) {
 func (s *Stage) ropeToken(_, t int) {
 	m := s.m
 	d := m.RopeDims
-	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale)
+	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
 }
 
 func (s *Stage) normToken(_, t int) {
@@ -196,6 +201,13 @@ func (s *Stage) qkvToken(_, t int) {
 	m, L := s.m, s.L
 	QD, KVD := m.QDim(), m.KVDim()
 	qt, kt, vt := s.q[t*QD:(t+1)*QD], s.k[t*KVD:(t+1)*KVD], s.v[t*KVD:(t+1)*KVD]
+	if L.QKV != nil {
+		W := QD + 2*KVD
+		fused := s.qkv[t*W : (t+1)*W]
+		copy(qt, fused[:QD])
+		copy(kt, fused[QD:QD+KVD])
+		copy(vt, fused[QD+KVD:])
+	}
 	if L.QBias != nil {
 		addTo(qt, L.QBias)
 		addTo(kt, L.KBias)
@@ -228,7 +240,13 @@ func (s *Stage) attendToken(w, t int) {
 
 func (s *Stage) swiGLUToken(_, t int) {
 	FF := s.m.FF
-	s.be.SwiGLU(s.gate[t*FF:(t+1)*FF], s.up[t*FF:(t+1)*FF])
+	gate, up := s.gate[t*FF:(t+1)*FF], s.up[t*FF:(t+1)*FF]
+	if s.L.GateUp != nil {
+		fused := s.gateUp[t*2*FF : (t+1)*2*FF]
+		copy(gate, fused[:FF])
+		copy(up, fused[FF:])
+	}
+	s.be.SwiGLU(gate, up)
 }
 
 // check validates a batch and returns its token count.
@@ -287,6 +305,12 @@ func (s *Stage) grow(T int) {
 	g(&s.up, T*m.FF)
 	g(&s.out, T*E)
 	g(&s.ropeCS, T*m.RopeDims)
+	if s.hasQKV {
+		g(&s.qkv, T*(QD+2*KVD))
+	}
+	if m.FusedGateUp {
+		g(&s.gateUp, T*2*m.FF)
+	}
 	if cap(s.pos) < T {
 		s.pos = make([]int, T)
 		s.rowOf = make([]int, T)
@@ -306,9 +330,13 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 
 	s.norm = L.AttnNorm
 	s.be.Parallel(T, s.steps.norm)
-	s.be.MatMul(L.Q, h, T, q)
-	s.be.MatMul(L.K, h, T, k)
-	s.be.MatMul(L.V, h, T, v)
+	if L.QKV != nil { // one product streams the fused weights once; qkvToken splits it
+		s.be.MatMul(L.QKV, h, T, s.qkv[:T*(QD+2*KVD)])
+	} else {
+		s.be.MatMul(L.Q, h, T, q)
+		s.be.MatMul(L.K, h, T, k)
+		s.be.MatMul(L.V, h, T, v)
+	}
 	s.be.Parallel(T, s.steps.qkv)
 	for t := 0; t < T; t++ {
 		s.kv.Store(s.ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
@@ -322,8 +350,12 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	s.norm = L.FFNNorm
 	s.be.Parallel(T, s.steps.norm)
 	gate, up := s.gate[:T*FF], s.up[:T*FF]
-	s.be.MatMul(L.Gate, h, T, gate)
-	s.be.MatMul(L.Up, h, T, up)
+	if L.GateUp != nil { // one product; swiGLUToken splits it
+		s.be.MatMul(L.GateUp, h, T, s.gateUp[:T*2*FF])
+	} else {
+		s.be.MatMul(L.Gate, h, T, gate)
+		s.be.MatMul(L.Up, h, T, up)
+	}
 	s.be.Parallel(T, s.steps.swiGLU)
 	s.be.MatMul(L.Down, gate, T, out)
 	addTo(x, out)
@@ -384,21 +416,27 @@ func addTo(dst, src []float32) {
 }
 
 // RoPE as ggml's rope computes it: theta advanced by repeated multiplication
-// in float32, positions divided by the linear scale. Forward computes each
-// token's angles once (ropeAngles) for every layer and for q and k;
-// ropeRotate applies them.
+// in float32, divided by the pair's frequency factor when the model has
+// them, positions divided by the linear scale, cosine and sine multiplied by
+// the attention factor. Forward computes each token's angles once
+// (ropeAngles) for every layer and for q and k; ropeRotate applies them.
 
 // ropeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
-// angle at position pos, for the len(cache) rotated dimensions.
-func ropeAngles(cache []float32, pos int, base, scale float32) {
+// angle at position pos, for the len(cache) rotated dimensions. factors is
+// nil or holds len(cache)/2 divisors; mscale multiplies both.
+func ropeAngles(cache []float32, pos int, base, scale float32, factors []float32, mscale float32) {
 	dims := len(cache)
 	thetaScale := float32(math.Pow(float64(base), float64(-2/float32(dims))))
 	freqScale := 1 / scale
 	theta := float32(pos)
 	for i := 0; i < dims; i += 2 {
-		th := freqScale * theta
-		cache[i] = float32(math.Cos(float64(th)))
-		cache[i+1] = float32(math.Sin(float64(th)))
+		th := theta
+		if factors != nil {
+			th /= factors[i/2]
+		}
+		th *= freqScale
+		cache[i] = float32(math.Cos(float64(th))) * mscale
+		cache[i+1] = float32(math.Sin(float64(th))) * mscale
 		theta *= thetaScale
 	}
 }

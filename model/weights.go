@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
@@ -26,17 +27,19 @@ func (w *Weight) Row(i int) []byte {
 // Layer holds one transformer block's weights.
 type Layer struct {
 	AttnNorm            []float32
-	Q, K, V, O          *Weight
+	Q, K, V, O          *Weight   // Q, K, V nil when QKV is set
+	QKV                 *Weight   // attn_qkv: Q's rows, then K's, then V's; nil unless the file fuses them
 	QBias, KBias, VBias []float32 // nil unless Config.QKVBias
 	QNorm, KNorm        []float32 // per-head norms (HeadDim each); nil unless Config.QKNorm
 	FFNNorm             []float32
-	Gate, Up, Down      *Weight
+	Gate, Up, Down      *Weight // Gate, Up nil when GateUp is set
+	GateUp              *Weight // ffn_up of 2×FF rows, the gate's then the up's; nil unless Config.FusedGateUp
 }
 
 // Matrices returns the layer's matrices that are present.
 func (l *Layer) Matrices() []*Weight {
 	var ws []*Weight
-	for _, w := range []*Weight{l.Q, l.K, l.V, l.O, l.Gate, l.Up, l.Down} {
+	for _, w := range []*Weight{l.Q, l.K, l.V, l.QKV, l.O, l.Gate, l.Up, l.GateUp, l.Down} {
 		if w != nil {
 			ws = append(ws, w)
 		}
@@ -51,6 +54,10 @@ type Model struct {
 	OutputNorm   []float32
 	Output       *Weight // output head: Vocab rows of Embd (token_embd when tied)
 	LayerWeights []Layer // one per layer, Config.Layers of them
+	// RopeFactors divides the angle of each rotated pair (RopeDims/2 of
+	// them): rope_factors_long.weight when Context exceeds RopeOrigContext,
+	// else rope_factors_short.weight; nil when the file has neither.
+	RopeFactors []float32
 }
 
 // Load reads the architecture of f and finds every tensor it needs, checking
@@ -82,6 +89,9 @@ func Load(f *gguf.File) (*Model, error) {
 		m.Output = embed
 		m.TiedOutput = true
 	}
+	if err := m.loadRopeFactors(f); err != nil {
+		return nil, err
+	}
 	kvDim, qDim := cfg.KVDim(), cfg.QDim()
 	m.LayerWeights = make([]Layer, cfg.Layers)
 	for i := range m.LayerWeights {
@@ -95,11 +105,26 @@ func Load(f *gguf.File) (*Model, error) {
 		mats := []mat{
 			{&l.O, "attn_output.weight", cfg.Embd, qDim},
 			{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF},
-			{&l.Q, "attn_q.weight", qDim, cfg.Embd},
-			{&l.K, "attn_k.weight", kvDim, cfg.Embd},
-			{&l.V, "attn_v.weight", kvDim, cfg.Embd},
-			{&l.Gate, "ffn_gate.weight", cfg.FF, cfg.Embd},
-			{&l.Up, "ffn_up.weight", cfg.FF, cfg.Embd},
+		}
+		// A file may fuse Q, K and V into one matrix, as llama.cpp's loader
+		// accepts for every architecture.
+		if _, err := f.Tensor(name("attn_qkv.weight")); err == nil {
+			if cfg.QKVBias {
+				return nil, fmt.Errorf("model: %s with Q/K/V biases is not supported", name("attn_qkv.weight"))
+			}
+			mats = append(mats, mat{&l.QKV, "attn_qkv.weight", qDim + 2*kvDim, cfg.Embd})
+		} else {
+			mats = append(mats,
+				mat{&l.Q, "attn_q.weight", qDim, cfg.Embd},
+				mat{&l.K, "attn_k.weight", kvDim, cfg.Embd},
+				mat{&l.V, "attn_v.weight", kvDim, cfg.Embd})
+		}
+		if cfg.FusedGateUp {
+			mats = append(mats, mat{&l.GateUp, "ffn_up.weight", 2 * cfg.FF, cfg.Embd})
+		} else {
+			mats = append(mats,
+				mat{&l.Gate, "ffn_gate.weight", cfg.FF, cfg.Embd},
+				mat{&l.Up, "ffn_up.weight", cfg.FF, cfg.Embd})
 		}
 		for _, t := range mats {
 			if *t.dst, err = matrix(f, name(t.name), t.rows, t.cols); err != nil {
@@ -133,6 +158,44 @@ func Load(f *gguf.File) (*Model, error) {
 		}
 	}
 	return m, nil
+}
+
+// loadRopeFactors sets m.RopeFactors for the architectures whose RoPE takes
+// them, choosing as llama.cpp does: rope_freqs.weight (Llama 3) when
+// present, else rope_factors_long.weight when Context exceeds
+// RopeOrigContext and rope_factors_short.weight when not (Phi-3's longrope;
+// one pair for all layers, as llama.cpp's converter writes them). A file
+// with one of the long/short pair but not the other is refused.
+func (m *Model) loadRopeFactors(f *gguf.File) error {
+	if !archs[m.Arch].ropeFactors {
+		return nil
+	}
+	has := func(name string) bool { _, err := f.Tensor(name); return err == nil }
+	long, short := has("rope_factors_long.weight"), has("rope_factors_short.weight")
+	var name string
+	switch {
+	case has("rope_freqs.weight"):
+		name = "rope_freqs.weight"
+	case long != short:
+		return fmt.Errorf("model: rope_factors_long.weight and rope_factors_short.weight must come together")
+	case long && m.Context > m.RopeOrigContext:
+		name = "rope_factors_long.weight"
+	case long:
+		name = "rope_factors_short.weight"
+	default:
+		return nil
+	}
+	ff, err := vector(f, name, m.RopeDims/2)
+	if err != nil {
+		return err
+	}
+	for i, v := range ff {
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			return fmt.Errorf("model: tensor %q element %d is %g, want a positive divisor", name, i, v)
+		}
+	}
+	m.RopeFactors = ff
+	return nil
 }
 
 // matrix finds a 2-D tensor of rows×cols (rows < 0: any).

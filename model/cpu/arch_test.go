@@ -20,6 +20,8 @@ var archSpecs = []model.RandomSpec{
 	{Arch: "qwen2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 23},
 	{Arch: "qwen3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 24, HeadDim: 32},
 	{Arch: "qwen3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 4, FF: 96, Vocab: 300, Context: 256, Seed: 25, Tied: true},
+	{Arch: "phi3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 26},
+	{Arch: "phi3", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 4, FF: 96, Vocab: 300, Context: 256, Seed: 27, HeadDim: 24},
 }
 
 func specName(s model.RandomSpec) string {
