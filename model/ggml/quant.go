@@ -12,18 +12,62 @@ var ErrUnsupported = errors.New("ggml: conversion not supported for this type")
 
 // Block layouts, in bytes. All multi-byte fields are little endian.
 //
-//	Q4_0 (18):  d f16 | qs[16]: element j in the low nibble of qs[j], element j+16 in the high nibble; value (q-8)*d
-//	Q8_0 (34):  d f16 | qs[32] int8; value q*d
-//	Q4_K (144): d f16 | dmin f16 | scales[12] (8 6-bit scales, 8 6-bit mins) | qs[128]
-//	Q6_K (210): ql[128] | qh[64] | scales[16] int8 | d f16
-//	Q8_K (292): d f32 | qs[256] int8 | bsums[16] int16 (sums of 16 consecutive qs)
+//	Q4_0 (18):   d f16 | qs[16]: element j in the low nibble of qs[j], element j+16 in the high nibble; value (q-8)*d
+//	Q5_0 (22):   d f16 | qh u32 (bit j: bit 4 of element j) | qs[16] as Q4_0's; value (q-16)*d
+//	Q5_1 (24):   d f16 | m f16 | qh u32 | qs[16] as Q5_0's; value q*d + m
+//	Q8_0 (34):   d f16 | qs[32] int8; value q*d
+//	Q8_1 (36):   d f16 | s f16 (d times the sum of the quants) | qs[32] int8; value q*d
+//	IQ4_NL (18): d f16 | qs[16] as Q4_0's, 4-bit indices into IQ4Values; value d*level
+//	Q2_K (84):   scales[16] (low nibble scale, high nibble min of each 16 elements) | qs[64] 2-bit | d f16 | dmin f16
+//	Q3_K (110):  hmask[32] (high bits) | qs[64] (low 2 bits) | scales[12] (16 6-bit scales) | d f16
+//	Q4_K (144):  d f16 | dmin f16 | scales[12] (8 6-bit scales, 8 6-bit mins) | qs[128]
+//	Q5_K (176):  d f16 | dmin f16 | scales[12] as Q4_K's | qh[32] (high bits) | qs[128] as Q4_K's
+//	Q6_K (210):  ql[128] | qh[64] | scales[16] int8 | d f16
+//	IQ4_XS (136): d f16 | scales_h u16 | scales_l[4] (8 6-bit scales) | qs[128]: 8 sub-blocks laid out as IQ4_NL's
+//	Q8_K (292):  d f32 | qs[256] int8 | bsums[16] int16 (sums of 16 consecutive qs)
+//
+// The functions documenting each layout element by element are Q5BlockQuant,
+// Q3KQuant, Q3KScales, Q4KScaleMin, Q5KQuant and IQ4XSScale, and the
+// dequantizers below.
+//
+// The row functions below slice blocks by Type.TypeSize; these name the
+// sizes the code spells out.
 const (
 	q40Bytes = 2 + QK/2
 	q80Bytes = 2 + QK
-	q4KBytes = 2 + 2 + 12 + QKK/2
+	q81Bytes = 2 + 2 + QK
 	q6KBytes = QKK/2 + QKK/4 + QKK/16 + 2
 	q8KBytes = 4 + QKK + QKK/16*2
 )
+
+// dequantizers are the block types' dequantizers (one block each); Q4_0,
+// Q8_0 and Q8_K are written out in DequantizeRow.
+var dequantizers = map[Type]func(blk []byte, y []float32){
+	Q5_0:   dequantQ50,
+	Q5_1:   dequantQ51,
+	Q8_1:   dequantQ81,
+	IQ4_NL: dequantIQ4NL,
+	Q2_K:   dequantQ2K,
+	Q3_K:   dequantQ3K,
+	Q4_K:   dequantQ4K,
+	Q5_K:   dequantQ5K,
+	Q6_K:   dequantQ6K,
+	IQ4_XS: dequantIQ4XS,
+}
+
+// refQuantizers are the reference quantizers (one block each) of the
+// weight types other than Q4_0 and Q8_0.
+var refQuantizers = map[Type]func(x []float32, blk []byte){
+	Q5_0:   quantQ50Ref,
+	Q5_1:   quantQ51Ref,
+	IQ4_NL: quantIQ4NL,
+	Q2_K:   quantQ2KRef,
+	Q3_K:   quantQ3KRef,
+	Q4_K:   quantQ4KRef,
+	Q5_K:   quantQ5KRef,
+	Q6_K:   quantQ6KRef,
+	IQ4_XS: quantIQ4XSRef,
+}
 
 // checkRow validates that n elements of t fit exactly in nb bytes.
 func checkRow(t Type, n, nb int) error {
@@ -91,14 +135,6 @@ func DequantizeRow(t Type, src []byte, dst []float32) error {
 				y[j] = float32(int8(blk[2+j])) * d
 			}
 		}
-	case Q4_K:
-		for b := 0; b < len(dst)/QKK; b++ {
-			dequantQ4K(src[b*q4KBytes:(b+1)*q4KBytes], dst[b*QKK:(b+1)*QKK])
-		}
-	case Q6_K:
-		for b := 0; b < len(dst)/QKK; b++ {
-			dequantQ6K(src[b*q6KBytes:(b+1)*q6KBytes], dst[b*QKK:(b+1)*QKK])
-		}
 	case Q8_K:
 		for b := 0; b < len(dst)/QKK; b++ {
 			blk := src[b*q8KBytes : (b+1)*q8KBytes]
@@ -109,9 +145,25 @@ func DequantizeRow(t Type, src []byte, dst []float32) error {
 			}
 		}
 	default:
-		return fmt.Errorf("dequantize %s: %w", t, ErrUnsupported)
+		f, ok := dequantizers[t]
+		if !ok {
+			return fmt.Errorf("dequantize %s: %w", t, ErrUnsupported)
+		}
+		n, sz := t.BlockSize(), t.TypeSize()
+		for b := 0; b < len(dst)/n; b++ {
+			f(src[b*sz:(b+1)*sz], dst[b*n:(b+1)*n])
+		}
 	}
 	return nil
+}
+
+// dequantQ81 is q*d for one Q8_1 block (ggml has no to_float for Q8_1;
+// tests use this to read activations back).
+func dequantQ81(blk []byte, y []float32) {
+	d := f16At(blk, 0)
+	for j := range QK {
+		y[j] = float32(int8(blk[4+j])) * d
+	}
 }
 
 func dequantQ4K(blk []byte, y []float32) {
@@ -158,11 +210,14 @@ func dequantQ6K(blk []byte, y []float32) {
 }
 
 // QuantizeRow converts len(src) float32 values to type t in dst, the way
-// llama.cpp's quantizer writes model files: the reference routines
-// quantize_row_q8_0_ref, quantize_row_q4_0_ref and quantize_row_q8_K_ref
-// (round half away from zero for Q8_0, truncation of x/d+8.5 for Q4_0), F16
-// with round-to-nearest-even and BF16 as GGML_FP32_TO_BF16. Quantization with
-// an importance matrix is not supported, nor are Q4_K and Q6_K.
+// llama.cpp's quantizer (llama-quantize, without an importance matrix) writes
+// model files: ggml's reference routines quantize_row_*_ref for Q4_0, Q5_0,
+// Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (round half away from
+// zero for Q8_0, truncation of x/d+8.5 for Q4_0 and x/d+16.5 for Q5_0, the
+// K-quants' scale searches computed in float32 as ggml-base computes them),
+// quantize_iq4_nl's search for IQ4_NL (see quantIQ4NL), quantize_row_q8_K_ref
+// for Q8_K, F16 with round-to-nearest-even and BF16 as GGML_FP32_TO_BF16.
+// Quantization with an importance matrix is not supported.
 func QuantizeRow(t Type, src []float32, dst []byte) error {
 	if err := checkRow(t, len(src), len(dst)); err != nil {
 		return err
@@ -179,6 +234,13 @@ func QuantizeRow(t Type, src []float32, dst []byte) error {
 		}
 		return nil
 	}
+	if f, ok := refQuantizers[t]; ok {
+		n, sz := t.BlockSize(), t.TypeSize()
+		for b := 0; b < len(src)/n; b++ {
+			f(src[b*n:(b+1)*n], dst[b*sz:(b+1)*sz])
+		}
+		return nil
+	}
 	return quantizeCommon("quantize", t, src, dst)
 }
 
@@ -189,12 +251,15 @@ func QuantizeRow(t Type, src []float32, dst []byte) error {
 //   - Q8_0: quantize_row_q8_0's AVX path: amax = max|x|, d = amax/127 stored
 //     as f16, multiplier id = 127/amax (not 1/d), q = round-half-to-even(x*id)
 //     as _mm256_round_ps does, converted with cvtps2dq and saturating packs.
+//   - Q8_1: quantize_row_q8_1's AVX2 path: the quants and d of Q8_0's, and
+//     s = f16(d * the sum of the quants).
 //   - Q8_K: x86 has no SIMD variant; it is quantize_row_q8_K_ref, as in QuantizeRow.
 //   - F16: VCVTPS2PH with round-to-nearest-even (F32ToF16).
 //   - BF16: GGML_FP32_TO_BF16 (F32ToBF16).
 //   - F32: a copy.
 //
-// Q4_0 is never an activation type; for it this is QuantizeRow.
+// The weight-only types (Q4_0, the K-quants, ...) are never activation
+// types; for them this is QuantizeRow.
 func QuantizeActivationRow(t Type, src []float32, dst []byte) error {
 	if err := checkRow(t, len(src), len(dst)); err != nil {
 		return err
@@ -205,7 +270,15 @@ func QuantizeActivationRow(t Type, src []float32, dst []byte) error {
 			quantQ80X86(src[b*QK:(b+1)*QK], dst[b*q80Bytes:(b+1)*q80Bytes])
 		}
 		return nil
+	case Q8_1:
+		for b := 0; b < len(src)/QK; b++ {
+			quantQ81X86(src[b*QK:(b+1)*QK], dst[b*q81Bytes:(b+1)*q81Bytes])
+		}
+		return nil
 	case Q4_0:
+		return QuantizeRow(t, src, dst)
+	}
+	if _, ok := refQuantizers[t]; ok {
 		return QuantizeRow(t, src, dst)
 	}
 	return quantizeCommon("quantize activation", t, src, dst)

@@ -151,8 +151,11 @@ func TestRowSizeErrors(t *testing.T) {
 			t.Errorf("%s: no error", c.name)
 		}
 	}
-	if err := QuantizeRow(Q4_K, make([]float32, 256), make([]byte, 144)); !errors.Is(err, ErrUnsupported) {
-		t.Errorf("QuantizeRow(Q4_K) = %v, want ErrUnsupported", err)
+	if err := QuantizeRow(IQ2_XXS, make([]float32, 256), make([]byte, 66)); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("QuantizeRow(IQ2_XXS) = %v, want ErrUnsupported", err)
+	}
+	if err := DequantizeRow(IQ2_XXS, make([]byte, 66), make([]float32, 256)); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("DequantizeRow(IQ2_XXS) = %v, want ErrUnsupported", err)
 	}
 }
 

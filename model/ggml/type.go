@@ -8,19 +8,48 @@ import (
 // Type is a tensor element type, numbered as in ggml and GGUF.
 type Type uint32
 
-// The types strata reads. Values are ggml's enum ggml_type.
+// The tensor types of ggml and GGUF. Values are ggml's enum ggml_type; the
+// numbers ggml retired (4, 5, 31-33, 36-38) are not types.
 const (
-	F32  Type = 0
-	F16  Type = 1
-	Q4_0 Type = 2
-	Q8_0 Type = 8
-	Q4_K Type = 12
-	Q6_K Type = 14
-	Q8_K Type = 15
-	BF16 Type = 30
+	F32     Type = 0
+	F16     Type = 1
+	Q4_0    Type = 2
+	Q4_1    Type = 3
+	Q5_0    Type = 6
+	Q5_1    Type = 7
+	Q8_0    Type = 8
+	Q8_1    Type = 9
+	Q2_K    Type = 10
+	Q3_K    Type = 11
+	Q4_K    Type = 12
+	Q5_K    Type = 13
+	Q6_K    Type = 14
+	Q8_K    Type = 15
+	IQ2_XXS Type = 16
+	IQ2_XS  Type = 17
+	IQ3_XXS Type = 18
+	IQ1_S   Type = 19
+	IQ4_NL  Type = 20
+	IQ3_S   Type = 21
+	IQ2_S   Type = 22
+	IQ4_XS  Type = 23
+	I8      Type = 24
+	I16     Type = 25
+	I32     Type = 26
+	I64     Type = 27
+	F64     Type = 28
+	IQ1_M   Type = 29
+	BF16    Type = 30
+	TQ1_0   Type = 34
+	TQ2_0   Type = 35
+	MXFP4   Type = 39
+	NVFP4   Type = 40
+	Q1_0    Type = 41
+	Q2_0    Type = 42
 )
 
-// QK is the number of elements in a Q4_0/Q8_0 block; QKK in a K-quant super-block.
+// QK is the number of elements in a Q4_0/Q5_0/Q5_1/Q8_0/Q8_1/IQ4_NL block;
+// QKK in a K-quant (and IQ4_XS) super-block.
 const (
 	QK  = 32
 	QKK = 256
@@ -32,18 +61,50 @@ type typeInfo struct {
 	typeSize  int // bytes per block
 }
 
+// types holds the geometry of every ggml type, as ggml's type_traits
+// (blck_size, type_size) give it, so that a file of any type parses and a
+// type strata cannot compute is refused by name. Which types strata converts
+// is the business of DequantizeRow and QuantizeRow.
 var types = map[Type]typeInfo{
-	F32:  {"F32", 1, 4},
-	F16:  {"F16", 1, 2},
-	BF16: {"BF16", 1, 2},
-	Q4_0: {"Q4_0", QK, 2 + QK/2},
-	Q8_0: {"Q8_0", QK, 2 + QK},
-	Q4_K: {"Q4_K", QKK, 2 + 2 + 12 + QKK/2},
-	Q6_K: {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2},
-	Q8_K: {"Q8_K", QKK, 4 + QKK + QKK/16*2},
+	F32:     {"F32", 1, 4},
+	F16:     {"F16", 1, 2},
+	Q4_0:    {"Q4_0", QK, 2 + QK/2},
+	Q4_1:    {"Q4_1", QK, 2 + 2 + QK/2},
+	Q5_0:    {"Q5_0", QK, 2 + 4 + QK/2},
+	Q5_1:    {"Q5_1", QK, 2 + 2 + 4 + QK/2},
+	Q8_0:    {"Q8_0", QK, 2 + QK},
+	Q8_1:    {"Q8_1", QK, 2 + 2 + QK},
+	Q2_K:    {"Q2_K", QKK, QKK/16 + QKK/4 + 2 + 2},
+	Q3_K:    {"Q3_K", QKK, QKK/8 + QKK/4 + 12 + 2},
+	Q4_K:    {"Q4_K", QKK, 2 + 2 + 12 + QKK/2},
+	Q5_K:    {"Q5_K", QKK, 2 + 2 + 12 + QKK/8 + QKK/2},
+	Q6_K:    {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2},
+	Q8_K:    {"Q8_K", QKK, 4 + QKK + QKK/16*2},
+	IQ2_XXS: {"IQ2_XXS", QKK, 2 + QKK/8*2},
+	IQ2_XS:  {"IQ2_XS", QKK, 2 + QKK/8*2 + QKK/32},
+	IQ3_XXS: {"IQ3_XXS", QKK, 2 + 3*QKK/8},
+	IQ1_S:   {"IQ1_S", QKK, 2 + QKK/8 + QKK/16},
+	IQ4_NL:  {"IQ4_NL", QK, 2 + QK/2},
+	IQ3_S:   {"IQ3_S", QKK, 2 + 13*QKK/32 + QKK/64},
+	IQ2_S:   {"IQ2_S", QKK, 2 + QKK/4 + QKK/16},
+	IQ4_XS:  {"IQ4_XS", QKK, 2 + 2 + QKK/64 + QKK/2},
+	I8:      {"I8", 1, 1},
+	I16:     {"I16", 1, 2},
+	I32:     {"I32", 1, 4},
+	I64:     {"I64", 1, 8},
+	F64:     {"F64", 1, 8},
+	IQ1_M:   {"IQ1_M", QKK, QKK/8 + QKK/16 + QKK/32},
+	BF16:    {"BF16", 1, 2},
+	TQ1_0:   {"TQ1_0", QKK, (QKK-4*QKK/64)/5 + QKK/64 + 2},
+	TQ2_0:   {"TQ2_0", QKK, QKK/4 + 2},
+	MXFP4:   {"MXFP4", QK, 1 + QK/2},
+	NVFP4:   {"NVFP4", 64, 64/16 + 64/2},
+	Q1_0:    {"Q1_0", 128, 2 + 128/8},
+	Q2_0:    {"Q2_0", 64, 2 + 64/4},
 }
 
-// Known reports whether strata can read tensors of type t.
+// Known reports whether t is a ggml type whose block geometry strata knows:
+// a file holding it parses, whether or not strata can compute with it.
 func (t Type) Known() bool { _, ok := types[t]; return ok }
 
 // String returns ggml's name for t, or "type(N)" for an unknown type.
@@ -75,14 +136,18 @@ func (t Type) RowBytes(n int) (int, error) {
 }
 
 // VecDotType is the type activations are converted to before a dot product
-// with weights of type t, as ggml's CPU backend does: 8-bit blocks for the
-// 32-element quantized types, 8-bit super-blocks for K-quants, and the weight's
-// own half-float type for F16 and BF16.
+// with weights of type t, as ggml's CPU backend does (type_traits_cpu's
+// vec_dot_type): Q8_0 blocks for Q4_0, Q5_0, Q8_0 and IQ4_NL, Q8_1 blocks
+// (which carry d times the sum of their quants) for Q5_1, Q8_K super-blocks
+// for the K-quants and IQ4_XS, and the weight's own half-float type for F16
+// and BF16. It is F32 for F32 and for the types strata computes nothing with.
 func (t Type) VecDotType() Type {
 	switch t {
-	case Q4_0, Q8_0:
+	case Q4_0, Q5_0, Q8_0, IQ4_NL:
 		return Q8_0
-	case Q4_K, Q6_K:
+	case Q5_1:
+		return Q8_1
+	case Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS:
 		return Q8_K
 	case F16:
 		return F16
@@ -90,6 +155,32 @@ func (t Type) VecDotType() Type {
 		return BF16
 	}
 	return F32
+}
+
+// Fallback returns the type llama.cpp's quantizer (llama-quantize) writes
+// when asked for t on rows of n elements: t itself when n is a whole number
+// of its blocks; for a K-quant or IQ4_XS on rows that are not a multiple of
+// 256, IQ4_NL (for Q2_K, Q3_K, IQ4_XS), Q5_0 (Q4_K), Q5_1 (Q5_K) or Q8_0
+// (Q6_K); and F16 when even that block does not divide n. F32 is returned
+// unchanged.
+func (t Type) Fallback(n int) Type {
+	if t == F32 || (t.BlockSize() > 0 && n%t.BlockSize() == 0) {
+		return t
+	}
+	switch t {
+	case Q2_K, Q3_K, IQ4_XS:
+		t = IQ4_NL
+	case Q4_K:
+		t = Q5_0
+	case Q5_K:
+		t = Q5_1
+	case Q6_K:
+		t = Q8_0
+	}
+	if t.BlockSize() > 0 && n%t.BlockSize() == 0 {
+		return t
+	}
+	return F16
 }
 
 // F16ToF32 converts an IEEE 754 half-precision value to float32 exactly.

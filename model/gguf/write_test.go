@@ -220,7 +220,7 @@ func TestWriteInvalid(t *testing.T) {
 		{"too deep", []KV{{"a", nest(MaxNesting + 1)}}, nil, "MaxNesting"},
 		{"duplicate tensor", nil, []WriteTensor{good, good}, `tensor "w": duplicate`},
 		{"empty name", nil, []WriteTensor{{Type: ggml.F32, Dims: []uint64{1}, Data: make([]byte, 4)}}, "empty tensor name"},
-		{"unknown type", nil, []WriteTensor{{Name: "x", Type: 7, Dims: []uint64{1}, Data: make([]byte, 4)}}, "unknown tensor type 7"},
+		{"unknown type", nil, []WriteTensor{{Name: "x", Type: 4, Dims: []uint64{1}, Data: make([]byte, 4)}}, "unknown tensor type 4"}, // retired Q4_2
 		{"no dims", nil, []WriteTensor{{Name: "x", Type: ggml.F32, Data: []byte{}}}, "dimension count 0"},
 		{"zero dim", nil, []WriteTensor{{Name: "x", Type: ggml.F32, Dims: []uint64{1, 0}, Data: []byte{}}}, "dimension 1 is 0"},
 		{"block", nil, []WriteTensor{{Name: "x", Type: ggml.Q4_0, Dims: []uint64{33}, Data: make([]byte, 18)}}, "not a multiple"},
