@@ -226,7 +226,7 @@ func sizes(m *model.Model) (params, streamed int64) {
 	}
 	for i := range m.LayerWeights {
 		L := &m.LayerWeights[i]
-		for _, w := range []*model.Weight{L.Q, L.K, L.V, L.O, L.Gate, L.Up, L.Down} {
+		for _, w := range L.Matrices() {
 			add(w)
 		}
 	}
