@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
@@ -28,6 +31,14 @@ type RandomSpec struct {
 	Type                                             ggml.Type // matrices; norms stay F32
 	Tied                                             bool      // no output.weight
 	Seed                                             uint64
+
+	// Types overrides Type for single tensors, as llama-quantize's mixtures
+	// do (Q4_K_M puts Q6_K on attn_v, ffn_down and output): a key is a
+	// tensor's name ("output.weight", "blk.0.attn_v.weight") or a layer
+	// tensor's name without its "blk.N." prefix ("ffn_down.weight": every
+	// layer's), the full name first. A type whose blocks do not divide a
+	// tensor's rows falls back as llama-quantize's does (ggml.Type.Fallback).
+	Types map[string]ggml.Type
 
 	// HeadDim is each head's width; 0 means Embd/Heads. A non-zero value is
 	// written as attention.key_length and value_length.
@@ -64,12 +75,31 @@ func (s RandomSpec) Validate() error {
 	default:
 		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3 or phi3, got %q", s.Arch)
 	}
-	switch s.Type {
-	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0:
-	default:
-		return fmt.Errorf("model: random spec Type must be F32, F16, BF16, Q8_0 or Q4_0, got %v", s.Type)
+	if !slices.Contains(MatrixTypes, s.Type) {
+		return fmt.Errorf("model: random spec Type must be one of %s, got %v", matrixTypeNames(), s.Type)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Types)) {
+		if t := s.Types[name]; !slices.Contains(MatrixTypes, t) {
+			return fmt.Errorf("model: random spec Types[%q] must be one of %s, got %v", name, matrixTypeNames(), t)
+		}
 	}
 	return nil
+}
+
+// typeOf returns the type tensor name is written in: its entry in s.Types
+// (by full name, then without the "blk.N." prefix), else t.
+func (s RandomSpec) typeOf(name string, t ggml.Type) ggml.Type {
+	if o, ok := s.Types[name]; ok {
+		return o
+	}
+	if rest, ok := strings.CutPrefix(name, "blk."); ok {
+		if _, suffix, ok := strings.Cut(rest, "."); ok {
+			if o, ok := s.Types[suffix]; ok {
+				return o
+			}
+		}
+	}
+	return t
 }
 
 // WriteRandom writes a GGUF file of a model of s.Arch with random weights and a
@@ -134,9 +164,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	}
 	var ts []gguf.WriteTensor
 	add := func(name string, t ggml.Type, rows, cols int, scale float32) error {
-		if t != ggml.F32 && cols%t.BlockSize() != 0 {
-			t = ggml.F16 // as llama.cpp's quantizer does for rows that are not whole blocks
-		}
+		t = s.typeOf(name, t).Fallback(cols) // as llama-quantize does for rows that are not whole blocks
 		vals := make([]float32, cols)
 		rb, err := t.RowBytes(cols)
 		if err != nil {

@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
@@ -207,12 +209,36 @@ func matrix(f *gguf.File, name string, rows, cols int) (*Weight, error) {
 	if len(t.Dims) != 2 || t.RowLen() != cols || (rows >= 0 && t.Rows() != rows) {
 		return nil, fmt.Errorf("model: tensor %q has shape %v, want [%d %d]", name, t.Dims, cols, rows)
 	}
-	switch t.Type {
-	case ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K:
-	default:
-		return nil, fmt.Errorf("model: tensor %q has type %v, which strata cannot multiply", name, t.Type)
+	if !slices.Contains(MatrixTypes, t.Type) {
+		return nil, unsupportedType(name, t.Type)
 	}
 	return &Weight{Name: name, Type: t.Type, Rows: t.Rows(), Cols: cols, Data: t.Data}, nil
+}
+
+// MatrixTypes are the tensor types strata computes with, for the layers'
+// matrices, the token embedding (whose rows are dequantized) and the output
+// head: the float types and the block types llama-quantize writes, including
+// the fallbacks it picks for rows that are not a multiple of 256 (Q5_0,
+// Q5_1, Q8_0, IQ4_NL, F16). Every Backend implements them all.
+var MatrixTypes = []ggml.Type{
+	ggml.F32, ggml.F16, ggml.BF16,
+	ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL,
+	ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS,
+}
+
+// unsupportedType is the one-line refusal of a tensor of a type strata
+// cannot compute with.
+func unsupportedType(name string, t ggml.Type) error {
+	return fmt.Errorf("model: tensor %s has type %v, which strata cannot compute; supported: %s", name, t, matrixTypeNames())
+}
+
+// matrixTypeNames lists MatrixTypes, comma separated.
+func matrixTypeNames() string {
+	names := make([]string, len(MatrixTypes))
+	for i, t := range MatrixTypes {
+		names[i] = t.String()
+	}
+	return strings.Join(names, ", ")
 }
 
 // vector finds a 1-D tensor of n elements and returns it as float32.
