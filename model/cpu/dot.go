@@ -33,10 +33,24 @@ func VecDotFor(t ggml.Type) (VecDot, error) {
 		return vecDotQ40, nil
 	case ggml.Q8_0:
 		return vecDotQ80, nil
+	case ggml.Q5_0:
+		return dotQ50Q80, nil
+	case ggml.Q5_1:
+		return dotQ51Q81, nil
+	case ggml.IQ4_NL:
+		return dotIQ4NLQ80, nil
+	case ggml.Q2_K:
+		return dotQ2KQ8K, nil
+	case ggml.Q3_K:
+		return dotQ3KQ8K, nil
 	case ggml.Q4_K:
 		return dotQ4KQ8K, nil
+	case ggml.Q5_K:
+		return dotQ5KQ8K, nil
 	case ggml.Q6_K:
 		return dotQ6KQ8K, nil
+	case ggml.IQ4_XS:
+		return dotIQ4XSQ8K, nil
 	}
 	return nil, fmt.Errorf("cpu: no dot product for weights of type %s", t)
 }

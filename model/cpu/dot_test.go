@@ -400,7 +400,8 @@ func TestConvertActivationPanicsOnSize(t *testing.T) {
 
 func BenchmarkVecDot(b *testing.B) {
 	r := rand.New(rand.NewPCG(21, 22))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K,
+		ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL, ggml.Q2_K, ggml.Q3_K, ggml.Q5_K, ggml.IQ4_XS} {
 		for _, n := range []int{768, 2048} {
 			b.Run(fmt.Sprintf("%s/%d", typ, n), func(b *testing.B) {
 				w := quantWeights(b, r, typ, n)
