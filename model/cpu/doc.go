@@ -23,7 +23,10 @@
 // F32, F16, Q8_0 and Q4_0, chosen at run time with golang.org/x/sys/cpu.
 // Every other case, and other architectures (or the purego tag), runs the
 // portable Go kernels, which give the same bits: tests compare the two on
-// random inputs. Matrix products use R×C tile kernels (up to 4 weight rows ×
+// random inputs. The K-quants (Q2_K to Q6_K), Q5_0, Q5_1, IQ4_NL and IQ4_XS
+// have portable kernels only so far; their orders (dot_kquant.go,
+// dot_q5.go) sum each block or sub-block exactly in integers and fold it
+// into one accumulator with one fma, so SIMD kernels can reproduce them. Matrix products use R×C tile kernels (up to 4 weight rows ×
 // 4 activation rows per call) or panel kernels (16 weight rows × up to 8
 // activation rows) that reduce each output exactly as the single-row kernel
 // does.
