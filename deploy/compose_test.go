@@ -27,7 +27,7 @@ func TestCompose(t *testing.T) {
 		model = m
 	}
 	if _, err := os.Stat(model); err != nil {
-		t.Skipf("model absent: %v", err)
+		sharedAbsent(t, model, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

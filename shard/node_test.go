@@ -165,7 +165,7 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 func startCluster(t *testing.T, coord *fakeCoord, layers int, cuts ...int) *cluster {
 	t.Helper()
 	if _, err := os.Stat(storiesPath); err != nil {
-		t.Skipf("shared model absent: %v", err)
+		sharedAbsent(t, storiesPath, err)
 	}
 	ln, err := transport.Listen("127.0.0.1:0")
 	if err != nil {

@@ -16,7 +16,7 @@ func loadStories(t *testing.T) *model.Model {
 	t.Helper()
 	const path = "../../shared/models/stories260K.gguf"
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared model absent: %v", err)
+		sharedAbsent(t, path, err)
 	}
 	f, err := gguf.Open(path)
 	if err != nil {

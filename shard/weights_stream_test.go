@@ -118,7 +118,7 @@ func startWeightsCoord(t *testing.T, c *weightsCoord) pb.CoordinatorClient {
 func newWeightsCoord(t *testing.T) *weightsCoord {
 	t.Helper()
 	if _, err := os.Stat(storiesPath); err != nil {
-		t.Skipf("shared model absent: %v", err)
+		sharedAbsent(t, storiesPath, err)
 	}
 	sha, _, err := hashFile(context.Background(), storiesPath)
 	if err != nil {

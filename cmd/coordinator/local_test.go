@@ -35,7 +35,7 @@ type cluster struct {
 func startCluster(t *testing.T, path string, n int, kvMemory int64, tweak func(*coordinator.EngineConfig)) *cluster {
 	t.Helper()
 	if _, err := os.Stat(path); path != "" && err != nil {
-		t.Skipf("model absent: %v", err)
+		sharedAbsent(t, path, err)
 	}
 	f, m, tok, err := coordinator.OpenModel(path)
 	if err != nil {

@@ -58,7 +58,7 @@ func loadTemplate(t *testing.T, name string) *Template {
 	}
 	src, err := os.ReadFile(filepath.Join(sharedTemplates, name+".jinja"))
 	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("%s not found: %v", sharedTemplates, err)
+		sharedAbsent(t, filepath.Join(sharedTemplates, name+".jinja"), err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestGoldenComplete(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(files) == 0 {
-		t.Skipf("no templates in %s", sharedTemplates)
+		sharedAbsent(t, filepath.Join(sharedTemplates, "*.jinja"), errors.New("no file matches"))
 	}
 	c := loadCases(t)
 	for _, f := range files {

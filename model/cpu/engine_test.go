@@ -19,7 +19,7 @@ func openShared(t testing.TB, name string) *gguf.File {
 	t.Helper()
 	path := filepath.Join(sharedModels, name)
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared model absent: %v", err)
+		sharedAbsent(t, path, err)
 	}
 	f, err := gguf.Open(path)
 	if err != nil {

@@ -1,6 +1,7 @@
 package gguf
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,7 +23,7 @@ func sharedFiles(t testing.TB, pattern string) []string {
 		t.Fatal(err)
 	}
 	if len(paths) == 0 {
-		t.Skipf("no %s under %s", pattern, sharedDir)
+		sharedAbsent(t, filepath.Join(sharedDir, pattern), errors.New("no file matches"))
 	}
 	return paths
 }

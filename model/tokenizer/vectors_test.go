@@ -22,7 +22,7 @@ func loadShared(t testing.TB, rel string) *Tokenizer {
 	t.Helper()
 	path := filepath.Join(sharedDir, rel)
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("shared file not available: %v", err)
+		sharedAbsent(t, path, err)
 	}
 	f, err := gguf.Open(path)
 	if err != nil {
@@ -68,7 +68,7 @@ func readVectors(t *testing.T, name string) []vector {
 	base := filepath.Join(sharedDir, "tokenizers", name)
 	inp, err := os.ReadFile(base + ".inp")
 	if err != nil {
-		t.Skipf("test vectors not available: %v", err)
+		sharedAbsent(t, base+".inp", err)
 	}
 	out, err := os.ReadFile(base + ".out")
 	if err != nil {
