@@ -45,9 +45,11 @@ type KV interface {
 	// stage-local layer, in the block that blocks names for pos.
 	Store(layer int, blocks []int32, pos int, k, v []float32)
 	// Attend writes to out (Heads*HeadDim) causal attention of q (Heads*HeadDim)
-	// over positions 0..pos of the stage-local layer. scratch has at least
-	// pos+1 elements. It may be called concurrently for different outputs.
-	Attend(layer int, blocks []int32, pos int, q, out, scratch []float32)
+	// over positions lo..pos of the stage-local layer (0 <= lo <= pos), each
+	// score scaled by scale. The result depends only on q, lo, pos, scale
+	// and the keys and values stored at lo..pos. scratch has at least
+	// pos+1-lo elements. It may be called concurrently for different outputs.
+	Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32)
 }
 
 // ErrBadBatch wraps every error about a batch's shape or contents.
@@ -59,7 +61,8 @@ type Stage struct {
 	first, last int
 	be          Backend
 	kv          KV
-	hasQKV      bool // a layer of the stage fuses Q, K and V
+	hasQKV      bool    // a layer of the stage fuses Q, K and V
+	attnScale   float32 // Attend's score scale
 
 	// Scratch, grown to the largest batch seen; reused across calls.
 	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
@@ -95,6 +98,7 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	for _, L := range m.LayerWeights[first:last] {
 		s.hasQKV = s.hasQKV || L.QKV != nil
 	}
+	s.attnScale = 1 / float32(math.Sqrt(float64(m.HeadDim)))
 	if p, ok := be.(Preparer); ok {
 		for i := range m.LayerWeights[first:last] {
 			for _, w := range m.LayerWeights[first+i].Matrices() {
@@ -235,7 +239,7 @@ func (s *Stage) attendToken(w, t int) {
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}
-	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, s.pos[t], s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
+	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, 0, s.pos[t], s.attnScale, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {

@@ -158,7 +158,9 @@ func TestVecDotPortableSwitch(t *testing.T) {
 }
 
 // TestAttendEqualsPortable checks KV.Attend with the SIMD kernels against
-// the portable loops, bit for bit, over paged blocks in shuffled order.
+// the portable loops, bit for bit, over paged blocks in shuffled order, from
+// key 0 and from window starts inside and at the edges of blocks and of the
+// SIMD path's chunks.
 func TestAttendEqualsPortable(t *testing.T) {
 	testAttendEqualsPortable(t)
 	avx2Only = true // the portable loops with the AVX2 score kernels
@@ -200,13 +202,90 @@ func testAttendEqualsPortable(t *testing.T) {
 							q[i] *= 8
 						}
 					}
-					got := make([]float32, cfg.Heads*hd)
-					want := make([]float32, cfg.Heads*hd)
-					c.Attend(1, blocks, pos, q, got, make([]float32, pos+1))
-					withPortable(func() { c.Attend(1, blocks, pos, q, want, make([]float32, pos+1)) })
-					for i := range got {
-						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-							t.Fatalf("%s hd=%d bs=%d pos=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, i, got[i], want[i])
+					scale := 1 / float32(math.Sqrt(float64(hd)))
+					if pos%3 == 1 { // the queries carry the scale (Gemma)
+						scale = 1
+					}
+					for _, w := range []int{0, 1, 2, 8, 16, 17, 64, 65, 100} {
+						lo := 0
+						if w > 0 {
+							lo = max(0, pos-w+1)
+						}
+						got := make([]float32, cfg.Heads*hd)
+						want := make([]float32, cfg.Heads*hd)
+						c.Attend(1, blocks, lo, pos, scale, q, got, make([]float32, pos+1-lo))
+						withPortable(func() { c.Attend(1, blocks, lo, pos, scale, q, want, make([]float32, pos+1-lo)) })
+						for i := range got {
+							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+								t.Fatalf("%s hd=%d bs=%d pos=%d lo=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, lo, i, got[i], want[i])
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttendWindowReadsOnlyItsKeys: attention over keys lo..pos equals, bit
+// for bit, attention over the same keys and values stored at positions
+// 0..pos-lo of another sequence (where blocks and the SIMD path's chunks
+// fall elsewhere relative to them), and never reads the keys before lo
+// (NaNs there would spread to every output).
+func TestAttendWindowReadsOnlyItsKeys(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	for _, typ := range []ggml.Type{ggml.F16, ggml.F32} {
+		for _, hd := range []int{64, 72} {
+			for _, bs := range []int{5, 16} {
+				const n = 200
+				cfg := KVConfig{Layers: 1, Blocks: 2 * ((n + bs - 1) / bs), BlockSize: bs, Heads: 4, HeadsKV: 2, HeadDim: hd, Type: typ}
+				c, err := NewKV(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				perm := r.Perm(cfg.Blocks)
+				a, b := make([]int32, cfg.Blocks/2), make([]int32, cfg.Blocks/2)
+				for i := range a {
+					a[i], b[i] = int32(perm[i]), int32(perm[len(a)+i])
+				}
+				kvd := cfg.HeadsKV * hd
+				ks, vs := make([][]float32, n), make([][]float32, n)
+				for p := range n {
+					ks[p], vs[p] = randVec(r, kvd), randVec(r, kvd)
+				}
+				nan := make([]float32, kvd)
+				for i := range nan {
+					nan[i] = float32(math.NaN())
+				}
+				for _, pos := range []int{7, 63, 64, 100, 199} {
+					for _, w := range []int{1, 3, 8, 17, 64, 70} {
+						lo := max(0, pos-w+1)
+						for p := 0; p <= pos; p++ {
+							if p < lo {
+								c.Store(0, a, p, nan, nan)
+							} else {
+								c.Store(0, a, p, ks[p], vs[p])
+								c.Store(0, b, p-lo, ks[p], vs[p])
+							}
+						}
+						q := randVec(r, cfg.Heads*hd)
+						for _, portable := range []bool{false, true} {
+							got := make([]float32, cfg.Heads*hd)
+							want := make([]float32, cfg.Heads*hd)
+							run := func() {
+								c.Attend(0, a, lo, pos, 0.125, q, got, make([]float32, pos+1-lo))
+								c.Attend(0, b, 0, pos-lo, 0.125, q, want, make([]float32, pos+1-lo))
+							}
+							if portable {
+								withPortable(run)
+							} else {
+								run()
+							}
+							for i := range got {
+								if math.Float32bits(got[i]) != math.Float32bits(want[i]) || math.IsNaN(float64(got[i])) {
+									t.Fatalf("%s hd=%d bs=%d keys %d..%d (portable %v): out[%d] = %g, from position 0 %g", typ, hd, bs, lo, pos, portable, i, got[i], want[i])
+								}
+							}
 						}
 					}
 				}

@@ -64,7 +64,6 @@ type KV struct {
 	hstep int    // bytes between two KV heads' data in a block (BlockSize*row)
 	k, v  []byte // [layer][block][KV head][position][HeadDim]
 	dot   VecDot
-	scale float32
 }
 
 // NewKV allocates a pool. A zero BlockSize means DefaultBlockSize.
@@ -85,8 +84,7 @@ func NewKV(cfg KVConfig) (*KV, error) {
 	return &KV{
 		cfg: cfg, kvDim: kvDim, row: row, hstep: cfg.BlockSize * row,
 		k: make([]byte, n), v: make([]byte, n),
-		dot:   dot,
-		scale: 1 / float32(math.Sqrt(float64(cfg.HeadDim))),
+		dot: dot,
 	}, nil
 }
 
@@ -150,20 +148,24 @@ func f32ToF16(dst []uint16, src []float32) {
 // attention, so that greedy output follows llama.cpp's on the same file:
 //
 //   - the query is converted to the storage type (f16 by default) and each
-//     key j = 0..pos is scored with the storage type's VecDot, times
-//     1/sqrt(HeadDim);
-//   - the softmax is online, in position order: a running maximum M, a
+//     key j = lo..pos is scored with the storage type's VecDot, times scale
+//     (1/sqrt(HeadDim), or 1 where the queries carry the scale);
+//   - the softmax is online, in position order from lo: a running maximum M, a
 //     running sum S = S*ms + vs (one rounding), and a value accumulator held
 //     in the storage type. A score above M rescales the accumulator by
 //     ms = exp(Mold - M); otherwise vs = exp(s - M). Then
 //     acc = round(fma(v_j, vs, acc)) element by element;
 //   - out = acc / S.
 //
-// Everything depends only on pos and the stored keys and values, never on
-// the batch, the chunking or the thread count.
-func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float32) {
+// Everything depends only on lo, pos, scale and the keys and values stored
+// at lo..pos, never on the batch, the chunking or the thread count; keys
+// before lo are not read (a sliding window's start, a function of pos).
+func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32) {
+	if lo < 0 || lo > pos {
+		panic(fmt.Sprintf("cpu: attention over positions %d..%d", lo, pos))
+	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, pos, q, out)
+		c.attendSIMD(layer, blocks, lo, pos, scale, q, out)
 		return
 	}
 	cfg := c.cfg
@@ -172,7 +174,7 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 	group := cfg.Heads / cfg.HeadsKV
 	esz := cfg.Type.TypeSize()
 	n := pos + 1
-	scores := scratch[:n]
+	scores := scratch[:n-lo] // scores[j-lo] is key j's
 	ts := tilesFor(cfg.Type)
 	for h := 0; h < cfg.Heads; h++ {
 		kvh := h / group
@@ -187,11 +189,11 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 			f32ToF16(unsafe.Slice((*uint16)(unsafe.Pointer(&qb[0])), hd), qh)
 		}
 		hoff := kvh * c.hstep
-		for j0 := 0; j0 < n; j0 += bs {
-			m := min(bs, n-j0)
+		for j0 := lo; j0 < n; j0 += bs - j0%bs { // by block, the first one from lo
+			m := min(bs-j0%bs, n-j0)
 			off := c.offset(layer, blocks, j0) + hoff
 			keys := c.k[off : off+(m-1)*c.row+hd*esz]
-			sc := scores[j0 : j0+m]
+			sc := scores[j0-lo : j0-lo+m]
 			if ts != nil {
 				for r := 0; r < m; r += ts.maxR {
 					R := min(ts.maxR, m-r)
@@ -203,21 +205,21 @@ func (c *KV) Attend(layer int, blocks []int32, pos int, q, out, scratch []float3
 				}
 			}
 			for r := range sc {
-				sc[r] *= c.scale
+				sc[r] *= scale
 			}
 		}
 		if cfg.Type == ggml.F32 {
-			c.softmaxValuesF32(layer, blocks, hoff, scores, o)
+			c.softmaxValuesF32(layer, blocks, hoff, lo, scores, o)
 		} else {
-			c.softmaxValuesF16(layer, blocks, hoff, scores, o)
+			c.softmaxValuesF16(layer, blocks, hoff, lo, scores, o)
 		}
 	}
 }
 
 // softmaxValuesF16 is Attend's online softmax with an f16 accumulator (a
 // stack array for head dims up to 256, the heap above), as ggml's flash
-// attention accumulates values it reads in f16.
-func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff int, scores, o []float32) {
+// attention accumulates values it reads in f16. scores[i] is key lo+i's.
+func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o []float32) {
 	hd := len(o)
 	var buf [256]uint16
 	var acc []uint16
@@ -241,7 +243,7 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff int, scores, o []f
 		} else {
 			vs = expf(s - M)
 		}
-		off := c.offset(layer, blocks, j) + hoff
+		off := c.offset(layer, blocks, lo+j) + hoff
 		v := unsafe.Slice((*uint16)(unsafe.Pointer(&c.v[off])), hd)
 		for i, a := range acc {
 			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[a]))
@@ -270,7 +272,13 @@ const softmaxChunk = 64
 // value kernel rescales where ms != 1 (a rescale by exactly 1 is the
 // identity on every value the accumulator can hold) and accumulates the
 // values of each run of keys within one block.
-func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
+//
+// Chunks start at lo, so their boundaries move with the window's start; the
+// result does not depend on them, since every step above is per key in key
+// order (the scalar pass carries M and S from chunk to chunk, the value
+// kernels fold one key at a time) and each key's score is the same
+// whichever kernel scores it.
+func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale float32, q, out []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -316,7 +324,7 @@ func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
 		}
 		M := [2]float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
 		var S [2]float32
-		for j0 := 0; j0 < n; j0 += softmaxChunk {
+		for j0 := lo; j0 < n; j0 += softmaxChunk {
 			m := min(softmaxChunk, n-j0)
 			for hh := range H {
 				s := sc[hh][:m]
@@ -344,7 +352,7 @@ func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
 				}
 				e := ms[hh][:m]
 				for k, x := range s {
-					x *= c.scale
+					x *= scale
 					if x > M[hh] {
 						e[k], fresh[hh][k] = M[hh]-x, true
 						M[hh] = x
@@ -396,8 +404,9 @@ func (c *KV) attendSIMD(layer int, blocks []int32, pos int, q, out []float32) {
 }
 
 // softmaxValuesF32 is Attend's online softmax with a float32 accumulator (an
-// f32 cache), as ggml accumulates values it reads in f32.
-func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff int, scores, o []float32) {
+// f32 cache), as ggml accumulates values it reads in f32. scores[i] is key
+// lo+i's.
+func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff, lo int, scores, o []float32) {
 	hd := len(o)
 	clear(o)
 	M := float32(math.Inf(-1))
@@ -413,7 +422,7 @@ func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff int, scores, o []f
 		} else {
 			vs = expf(s - M)
 		}
-		off := c.offset(layer, blocks, j) + hoff
+		off := c.offset(layer, blocks, lo+j) + hoff
 		v := unsafe.Slice((*float32)(unsafe.Pointer(&c.v[off])), hd)
 		for i := range o {
 			o[i] = fma32(v[i], vs, o[i])
