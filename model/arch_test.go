@@ -3,6 +3,7 @@ package model
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,6 +78,115 @@ func TestRandomArchConfig(t *testing.T) {
 	}
 }
 
+// TestGemma3Config checks what Load makes of a gemma3 file's keys: the
+// sliding layers (from the window and the pattern, a period or per-layer
+// flags, as llama.cpp reads them), their RoPE base, the query scale, the
+// embedding scale and the logit cap.
+func TestGemma3Config(t *testing.T) {
+	spec := RandomSpec{Arch: "gemma3", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 4}
+	kvs, ts := parseRandom(t, spec)
+	load := func(t *testing.T, kvs []gguf.KV) *Model {
+		t.Helper()
+		m, err := Load(writeParse(t, kvs, ts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	T, F := true, false
+	t.Run("random file", func(t *testing.T) {
+		m := load(t, kvs)
+		c := m.Config
+		if c.Rope != RopeNeoX || !c.QKNorm || !c.PostNorms || !c.GELU || c.QKVBias || c.FusedGateUp || c.HeadDim != 16 {
+			t.Fatalf("config %+v", c)
+		}
+		if c.EmbedScale != 8 || c.QueryScale != 0.25 || c.LogitSoftCap != 30 || c.NormEps != 1e-6 {
+			t.Fatalf("embed scale %g, query scale %g, logit cap %g, eps %g", c.EmbedScale, c.QueryScale, c.LogitSoftCap, c.NormEps)
+		}
+		if c.RopeBase != 1e6 || c.RopeScale != 8 || c.RopeBaseSWA != 10000 || c.SlidingWindow != 8 {
+			t.Fatalf("rope base %g scale %g, sliding base %g, window %d", c.RopeBase, c.RopeScale, c.RopeBaseSWA, c.SlidingWindow)
+		}
+		if want := []bool{T, T, T, T, T, F, T}; !slices.Equal(c.SlidingLayers, want) {
+			t.Fatalf("sliding layers %v, want %v", c.SlidingLayers, want)
+		}
+		if c.Window(0) != 8 || c.Window(5) != 0 || c.Window(6) != 8 {
+			t.Fatalf("windows %d %d %d", c.Window(0), c.Window(5), c.Window(6))
+		}
+		L := m.LayerWeights[3]
+		if len(L.PostAttnNorm) != 64 || len(L.PostFFNNorm) != 64 || len(L.QNorm) != 16 || L.Gate == nil || L.GateUp != nil {
+			t.Fatalf("layer %+v", L)
+		}
+	})
+	for _, tc := range []struct {
+		name    string
+		kvs     []gguf.KV
+		sliding []bool // nil: no sliding layer
+	}{
+		{"period 2", setKV(kvs, "gemma3.attention.sliding_window_pattern", uint32(2)), []bool{T, F, T, F, T, F, T}},
+		{"period 1: none slide", setKV(kvs, "gemma3.attention.sliding_window_pattern", uint32(1)), []bool{F, F, F, F, F, F, F}},
+		{"period 0: all slide", setKV(kvs, "gemma3.attention.sliding_window_pattern", uint32(0)), []bool{T, T, T, T, T, T, T}},
+		{"flags", setKV(kvs, "gemma3.attention.sliding_window_pattern", []bool{F, T, T, F, F, T, F}), []bool{F, T, T, F, F, T, F}},
+		{"window 0", setKV(kvs, "gemma3.attention.sliding_window", uint32(0)), nil},
+		{"no window", dropKV(kvs, "gemma3.attention.sliding_window"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := load(t, tc.kvs).Config
+			if !slices.Equal(c.SlidingLayers, tc.sliding) {
+				t.Fatalf("sliding layers %v, want %v", c.SlidingLayers, tc.sliding)
+			}
+			for l, s := range tc.sliding {
+				if w := c.Window(l); (w == 8) != s || (w != 0 && w != 8) {
+					t.Fatalf("layer %d window %d", l, w)
+				}
+			}
+		})
+	}
+	t.Run("sliding rope base and no cap", func(t *testing.T) {
+		c := load(t, setKV(dropKV(kvs, "gemma3.final_logit_softcapping"), "gemma3.rope.freq_base_swa", float32(5e4))).Config
+		if c.RopeBaseSWA != 5e4 || c.LogitSoftCap != 0 {
+			t.Fatalf("sliding base %g, cap %g", c.RopeBaseSWA, c.LogitSoftCap)
+		}
+	})
+	t.Run("27B query scale", func(t *testing.T) {
+		// llama.cpp scales the 62-layer model's queries by 1/sqrt(Embd/Heads)
+		// (its query_pre_attn_scalar), every other one's by 1/sqrt(HeadDim).
+		s := spec
+		s.Layers, s.HeadDim, s.FF, s.Vocab = 62, 32, 8, 263
+		f, err := RandomFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.QueryScale != 0.25 || m.HeadDim != 32 {
+			t.Fatalf("query scale %g with head dim %d, want 1/sqrt(64/4)", m.QueryScale, m.HeadDim)
+		}
+		s.Layers = 61
+		if f, err = RandomFile(s); err != nil {
+			t.Fatal(err)
+		}
+		if m, err = Load(f); err != nil {
+			t.Fatal(err)
+		}
+		if want := 1 / float32(math.Sqrt(32)); m.QueryScale != want {
+			t.Fatalf("query scale %g, want 1/sqrt(32) = %g", m.QueryScale, want)
+		}
+	})
+}
+
+// dropKV returns kvs without key.
+func dropKV(kvs []gguf.KV, key string) []gguf.KV {
+	var out []gguf.KV
+	for _, kv := range kvs {
+		if kv.Key != key {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
 // TestPhi3RopeFactorsChoice: the long factors apply when the context served
 // exceeds rope.scaling.original_context_length, the short ones otherwise.
 func TestPhi3RopeFactorsChoice(t *testing.T) {
@@ -118,6 +228,8 @@ func TestArchRefusals(t *testing.T) {
 	phi3 := RandomSpec{Arch: "phi3", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, FF: 64, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 3}
 	qwen3 := phi3
 	qwen3.Arch = "qwen3"
+	gemma3 := phi3
+	gemma3.Arch = "gemma3"
 	llama := phi3
 	llama.Arch = "llama"
 	drop := func(ts []gguf.WriteTensor, name string) []gguf.WriteTensor {
@@ -135,9 +247,9 @@ func TestArchRefusals(t *testing.T) {
 		edit func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)
 		want string
 	}{
-		{"gemma3 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
-			return setKV(kvs, "general.architecture", "gemma3"), ts
-		}, `unsupported architecture "gemma3" (general.architecture)`},
+		{"gemma2 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "general.architecture", "gemma2"), ts
+		}, `unsupported architecture "gemma2" (general.architecture)`},
 		{"qwen3moe architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "general.architecture", "qwen3moe"), ts
 		}, `"qwen3moe"`},
@@ -171,6 +283,30 @@ func TestArchRefusals(t *testing.T) {
 			}
 			return kvs, ts
 		}, `"rope_factors_long.weight" element 1 is 0`},
+		{"gemma3 attention soft-capping", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.attn_logit_softcapping", float32(50)), ts
+		}, "gemma3.attn_logit_softcapping = 50: attention logit soft-capping (Gemma 2) is not supported"},
+		{"gemma3 negative logit cap", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.final_logit_softcapping", float32(-30)), ts
+		}, "gemma3.final_logit_softcapping = -30, want a finite cap >= 0"},
+		{"gemma3 pattern of the wrong length", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.attention.sliding_window_pattern", []bool{true, false}), ts
+		}, "gemma3.attention.sliding_window_pattern has 2 flags for 1 layers"},
+		{"gemma3 pattern of strings", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.attention.sliding_window_pattern", "6"), ts
+		}, "gemma3.attention.sliding_window_pattern"},
+		{"gemma3 huge window", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.attention.sliding_window", uint64(1)<<40), ts
+		}, "gemma3.attention.sliding_window = 1099511627776, want 0..16777216"},
+		{"gemma3 bad sliding rope base", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma3.rope.freq_base_swa", float32(0)), ts
+		}, "gemma3.rope.freq_base_swa = 0, want > 1"},
+		{"gemma3 without post-FFN norm", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return kvs, drop(ts, "blk.0.post_ffw_norm.weight")
+		}, "blk.0.post_ffw_norm.weight"},
+		{"gemma3 without post-attention norm", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return kvs, drop(ts, "blk.0.post_attention_norm.weight")
+		}, "blk.0.post_attention_norm.weight"},
 		{"phi3 up without the gate's rows", phi3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			for i := range ts {
 				if ts[i].Name == "blk.0.ffn_up.weight" {

@@ -67,6 +67,41 @@ type Config struct {
 	// RopeAttnFactor scales RoPE's cosines and sines, and so every query and
 	// key it rotates (rope.scaling.attn_factor; 1 when absent).
 	RopeAttnFactor float32
+
+	// Gemma 3 (see gemma.go for the keys and numerics).
+
+	// EmbedScale, when > 0, multiplies every token embedding (sqrt(Embd)
+	// in float32).
+	EmbedScale float32
+	// PostNorms: RMSNorms of the attention output (post_attention_norm) and
+	// of the FFN output (post_ffw_norm) before each residual add.
+	PostNorms bool
+	// GELU: the FFN gate takes GELU (tanh approximation) instead of SiLU.
+	GELU bool
+	// QueryScale, when > 0, multiplies the queries after RoPE, and
+	// attention then does not scale its scores; 0: scores are scaled by
+	// 1/sqrt(HeadDim).
+	QueryScale float32
+	// SlidingWindow, when > 0, is the positions a sliding layer attends to,
+	// its own included: position p reads keys max(0, p-SlidingWindow+1)..p.
+	SlidingWindow int
+	// SlidingLayers[l] says whether layer l slides (nil when no layer
+	// does).
+	SlidingLayers []bool
+	// RopeBaseSWA is the RoPE base of sliding layers, which take no linear
+	// scaling (RopeScale applies to the other layers only).
+	RopeBaseSWA float32
+	// LogitSoftCap, when > 0, caps the logits: cap * tanh(logit / cap).
+	LogitSoftCap float32
+}
+
+// Window is the number of positions layer l attends to, its own included,
+// or 0 when it attends to every earlier position.
+func (c Config) Window(l int) int {
+	if c.SlidingLayers == nil || !c.SlidingLayers[l] {
+		return 0
+	}
+	return c.SlidingWindow
 }
 
 // KVDim is the width of one position's keys (and values) in one layer.
@@ -95,10 +130,11 @@ var archs = map[string]archInfo{
 	"qwen3":   {rope: RopeNeoX, qkNorm: true},
 	"phi3":    {rope: RopeNeoX, fusedGateUp: true, ropeFactors: true},
 	"smollm3": {rope: RopeNormal},
+	"gemma3":  {rope: RopeNeoX, qkNorm: true},
 }
 
 // supportedArchs lists archs' keys for error messages.
-const supportedArchs = "llama, mistral, phi3, qwen2, qwen3, smollm3"
+const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen3, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
@@ -247,6 +283,11 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return Config{}, fmt.Errorf("model: %s = %g, want 0 < factor < 16", key("rope.scaling.attn_factor"), v)
 		}
 		c.RopeAttnFactor = float32(v)
+	}
+	if arch == "gemma3" {
+		if err := gemma3Config(f, &c); err != nil {
+			return Config{}, err
+		}
 	}
 	if arch == "smollm3" {
 		c.NoRopeEvery = 4

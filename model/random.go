@@ -25,7 +25,10 @@ type RandomSpec struct {
 	// RoPE, per-head Q and K norms, attention.key_length written) or "phi3"
 	// (fused attn_qkv and gate-up ffn_up, NeoX RoPE over three quarters of
 	// each head, longrope factors with original_context_length Context/2,
-	// so that the long factors apply).
+	// so that the long factors apply) or "gemma3" (per-head Q and K norms,
+	// post-attention and post-FFN norms, GELU gate, every sixth layer global
+	// and the others sliding over SlidingWindow positions, linear RoPE
+	// scaling 8 on the global layers, final logit soft-capping).
 	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
@@ -43,6 +46,13 @@ type RandomSpec struct {
 	// HeadDim is each head's width; 0 means Embd/Heads. A non-zero value is
 	// written as attention.key_length and value_length.
 	HeadDim int
+
+	// SlidingWindow is gemma3's attention.sliding_window in positions; 0
+	// means 8, so that short tests cross it.
+	SlidingWindow int
+	// LogitSoftCap is gemma3's final_logit_softcapping; 0 means 30 (Gemma
+	// 2's cap), a negative value writes none.
+	LogitSoftCap float32
 }
 
 // DemoSpec is the built-in demo model: small enough to generate in memory in
@@ -71,9 +81,12 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2", "qwen3", "phi3":
+	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3 or phi3, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3 or gemma3, got %q", s.Arch)
+	}
+	if s.SlidingWindow < 0 || s.SlidingWindow > MaxContext {
+		return fmt.Errorf("model: random spec SlidingWindow must be 0..%d, got %d", MaxContext, s.SlidingWindow)
 	}
 	if !slices.Contains(MatrixTypes, s.Type) {
 		return fmt.Errorf("model: random spec Type must be one of %s, got %v", matrixTypeNames(), s.Type)
@@ -116,7 +129,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		arch = "llama"
 	}
 	base := float32(10000)
-	if arch == "qwen2" || arch == "qwen3" {
+	if arch == "qwen2" || arch == "qwen3" || arch == "gemma3" {
 		base = 1e6
 	}
 	hd := s.Embd / s.Heads
@@ -149,7 +162,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
 	}
-	if s.HeadDim != 0 || arch == "qwen3" {
+	if s.HeadDim != 0 || arch == "qwen3" || arch == "gemma3" {
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".attention.key_length", Value: uint32(hd)},
 			gguf.KV{Key: arch + ".attention.value_length", Value: uint32(hd)})
@@ -160,6 +173,23 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		if scale := float64(s.Context) / float64(origCtx); scale > 1 {
 			// as llama.cpp's converter computes it for longrope
 			kvs = append(kvs, gguf.KV{Key: arch + ".rope.scaling.attn_factor", Value: float32(math.Sqrt(1 + math.Log(scale)/math.Log(float64(origCtx))))})
+		}
+	}
+	if arch == "gemma3" {
+		window, softCap := s.SlidingWindow, s.LogitSoftCap
+		if window == 0 {
+			window = 8
+		}
+		if softCap == 0 {
+			softCap = 30
+		}
+		kvs = setRandomKV(kvs, arch+".attention.layer_norm_rms_epsilon", float32(1e-6))
+		kvs = append(kvs,
+			gguf.KV{Key: arch + ".attention.sliding_window", Value: uint32(window)},
+			gguf.KV{Key: arch + ".rope.scaling.type", Value: "linear"},
+			gguf.KV{Key: arch + ".rope.scaling.factor", Value: float32(8)})
+		if softCap > 0 {
+			kvs = append(kvs, gguf.KV{Key: arch + ".final_logit_softcapping", Value: softCap})
 		}
 	}
 	var ts []gguf.WriteTensor
@@ -258,11 +288,16 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 						return err
 					}
 					return vec(p+"attn_v.bias", kvDim, 0, 0.5)
-				case "qwen3":
+				case "qwen3", "gemma3":
 					if err := vec(p+"attn_q_norm.weight", hd, 1, 0.1); err != nil {
 						return err
 					}
-					return vec(p+"attn_k_norm.weight", hd, 1, 0.1)
+					if err := vec(p+"attn_k_norm.weight", hd, 1, 0.1); err != nil {
+						return err
+					}
+					if arch == "gemma3" {
+						return norm(p + "post_attention_norm.weight")
+					}
 				}
 				return nil
 			},
@@ -272,6 +307,9 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		steps = append(steps, func() error {
 			return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))
 		})
+		if arch == "gemma3" {
+			steps = append(steps, func() error { return norm(p + "post_ffw_norm.weight") })
+		}
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {
@@ -279,6 +317,16 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		}
 	}
 	return gguf.Write(w, kvs, ts)
+}
+
+// setRandomKV returns kvs with key's value replaced by v.
+func setRandomKV(kvs []gguf.KV, key string, v any) []gguf.KV {
+	for i := range kvs {
+		if kvs[i].Key == key {
+			kvs[i].Value = v
+		}
+	}
+	return kvs
 }
 
 // WriteRandomFile writes a random model to path: to a temporary file beside

@@ -62,12 +62,14 @@ type Stage struct {
 	be          Backend
 	kv          KV
 	hasQKV      bool    // a layer of the stage fuses Q, K and V
+	swaRope     bool    // sliding layers rotate with their own base and scale
 	attnScale   float32 // Attend's score scale
 
 	// Scratch, grown to the largest batch seen; reused across calls.
 	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
 	qkv, gateUp                                         []float32 // fused products, split per token
 	ropeCS                                              []float32 // per token: cos, sin of each rotated pair
+	ropeCSSWA                                           []float32 // the same for sliding layers, when their RoPE differs
 	pos                                                 []int     // position of each token
 	rowOf                                               []int     // row of each token
 	attnScratch                                         [][]float32
@@ -75,12 +77,16 @@ type Stage struct {
 	// The batch and layer in progress, read by the per-token steps below;
 	// their method values are made once in NewStage so that a forward pass
 	// allocates nothing.
-	rows  []Row
-	L     *Layer
-	ll    int // stage-local layer
-	rope  bool
-	norm  []float32 // weights of the norm in progress
-	steps struct{ embed, rope, norm, qkv, attend, swiGLU func(worker, t int) }
+	rows          []Row
+	L             *Layer
+	ll            int // stage-local layer
+	rope          bool
+	window        int       // positions the layer attends to (0: all)
+	softCapLogits []float32 // the logits the softCap step caps
+	norm          []float32 // weights of the norm in progress
+	steps         struct {
+		embed, rope, norm, postNorm, qkv, attend, swiGLU, softCap func(worker, t int)
+	}
 }
 
 // NewStage prepares layers [first, last) of m on be with kv.
@@ -92,13 +98,21 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.embed = s.embedToken
 	s.steps.rope = s.ropeToken
 	s.steps.norm = s.normToken
+	s.steps.postNorm = s.postNormToken
+	s.steps.softCap = s.softCapToken
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
 	for _, L := range m.LayerWeights[first:last] {
 		s.hasQKV = s.hasQKV || L.QKV != nil
 	}
+	for l := first; l < last; l++ {
+		s.swaRope = s.swaRope || m.Window(l) > 0
+	}
 	s.attnScale = 1 / float32(math.Sqrt(float64(m.HeadDim)))
+	if m.QueryScale > 0 { // the queries carry the scale
+		s.attnScale = 1
+	}
 	if p, ok := be.(Preparer); ok {
 		for i := range m.LayerWeights[first:last] {
 			for _, w := range m.LayerWeights[first+i].Matrices() {
@@ -187,18 +201,34 @@ func (s *Stage) Forward(rows []Row, in []float32) ([]float32, error) {
 func (s *Stage) embedToken(_, t int) {
 	E := s.m.Embd
 	r := &s.rows[s.rowOf[t]]
-	dequantizeRow(s.m.Embed, int(r.Tokens[s.pos[t]-r.Pos]), s.x[t*E:(t+1)*E])
+	x := s.x[t*E : (t+1)*E]
+	dequantizeRow(s.m.Embed, int(r.Tokens[s.pos[t]-r.Pos]), x)
+	if sc := s.m.EmbedScale; sc > 0 {
+		for i := range x {
+			x[i] *= sc
+		}
+	}
 }
 
 func (s *Stage) ropeToken(_, t int) {
 	m := s.m
 	d := m.RopeDims
 	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
+	if s.swaRope {
+		ropeAngles(s.ropeCSSWA[t*d:(t+1)*d], s.pos[t], m.RopeBaseSWA, 1, m.RopeFactors, m.RopeAttnFactor)
+	}
 }
 
 func (s *Stage) normToken(_, t int) {
 	E := s.m.Embd
 	rmsNorm(s.h[t*E:(t+1)*E], s.x[t*E:(t+1)*E], s.norm, s.m.NormEps)
+}
+
+// postNormToken normalises a token's layer output in s.out in place.
+func (s *Stage) postNormToken(_, t int) {
+	E := s.m.Embd
+	o := s.out[t*E : (t+1)*E]
+	rmsNorm(o, o, s.norm, s.m.NormEps)
 }
 
 func (s *Stage) qkvToken(_, t int) {
@@ -227,19 +257,32 @@ func (s *Stage) qkvToken(_, t int) {
 		}
 	}
 	if s.rope {
-		cs := s.ropeCS[t*m.RopeDims : (t+1)*m.RopeDims]
+		cs := s.ropeCS
+		if s.window > 0 {
+			cs = s.ropeCSSWA
+		}
+		cs = cs[t*m.RopeDims : (t+1)*m.RopeDims]
 		ropeRotate(qt, m.Heads, m.HeadDim, cs, m.Rope)
 		ropeRotate(kt, m.HeadsKV, m.HeadDim, cs, m.Rope)
+	}
+	if sc := m.QueryScale; sc > 0 {
+		for i := range qt {
+			qt[i] *= sc
+		}
 	}
 }
 
 func (s *Stage) attendToken(w, t int) {
 	QD := s.m.QDim()
-	n := s.pos[t] + 1
+	pos, lo := s.pos[t], 0
+	if s.window > 0 {
+		lo = max(0, pos-s.window+1)
+	}
+	n := pos + 1 - lo
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}
-	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, 0, s.pos[t], s.attnScale, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
+	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, lo, pos, s.attnScale, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {
@@ -249,6 +292,10 @@ func (s *Stage) swiGLUToken(_, t int) {
 		fused := s.gateUp[t*2*FF : (t+1)*2*FF]
 		copy(gate, fused[:FF])
 		copy(up, fused[FF:])
+	}
+	if s.m.GELU {
+		geglu(gate, up)
+		return
 	}
 	s.be.SwiGLU(gate, up)
 }
@@ -309,6 +356,9 @@ func (s *Stage) grow(T int) {
 	g(&s.up, T*m.FF)
 	g(&s.out, T*E)
 	g(&s.ropeCS, T*m.RopeDims)
+	if s.swaRope {
+		g(&s.ropeCSSWA, T*m.RopeDims)
+	}
 	if s.hasQKV {
 		g(&s.qkv, T*(QD+2*KVD))
 	}
@@ -331,6 +381,7 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	q, k, v := s.q[:T*QD], s.k[:T*KVD], s.v[:T*KVD]
 	s.L, s.ll = L, l-s.first
 	s.rope = m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
+	s.window = m.Window(l)
 
 	s.norm = L.AttnNorm
 	s.be.Parallel(T, s.steps.norm)
@@ -349,6 +400,10 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	s.be.Parallel(T, s.steps.attend)
 	out := s.out[:T*E]
 	s.be.MatMul(L.O, att, T, out)
+	if L.PostAttnNorm != nil {
+		s.norm = L.PostAttnNorm
+		s.be.Parallel(T, s.steps.postNorm)
+	}
 	addTo(x, out)
 
 	s.norm = L.FFNNorm
@@ -362,6 +417,10 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	}
 	s.be.Parallel(T, s.steps.swiGLU)
 	s.be.MatMul(L.Down, gate, T, out)
+	if L.PostFFNNorm != nil {
+		s.norm = L.PostFFNNorm
+		s.be.Parallel(T, s.steps.postNorm)
+	}
 	addTo(x, out)
 }
 
@@ -395,7 +454,20 @@ func (s *Stage) head(rows []Row, T int) []float32 {
 		}
 	}
 	s.be.MatMul(m.Output, in, n, logits)
+	if m.LogitSoftCap > 0 {
+		s.softCapLogits = logits
+		s.be.Parallel((len(logits)+softCapChunk-1)/softCapChunk, s.steps.softCap)
+		s.softCapLogits = nil
+	}
 	return logits
+}
+
+// softCapChunk is the logits one softCap step caps.
+const softCapChunk = 4096
+
+func (s *Stage) softCapToken(_, i int) {
+	x := s.softCapLogits[i*softCapChunk : min((i+1)*softCapChunk, len(s.softCapLogits))]
+	softCap(x, s.m.LogitSoftCap)
 }
 
 // rmsNorm sets dst = x / sqrt(mean(x²) + eps) * w, computing as ggml does:

@@ -36,6 +36,10 @@ type Layer struct {
 	FFNNorm             []float32
 	Gate, Up, Down      *Weight // Gate, Up nil when GateUp is set
 	GateUp              *Weight // ffn_up of 2×FF rows, the gate's then the up's; nil unless Config.FusedGateUp
+	// PostAttnNorm and PostFFNNorm normalise the attention and FFN outputs
+	// before the residual adds (post_attention_norm, post_ffw_norm); nil
+	// unless Config.PostNorms.
+	PostAttnNorm, PostFFNNorm []float32
 }
 
 // Matrices returns the layer's matrices that are present.
@@ -146,6 +150,14 @@ func Load(f *gguf.File) (*Model, error) {
 		}
 		if l.FFNNorm, err = vector(f, name("ffn_norm.weight"), cfg.Embd); err != nil {
 			return nil, err
+		}
+		if cfg.PostNorms {
+			if l.PostAttnNorm, err = vector(f, name("post_attention_norm.weight"), cfg.Embd); err != nil {
+				return nil, err
+			}
+			if l.PostFFNNorm, err = vector(f, name("post_ffw_norm.weight"), cfg.Embd); err != nil {
+				return nil, err
+			}
 		}
 		if cfg.QKVBias {
 			if l.QBias, err = vector(f, name("attn_q.bias"), qDim); err != nil {
