@@ -16,6 +16,8 @@ import (
 var archE2ESpecs = []model.RandomSpec{
 	{Arch: "qwen3", Layers: 4, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
 	{Arch: "phi3", Layers: 4, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
+	// Sliding layers 0-4 and 6 over 8 positions, layer 5 global.
+	{Arch: "gemma3", Layers: 7, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
 }
 
 func writeSpec(t *testing.T, spec model.RandomSpec) string {
@@ -45,10 +47,10 @@ func TestGenerateArchs(t *testing.T) {
 	}
 }
 
-// TestE2EArchsThreeShards: greedy output of generated qwen3 and phi3 models
-// through three `shard join` processes (the split falls between every pair
-// of layers but one) equals the single-process output of `coordinator
-// generate`.
+// TestE2EArchsThreeShards: greedy output of generated qwen3, phi3 and
+// gemma3 models through three `shard join` processes (for the 4-layer
+// models the split falls between every pair of layers but one) equals the
+// single-process output of `coordinator generate`.
 func TestE2EArchsThreeShards(t *testing.T) {
 	binaries(t) // skips with -short or without the shared files
 	for _, spec := range archE2ESpecs {
