@@ -467,9 +467,13 @@ func TestNodeLeaseExpiresMany(t *testing.T) {
 		createSeqs(t, n, 100, time.Now(), seqs...)
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan struct{})
-		go func() { // waited for below
+		go func() { // waited for below, also when the test fails
 			n.leaseLoop(ctx)
 			close(stopped)
+		}()
+		defer func() {
+			cancel()
+			<-stopped
 		}()
 		reply := func() {
 			t.Helper()
@@ -505,7 +509,5 @@ func TestNodeLeaseExpiresMany(t *testing.T) {
 		if hb.GetKv().GetBlocksUsed() != 0 || len(hb.GetLiveSeqs()) != 0 {
 			t.Fatalf("heartbeat: %d blocks used, live %v", hb.GetKv().GetBlocksUsed(), hb.GetLiveSeqs())
 		}
-		cancel()
-		<-stopped
 	})
 }
