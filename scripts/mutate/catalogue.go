@@ -1,0 +1,372 @@
+package main
+
+// The catalogue: small, plausible bugs in the code that keeps a sequence's
+// KV from outliving it (kv, sched, the shard's replica table, the runner's
+// tombstone handling, the shard's control logic, the coordinator's
+// backstop and reconcile). Each must fail a test of the packages named, or
+// the rule it breaks is not proven (STYLE.md, section 7).
+//
+// A new safety rule comes with its mutation: add it here, with the
+// package (and, where that keeps the run fast, the tests) that must catch
+// it, and run `go run ./scripts/mutate -run NAME` to see it killed. Prefer a
+// fast unit test as the catcher; a mutation only a slow multi-process test
+// catches means a unit test is missing.
+//
+// Orig must occur exactly once in File; mutate refuses to run otherwise,
+// so an edit of the code that moves a snippet fails CI instead of silently
+// retiring the mutation: update the snippet with the code.
+
+// Packages and test filters, shared by the entries below.
+var (
+	pkgKV    = []string{"./kv"}
+	pkgSched = []string{"./sched"}
+	pkgShard = []string{"./shard"}
+	pkgCoord = []string{"./coordinator"}
+)
+
+const (
+	// runShard is the shard tests that need neither the shared model
+	// files nor the network: the replica table, runners on a random-weight
+	// model, and the node's control logic behind fakes.
+	runShard = `^Test(Table|RunnerTombstonesBeforeRows$|RunnerRefusals$|Control|NodeLeaseExpiresMany$)`
+	// runCoordBackstop is the coordinator's backstop and reconcile unit
+	// tests, which need no network.
+	runCoordBackstop = `^Test(Backstop|Remote)`
+)
+
+// The scheduler's fill loops, whole: the batching policy mutation swaps
+// them.
+const (
+	decodeLoop = "\tfor rows > 0 && tokens > 0 && s.decHead < len(s.decode) {\n" +
+		"\t\tseq := s.decode[s.decHead]\n" +
+		"\t\ts.decode[s.decHead] = nil\n" +
+		"\t\ts.decHead++\n" +
+		"\t\tif seq.dead || !s.grow(seq, seq.scheduled+1) {\n" +
+		"\t\t\tcontinue\n" +
+		"\t\t}\n" +
+		"\t\tb.add(seq, seq.scheduled, 1, false, true)\n" +
+		"\t\tseq.scheduled++\n" +
+		"\t\trows--\n" +
+		"\t\ttokens--\n" +
+		"\t}\n"
+	prefillLoop = "\tfor _, seq := range s.prefill {\n" +
+		"\t\tif rows == 0 || tokens == 0 {\n" +
+		"\t\t\tbreak\n" +
+		"\t\t}\n" +
+		"\t\tif seq.dead {\n" +
+		"\t\t\tcontinue\n" +
+		"\t\t}\n" +
+		"\t\ttokens -= s.chunk(b, seq, tokens, false)\n" +
+		"\t\trows--\n" +
+		"\t}\n"
+)
+
+var catalogue = []mutation{
+	// kv: the block allocator.
+	{
+		Name: "kv/free-forgotten", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "a.free = append(a.free, id)", Repl: "_ = a.free",
+		Why: "End forgets a freed block: it never returns to the pool",
+	},
+	{
+		Name: "kv/end-keeps-table", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "delete(a.tables, seq)", Repl: "_ = seq",
+		Why: "End leaves the sequence's table behind: a double End is not caught, the count leaks",
+	},
+	{
+		Name: "kv/shared-block-freed", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "a.ref[id]--\n\t\tif a.ref[id] > 0 {\n\t\t\tcontinue\n\t\t}", Repl: "a.ref[id]--",
+		Why: "End frees a prefix block another live sequence still shares",
+	},
+	{
+		Name: "kv/lru-double-count", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if need+reserve > a.Available()-fromLRU {", Repl: "if need+reserve > a.Available() {",
+		Why: "Allocate counts the cached blocks it is about to share as available too and over-commits",
+	},
+	{
+		Name: "kv/reserve-ignored", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if need+reserve > a.Available()-fromLRU {", Repl: "if need > a.Available()-fromLRU {",
+		Why: "Allocate ignores the watermark reserve kept for running decodes",
+	},
+	{
+		Name: "kv/extend-overcommit", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if need > a.Available() {", Repl: "if need > a.Available()+1 {",
+		Why: "Extend hands out one block more than the pool has",
+	},
+	{
+		Name: "kv/take-uncounted", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "a.ref[id] = 1\n\ta.used++", Repl: "a.ref[id] = 1",
+		Why: "a block handed out is not counted as used",
+	},
+	{
+		Name: "kv/sequence-replaced", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: `return 0, fmt.Errorf("%w: %d", ErrSequenceExists, seq)`, Repl: "_ = ErrSequenceExists",
+		Why: "a second Allocate for a live sequence replaces its table, leaking the old blocks",
+	},
+
+	// sched: the one function every ending goes through, and the policy.
+	{
+		Name: "sched/decodes-after-prefills", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: decodeLoop + "\n" + prefillLoop, Repl: prefillLoop + "\n" + decodeLoop,
+		Why: "running prefills take the token budget before decodes: streams stall behind long prompts",
+	},
+	{
+		Name: "sched/end-keeps-blocks", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "s.kv.End(seq.id)", Repl: "_ = seq.id",
+		Why: "an ending frees no blocks in the allocator",
+	},
+	{
+		Name: "sched/end-no-tombstone", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "s.tombs = append(s.tombs, Tombstone{Seq: seq.id, Reason: tr})", Repl: "_ = tr",
+		Why: "an ending emits no tombstone: the shards keep the sequence's KV",
+	},
+	{
+		Name: "sched/end-not-dead", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "seq.dead = true", Repl: "seq.dead = false",
+		Why: "an ended sequence is not marked dead: its queued rows are still dispatched",
+	},
+	{
+		Name: "sched/abort-loses-to-finish", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "s.tombs[r.tomb].Reason = reason", Repl: "_ = reason",
+		Why: "an abort in the step of a natural finish leaves the tombstone saying finished",
+	},
+	{
+		Name: "sched/complete-dead-rows", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "if seq.dead {\n\t\t\tif got {", Repl: "if seq.dead && false {\n\t\t\tif got {",
+		Why: "a result for a dead sequence's row is appended to its request",
+	},
+	{
+		Name: "sched/preempt-oldest", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "victim := s.runTail", Repl: "victim := s.runHead",
+		Why: "preemption evicts the oldest running sequence instead of the youngest",
+	},
+	{
+		Name: "sched/emit-dead-rows", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "func(row recRow) bool { return row.seq.dead }", Repl: "func(row recRow) bool { return false }",
+		Why: "rows of a sequence preempted while its batch was built are dispatched against freed blocks",
+	},
+	{
+		Name: "sched/lost-batch-kept", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "s.end(row.seq.req, lost)", Repl: "_ = row",
+		Why: "a lost batch's sequences are never tombstoned",
+	},
+	{
+		Name: "sched/deadline-never", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "if now.Before(r.due()) {", Repl: "if true {",
+		Why: "deadlines are never judged: a timed-out request keeps its blocks",
+	},
+	{
+		Name: "sched/reclaim-never", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "if now.Before(b.sent.Add(s.cfg.ReclaimTimeout)) {", Repl: "if true {",
+		Why: "a batch whose result never comes is never reclaimed, pinning its sequences",
+	},
+	{
+		Name: "sched/reset-keeps-running", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "\tfor s.runHead != nil {\n\t\ts.end(s.runHead.req, Preempted)\n\t}\n", Repl: "",
+		Why: "a new pipeline keeps the old pipeline's sequences, with no tombstone",
+	},
+	{
+		Name: "sched/seq-id-reused", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "\ts.nextSeq++\n", Repl: "",
+		Why: "an admission reuses a sequence ID instead of a fresh one",
+	},
+
+	// shard/table.go: the replica table.
+	{
+		Name: "table/create-at-hwm", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "dead || seq <= t.hwm", Repl: "dead || seq < t.hwm",
+		Why: "a create at the high-water mark (a duplicate or late first row) resurrects the sequence",
+	},
+	{
+		Name: "table/early-tombstone-forgotten", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "t.early[seq] = r", Repl: "_ = r",
+		Why: "a tombstone that overtakes its sequence's create is forgotten; the create succeeds",
+	},
+	{
+		Name: "table/epoch-keeps-hwm", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "t.epoch, t.hwm = e, 0", Repl: "t.epoch = e",
+		Why: "a new epoch keeps the old high-water mark and refuses its own first sequences",
+	},
+	{
+		Name: "table/epoch-keeps-early", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "\tclear(t.early)\n", Repl: "",
+		Why: "a new epoch keeps the old epoch's early tombstones and refuses creates of those IDs",
+	},
+	{
+		Name: "table/epoch-frees-nothing", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "for seq := range t.live {\n\t\tt.free(seq, Epoch)\n\t}", Repl: "",
+		Why: "a newer epoch frees none of the older sequences",
+	},
+	{
+		Name: "table/older-epoch-accepted", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case e < t.epoch:\n\t\treturn false", Repl: "case e < t.epoch:\n\t\treturn true",
+		Why: "work of an older epoch is accepted",
+	},
+	{
+		Name: "table/too-few-blocks", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "need := (pos + n + bs - 1) / bs", Repl: "need := (pos + n) / bs",
+		Why: "a row naming too few blocks for its positions is accepted",
+	},
+	{
+		Name: "table/block-at-pool-size", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if b < 0 || int(b) >= t.pool {\n\t\t\treturn refuse(", Repl: "if b < 0 || int(b) > t.pool {\n\t\t\treturn refuse(",
+		Why: "a block ID equal to the pool size (one past the end) is accepted",
+	},
+	{
+		Name: "table/negative-block", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if b < 0 || int(b) >= t.pool {\n\t\t\treturn refuse(", Repl: "if int(b) >= t.pool {\n\t\t\treturn refuse(",
+		Why: "a negative block ID is accepted",
+	},
+	{
+		Name: "table/replayed-position", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if pos != r.length {", Repl: "if pos > r.length {",
+		Why: "a replayed row at an old position is accepted and overwrites KV",
+	},
+	{
+		Name: "table/blocks-rewritten", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if !slices.Equal(blocks[:min(len(r.blocks), need)], r.blocks[:min(len(r.blocks), need)]) {", Repl: "if false {",
+		Why: "a row may rewrite a live sequence's block table",
+	},
+	{
+		Name: "table/renew-nothing", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "for _, r := range t.live {\n\t\tr.renew = now\n\t}", Repl: "",
+		Why: "heartbeat replies renew no lease: healthy sequences lapse",
+	},
+	{
+		Name: "table/lease-frees-one", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "t.free(seq, Lease)\n\t\t\tn++", Repl: "t.free(seq, Lease)\n\t\t\tn++\n\t\t\treturn n",
+		Why: "a lease check frees only the first lapsed sequence",
+	},
+	{
+		Name: "table/reconcile-frees-nothing", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "t.free(seq, Reconcile)", Repl: "_ = seq",
+		Why: "sequences the coordinator no longer knows are kept",
+	},
+
+	// shard/runner.go: tombstones in a batch and out of band.
+	{
+		Name: "runner/tombstones-after-rows", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "\tfor _, t := range b.Tombstones {\n\t\tr.Tombstone(t)\n\t}\n",
+		Repl: "\tdefer func() {\n\t\tfor _, t := range b.Tombstones {\n\t\t\tr.Tombstone(t)\n\t\t}\n\t}()\n",
+		Why:  "a batch's tombstones are applied after its rows: a late row of the ended sequence is computed",
+	},
+	{
+		Name: "runner/tombstone-keeps-sampler", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "delete(r.states, t.Seq)", Repl: "_ = t.Seq",
+		Why: "a tombstoned sequence's sampler state (and token history) stays on the last stage",
+	},
+	{
+		Name: "runner/expire-keeps-sampler", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "n := r.table.Expire(now, lease)\n\tr.dropDeadStates()", Repl: "n := r.table.Expire(now, lease)",
+		Why: "sampler states of sequences whose lease lapsed stay on the last stage",
+	},
+	{
+		Name: "runner/bad-token-keeps-sequence", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "r.table.Tombstone(row.Seq, Failed)", Repl: "_ = row.Seq",
+		Why: "a row with a token outside the vocabulary is dropped but its sequence keeps its blocks",
+	},
+	{
+		Name: "runner/stale-epoch-accepted", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if !r.SetEpoch(b.Epoch) {", Repl: "if r.SetEpoch(b.Epoch); false {",
+		Why: "a batch of an older epoch is computed",
+	},
+
+	// shard control: heartbeat replies, the backstop, the lease clock.
+	{
+		Name: "control/reconcile-ignored", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "n.p.runner.Renew(r.GetUnknownSeqs(), time.Now())", Repl: "n.p.runner.Renew(nil, time.Now())",
+		Why: "the shard ignores the heartbeat reply's list of sequences the coordinator no longer knows",
+	},
+	{
+		Name: "control/backstop-acked-unapplied", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "n.applyTombstones(ts.GetTombstones())", Repl: "_ = ts.GetTombstones()",
+		Why: "backstop tombstones are acked but never applied",
+	},
+	{
+		Name: "control/backstop-newer-epoch", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case e > cur:\n\t\t\tr.SetEpoch(e)", Repl: "case e > cur:",
+		Why: "a backstop tombstone of a newer epoch does not first drop the older epoch's sequences",
+	},
+	{
+		Name: "control/backstop-older-epoch", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case e != 0 && e < cur:\n\t\t\tcontinue", Repl: "case e != 0 && e < cur:",
+		Why: "a backstop tombstone of an older epoch frees the newer epoch's sequence of the same ID",
+	},
+	{
+		Name: "control/newer-epoch-reply", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if r.GetEpoch() > epoch {\n\t\t\tn.setEpoch(r.GetEpoch())", Repl: "if r.GetEpoch() > epoch {",
+		Why: "a newer epoch on the control stream does not drop the older sequences at once",
+	},
+	{
+		Name: "control/reply-lease-ignored", File: "shard/node_control.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if r.GetLeaseMs() > 0 {\n\t\t\tn.lease.Store(", Repl: "if false && r.GetLeaseMs() > 0 {\n\t\t\tn.lease.Store(",
+		Why: "the lease a heartbeat reply announces is ignored",
+	},
+	{
+		Name: "control/lease-clock-stopped", File: "shard/node.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "freed = n.p.runner.Expire(time.Now(), lease)", Repl: "freed = n.p.runner.Expire(time.Now(), 1<<62)",
+		Why: "the lease loop never frees a lapsed sequence",
+	},
+
+	// coordinator: the acked backstop and anti-entropy.
+	{
+		Name: "coord/reconnect-no-resend", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "for _, t := range s.unacked {\n\t\tout.push(", Repl: "for _, t := range s.unacked[:0] {\n\t\tout.push(",
+		Why: "a reconnected control stream does not get the unacked tombstones again",
+	},
+	{
+		Name: "coord/backstop-not-kept", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "s.unacked = append(s.unacked, msg)", Repl: "_ = msg",
+		Why: "backstop tombstones are not kept until acked",
+	},
+	{
+		Name: "coord/ack-forgets-others", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "return t.GetAckId() == id", Repl: "return t.GetAckId() != id",
+		Why: "an ack forgets every other unacked message instead of its own",
+	},
+	{
+		Name: "coord/backstop-skips-disconnected", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "if s == nil || s.lost {\n\t\t\tcontinue", Repl: "if s == nil || s.lost || !s.connected() {\n\t\t\tcontinue",
+		Why: "a shard whose control stream is down gets no backstop, so nothing is resent on reconnect",
+	},
+	{
+		Name: "coord/dispatched-not-live", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.live[r.Seq] = struct{}{}", Repl: "",
+		Why: "dispatched sequences are not known live: reconcile would free them on the shards",
+	},
+	{
+		Name: "coord/tombstoned-stays-live", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "delete(p.live, t.Seq)", Repl: "",
+		Why: "a tombstoned sequence stays known: a shard that missed its tombstone is never reconciled",
+	},
+	{
+		Name: "coord/rotation-no-grace", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.endedOld, p.ended = p.ended, p.endedOld\n\tclear(p.ended)", Repl: "clear(p.ended)",
+		Why: "a rotation forgets sequences tombstoned just before it: reconcile races their tombstones",
+	},
+	{
+		Name: "coord/ended-never-forgotten", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.endedOld, p.ended = p.ended, p.endedOld\n\tclear(p.ended)", Repl: "p.endedOld, p.ended = p.ended, p.endedOld",
+		Why: "tombstoned IDs are never forgotten: a shard that missed the tombstone is never reconciled",
+	},
+	{
+		Name: "coord/backstop-not-queued", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.backstop = append(p.backstop, b.Tombstones...)", Repl: "",
+		Why: "dispatched tombstones never reach the control-stream backstop",
+	},
+	{
+		Name: "coord/pending-dropped", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.pending = b.Tombstones\n", Repl: "p.pending = nil\n",
+		Why: "in-band tombstones dispatched while no pipeline is ready are lost",
+	},
+	{
+		Name: "coord/link-full-drops-tombstones", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.pending = append(b.Tombstones, p.pending...)", Repl: "_ = p.pending",
+		Why: "tombstones of a batch the full stage-0 link refused are lost",
+	},
+	{
+		Name: "coord/reply-names-nothing", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs()),", Repl: "UnknownSeqs: nil,",
+		Why: "heartbeat replies never name the sequences the coordinator no longer knows",
+	},
+}
