@@ -19,8 +19,8 @@ import (
 // benchConfig is `coordinator generate --bench`: the CPU speed table of
 // issue 7 on generated models.
 type benchConfig struct {
-	Sizes   []string    // 15M, 110M, 1B
-	Types   []ggml.Type // F32, Q8_0, Q4_0
+	Sizes   []string     // 15M, 110M, 1B
+	Types   []bench.Kind // F32, Q8_0, Q4_K_M, ...
 	Threads []int
 	Batches []int // batched decode sequence counts
 	Reps    int
@@ -53,20 +53,12 @@ func parseBenchConfig(sizes, types, threads, batches string, reps int) (benchCon
 	}); err != nil {
 		return cfg, err
 	}
-	if cfg.Types, err = parseList(types, func(s string) (ggml.Type, error) {
-		switch strings.ToUpper(s) {
-		case "F32":
-			return ggml.F32, nil
-		case "F16":
-			return ggml.F16, nil
-		case "BF16":
-			return ggml.BF16, nil
-		case "Q8_0":
-			return ggml.Q8_0, nil
-		case "Q4_0":
-			return ggml.Q4_0, nil
+	if cfg.Types, err = parseList(types, func(s string) (bench.Kind, error) {
+		k, err := bench.ParseKind(s)
+		if err != nil {
+			return k, fmt.Errorf("--bench-types: %w", err)
 		}
-		return 0, fmt.Errorf("--bench-types: want F32, F16, BF16, Q8_0 or Q4_0, got %q", s)
+		return k, nil
 	}); err != nil {
 		return cfg, err
 	}
@@ -123,25 +115,25 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	defer os.RemoveAll(dir)
 	for _, size := range cfg.Sizes {
 		for _, typ := range cfg.Types {
-			spec := specs[size](typ)
-			path := filepath.Join(dir, fmt.Sprintf("%s-%v.gguf", size, typ))
+			spec := typ.Mix(specs[size](ggml.F32))
+			path := filepath.Join(dir, fmt.Sprintf("%s-%s.gguf", size, typ.Name))
 			if err := model.WriteRandomFile(path, spec); err != nil {
-				return fmt.Errorf("bench %s %v: %w", size, typ, err)
+				return fmt.Errorf("bench %s %s: %w", size, typ.Name, err)
 			}
 			for _, th := range cfg.Threads {
 				r, err := bench.Run(ctx, bench.Config{Spec: spec, Path: path, Threads: th, Batches: cfg.Batches, Reps: cfg.Reps, KVType: ggml.F16})
 				if err != nil {
-					return fmt.Errorf("bench %s %v %d threads: %w", size, typ, th, err)
+					return fmt.Errorf("bench %s %s %d threads: %w", size, typ.Name, th, err)
 				}
 				e2e, err := benchGenerate(ctx, path, th, 64, cfg.Reps)
 				if err != nil {
-					return fmt.Errorf("bench %s %v %d threads, generate: %w", size, typ, th, err)
+					return fmt.Errorf("bench %s %s %d threads, generate: %w", size, typ.Name, th, err)
 				}
 				ratio := fmt.Sprintf("%.2f", e2e/r.TG)
 				if e2e < 0.85*r.TG {
 					ratio += " (gap > 15 %)"
 				}
-				line := fmt.Sprintf("| %s | %v | %d | %s | %.1f | %.1f | %.1f | %s | %.1f (%.1f) |", size, typ, th, r.ISA, r.PP, r.TG, e2e, ratio, r.TGGBps, bw[th])
+				line := fmt.Sprintf("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %.1f (%.1f) |", size, typ.Name, th, r.ISA, r.PP, r.TG, e2e, ratio, r.TGGBps, bw[th])
 				for _, b := range r.Batched {
 					line += fmt.Sprintf(" %.1f |", b.StepMs)
 				}

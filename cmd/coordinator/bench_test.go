@@ -9,11 +9,11 @@ import (
 )
 
 func TestParseBenchConfig(t *testing.T) {
-	cfg, err := parseBenchConfig("15M,110M", "f32,Q8_0", "1,2", "1,8", 3)
-	if err != nil || len(cfg.Sizes) != 2 || len(cfg.Types) != 2 || len(cfg.Threads) != 2 || len(cfg.Batches) != 2 {
+	cfg, err := parseBenchConfig("15M,110M", "f32,Q8_0,q4_k_m,Q6_K", "1,2", "1,8", 3)
+	if err != nil || len(cfg.Sizes) != 2 || len(cfg.Types) != 4 || cfg.Types[2].Name != "Q4_K_M" || len(cfg.Threads) != 2 || len(cfg.Batches) != 2 {
 		t.Fatalf("%+v, %v", cfg, err)
 	}
-	for _, bad := range [][4]string{{"2B", "F32", "1", "1"}, {"15M", "Q5_K", "1", "1"}, {"15M", "F32", "0", "1"}, {"15M", "F32", "1", "x"}} {
+	for _, bad := range [][4]string{{"2B", "F32", "1", "1"}, {"15M", "Q7_K", "1", "1"}, {"15M", "Q8_K", "1", "1"}, {"15M", "F32", "0", "1"}, {"15M", "F32", "1", "x"}} {
 		if _, err := parseBenchConfig(bad[0], bad[1], bad[2], bad[3], 1); err == nil {
 			t.Errorf("%v accepted", bad)
 		}

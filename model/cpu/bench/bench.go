@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/strata-llm/strata/model"
@@ -60,7 +61,7 @@ type Config struct {
 type Result struct {
 	Spec        model.RandomSpec
 	Threads     int
-	ISA         string  // kernels the matrices use
+	ISA         string  // kernels the matrices use, one name per type ("+" between)
 	Params      int64   // parameters of the model
 	WeightBytes int64   // bytes of matrices streamed per generated token
 	PP          float64 // prompt tokens per second
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	pool := cpu.NewPool(cfg.Threads)
 	defer pool.Close()
-	res := Result{Spec: cfg.Spec, Threads: pool.Workers(), ISA: cpu.ISA(cfg.Spec.Type)}
+	res := Result{Spec: cfg.Spec, Threads: pool.Workers(), ISA: isas(m)}
 	res.Params, res.WeightBytes = sizes(m)
 
 	maxSeqs := 1
@@ -235,6 +236,29 @@ func sizes(m *model.Model) (params, streamed int64) {
 		params += int64(m.Embed.Rows) * int64(m.Embed.Cols)
 	}
 	return params, streamed
+}
+
+// isas names the kernels of m's matrices, one per type in the order of
+// model.MatrixTypes ("Q6_K portable" for a type without SIMD kernels).
+func isas(m *model.Model) string {
+	seen := map[ggml.Type]bool{m.Output.Type: true}
+	for i := range m.LayerWeights {
+		for _, w := range m.LayerWeights[i].Matrices() {
+			seen[w.Type] = true
+		}
+	}
+	var names []string
+	for _, t := range model.MatrixTypes {
+		if !seen[t] {
+			continue
+		}
+		name := cpu.ISA(t)
+		if name == "portable" {
+			name = t.String() + " portable"
+		}
+		names = append(names, name)
+	}
+	return strings.Join(names, "+")
 }
 
 // Bandwidth measures the STREAM triad a[i] = b[i] + s*c[i] over three

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,5 +85,41 @@ func TestCPUInfo(t *testing.T) {
 	}
 	if got := CPU(); !strings.Contains(got, "CPUs") {
 		t.Errorf("CPU() = %q", got)
+	}
+}
+
+// TestKMix pins Q4_K_M's rules on the 110M shape: Q6_K for the output head
+// and for attn_v and ffn_down in layers 0, 3, 6, 9, 10 and 11 (what
+// llama-quantize's use_more_bits picks of 12 layers), Q4_K elsewhere.
+func TestKMix(t *testing.T) {
+	k, err := ParseKind("q4_k_m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := k.Mix(Spec110M(ggml.F32))
+	if spec.Type != ggml.Q4_K || spec.Types["output.weight"] != ggml.Q6_K {
+		t.Fatalf("%v %v", spec.Type, spec.Types)
+	}
+	var more []int
+	for i := range spec.Layers {
+		v, vok := spec.Types["blk."+strconv.Itoa(i)+".attn_v.weight"]
+		d, dok := spec.Types["blk."+strconv.Itoa(i)+".ffn_down.weight"]
+		if vok != dok || (vok && (v != ggml.Q6_K || d != ggml.Q6_K)) {
+			t.Fatalf("layer %d: attn_v %v %v, ffn_down %v %v", i, v, vok, d, dok)
+		}
+		if vok {
+			more = append(more, i)
+		}
+	}
+	if want := []int{0, 3, 6, 9, 10, 11}; !slices.Equal(more, want) {
+		t.Errorf("Q6_K layers %v, want %v", more, want)
+	}
+	if len(spec.Types) != 13 {
+		t.Errorf("%d overrides, want 13", len(spec.Types))
+	}
+	for _, bad := range []string{"Q8_K", "Q4_K_S", ""} {
+		if _, err := ParseKind(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
