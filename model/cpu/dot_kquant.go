@@ -16,7 +16,8 @@ const (
 	iq4XBytes = 136
 )
 
-// The kernels of this file share one order. One float32 accumulator starts
+// The kernels of this file share one order, as do dotQ4KQ8K and dotQ6KQ8K
+// (dot_quant.go). One float32 accumulator starts
 // at +0. For each 256-element super-block in increasing order: integer sums
 // of weight quant times activation quant, each exact in int32 and each below
 // 2^24 in magnitude so that its conversion to float32 is exact, are folded

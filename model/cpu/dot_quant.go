@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"encoding/binary"
-	"math"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
@@ -62,116 +61,94 @@ func dotQ40Q80(n int, w, x []byte) float32 {
 	return acc
 }
 
-// dotQ4KQ8K is the Q4_K·Q8_K kernel, with the structure of ggml's
-// ggml_vec_dot_q4_K_q8_K_generic.
+// dotQ4KQ8K is the Q4_K·Q8_K kernel, in the order of dot_kquant.go's
+// kernels (dotQ5KQ8K's, with 4-bit quants).
 //
-// Order: eight float32 lane sums start at +0, and sumf at +0. For each
-// super-block in increasing order: aux[l] (l = 0..7) is the exact int32 sum,
-// over the 32 groups of 8 elements g, of scale(g/4) * w.q[8g+l] * x.q[8g+l]
-// (scale and min are the 6-bit values of the 32-element sub-block); mins is the
-// exact sum over the 16 bsums of x of bsum[k]*min(k/2). Then, rounding every
-// product and sum to float32: d = f16(w.d)*x.d; sums[l] += d*float32(aux[l])
-// for l = 0..7; dmin = f16(w.dmin)*x.d; sumf -= dmin*float32(mins). At the end
-// sumf += sums[l] for l = 0..7 in order. All integer sums are below 2^24 in
-// magnitude, so their conversions to float32 are exact.
+// Order: one float32 accumulator starts at +0. For each super-block in
+// increasing order, with d = float32(f16(w.d)*x.d) and dmin =
+// float32(f16(w.dmin)*x.d): for each of the 8 sub-blocks s of 32 elements
+// in order, acc = fma(float32(scale(s) * sum(q*x.q)), d, acc), q the 4-bit
+// quant and scale(s), min(s) the sub-block's 6-bit scale and min; then mins
+// = the sum over the 16 groups k of 16 elements of min(k/2) * x.bsums[k],
+// and acc = fma(float32(-mins), dmin, acc). A sub-block's scaled sum is at
+// most 63*32*15*128 in magnitude and mins at most 16*63*2048, both below
+// 2^24, so every conversion to float32 is exact and each fma rounds once.
+// The panel kernels (repack_kquant.go) compute the same integers for 16
+// rows at once.
 func dotQ4KQ8K(n int, w, x []byte) float32 {
 	nb := n / ggml.QKK
 	w, x = w[:nb*q4KBytes], x[:nb*q8KBytes]
 	t := f16Table
-	var sums [8]float32
-	var sumf float32
+	var acc float32
 	for b := range nb {
-		wb := w[b*q4KBytes : (b+1)*q4KBytes]
+		wb := (*[q4KBytes]byte)(w[b*q4KBytes:])
 		xb := x[b*q8KBytes : (b+1)*q8KBytes]
 		scales := wb[4:16]
-		q4 := wb[16 : 16+128]
-		q8 := xb[4 : 4+256]
-		var aux [8]int32
-		var sc, mn [8]int32
-		for j := range 8 {
-			s, m := ggml.Q4KScaleMin(j, scales)
-			sc[j], mn[j] = int32(s), int32(m)
-		}
-		for j := range 4 { // 64 elements: 32 low nibbles (sub-block 2j), 32 high (2j+1)
-			qq := q4[32*j : 32*j+32]
-			lo := q8[64*j : 64*j+32]
-			hi := q8[64*j+32 : 64*j+64]
-			for g := range 4 {
-				for l := range 8 {
-					k := 8*g + l
-					aux[l] += sc[2*j] * int32(qq[k]&0xf) * int32(int8(lo[k]))
-					aux[l] += sc[2*j+1] * int32(qq[k]>>4) * int32(int8(hi[k]))
-				}
+		y := (*[256]byte)(xb[4:])
+		yd := q8KScale(xb)
+		d := t[binary.LittleEndian.Uint16(wb[0:])] * yd
+		dmin := t[binary.LittleEndian.Uint16(wb[2:])] * yd
+		for g := range 4 { // 64 elements: sub-block 2g in the low nibbles, 2g+1 in the high
+			qs := (*[32]byte)(wb[16+32*g:])
+			lo := (*[32]byte)(y[64*g:])
+			hi := (*[32]byte)(y[64*g+32:])
+			var s0, s1 int32
+			for l := range 32 {
+				s0 += int32(qs[l]&0xf) * int32(int8(lo[l]))
+				s1 += int32(qs[l]>>4) * int32(int8(hi[l]))
 			}
+			sc0, _ := ggml.Q4KScaleMin(2*g, scales)
+			sc1, _ := ggml.Q4KScaleMin(2*g+1, scales)
+			acc = fma32(float32(int32(sc0)*s0), d, acc)
+			acc = fma32(float32(int32(sc1)*s1), d, acc)
 		}
 		var mins int32
-		bs := xb[4+256:]
 		for k := range 16 {
-			mins += int32(int16(binary.LittleEndian.Uint16(bs[2*k:]))) * mn[k/2]
+			_, m := ggml.Q4KScaleMin(k/2, scales)
+			mins += int32(m) * q8KBsum(xb, k)
 		}
-		yd := math.Float32frombits(binary.LittleEndian.Uint32(xb))
-		d := t[binary.LittleEndian.Uint16(wb)] * yd
-		for l := range 8 {
-			sums[l] += float32(d * float32(aux[l]))
-		}
-		dmin := t[binary.LittleEndian.Uint16(wb[2:])] * yd
-		sumf -= float32(dmin * float32(mins))
+		acc = fma32(float32(-mins), dmin, acc)
 	}
-	for l := range 8 {
-		sumf += sums[l]
-	}
-	return sumf
+	return acc
 }
 
-// dotQ6KQ8K is the Q6_K·Q8_K kernel, with the structure of ggml's
-// ggml_vec_dot_q6_K_q8_K_generic.
+// dotQ6KQ8K is the Q6_K·Q8_K kernel, in the order of dot_kquant.go's
+// kernels.
 //
-// Order: eight float32 lane sums start at +0. For each super-block in
-// increasing order: aux[l] (l = 0..7) is the exact int32 sum, over the 32
-// groups of 8 elements g, of scale(g/2) * w.q[8g+l] * x.q[8g+l] (scale is the
-// int8 scale of the 16-element group, q the 6-bit value minus 32). Then,
-// rounding every product and sum to float32: d = f16(w.d)*x.d; sums[l] +=
-// d*float32(aux[l]) for l = 0..7. The result is +0 + sums[0] + ... + sums[7]
-// in order. |aux[l]| <= 2^24, so its conversion to float32 is exact.
+// Order: one float32 accumulator starts at +0. For each super-block in
+// increasing order, with d = float32(f16(w.d)*x.d): for each of the 16
+// groups g of 16 elements in order, acc = fma(float32(scale(g) *
+// sum((q-32)*x.q)), d, acc), q the unsigned 6-bit quant and scale(g) the
+// group's int8 scale. A group's scaled sum is at most 128*16*32*128 = 2^23
+// in magnitude, so its conversion to float32 is exact and each fma rounds
+// once. The panel kernels (repack_kquant.go) compute the same integers for
+// 16 rows at once.
 func dotQ6KQ8K(n int, w, x []byte) float32 {
 	nb := n / ggml.QKK
 	w, x = w[:nb*q6KBytes], x[:nb*q8KBytes]
 	t := f16Table
-	var sums [8]float32
+	var acc float32
 	for b := range nb {
-		wb := w[b*q6KBytes : (b+1)*q6KBytes]
+		wb := (*[q6KBytes]byte)(w[b*q6KBytes:])
 		xb := x[b*q8KBytes : (b+1)*q8KBytes]
-		ql := wb[0:128]
-		qh := wb[128:192]
-		scales := wb[192:208]
-		q8 := xb[4 : 4+256]
-		var aux [8]int32
-		for h := range 2 { // two halves of 128 elements
-			l4 := ql[64*h : 64*h+64]
-			hh := qh[32*h : 32*h+32]
-			sc := scales[8*h : 8*h+8]
-			y := q8[128*h : 128*h+128]
-			for k := range 32 {
-				is := k / 16
-				q1 := int32(l4[k]&0xf|(hh[k]>>0&3)<<4) - 32
-				q2 := int32(l4[k+32]&0xf|(hh[k]>>2&3)<<4) - 32
-				q3 := int32(l4[k]>>4|(hh[k]>>4&3)<<4) - 32
-				q4 := int32(l4[k+32]>>4|(hh[k]>>6&3)<<4) - 32
-				l := k % 8
-				aux[l] += int32(int8(sc[is])) * q1 * int32(int8(y[k]))
-				aux[l] += int32(int8(sc[is+2])) * q2 * int32(int8(y[k+32]))
-				aux[l] += int32(int8(sc[is+4])) * q3 * int32(int8(y[k+64]))
-				aux[l] += int32(int8(sc[is+6])) * q4 * int32(int8(y[k+96]))
+		y := (*[256]byte)(xb[4:])
+		d := t[binary.LittleEndian.Uint16(wb[208:])] * q8KScale(xb)
+		// Element e = 128h + 32k + l (l < 32) has its low four bits in
+		// nibble k/2 of ql[64h + 32(k%2) + l] and its high two at bits 2k
+		// of qh[32h + l]; group g = e/16.
+		for g := range 16 {
+			h, k, l0 := g/8, g%8/2, 16*(g%2)
+			ql := (*[16]byte)(wb[64*h+32*(k%2)+l0:])
+			qh := (*[16]byte)(wb[128+32*h+l0:])
+			ys := (*[16]byte)(y[16*g:])
+			shift, hs := 4*(k/2), 2*k
+			var s int32
+			for l := range 16 {
+				q := int32(ql[l]>>shift&0xf|(qh[l]>>hs&3)<<4) - 32
+				s += q * int32(int8(ys[l]))
 			}
-		}
-		d := t[binary.LittleEndian.Uint16(wb[208:])] * math.Float32frombits(binary.LittleEndian.Uint32(xb))
-		for l := range 8 {
-			sums[l] += float32(d * float32(aux[l]))
+			acc = fma32(float32(int32(int8(wb[192+g]))*s), d, acc)
 		}
 	}
-	var sumf float32
-	for l := range 8 {
-		sumf += sums[l]
-	}
-	return sumf
+	return acc
 }

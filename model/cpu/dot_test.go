@@ -317,33 +317,28 @@ func TestBlockDotOrder(t *testing.T) {
 
 			// Q4_K: element e of super-block b is nibble (e%64)/32 of qs[32*(e/64) + e%32].
 			w := quantWeights(t, r, ggml.Q4_K, n)
-			var sums [8]float32
 			var sumf float32
 			for b := 0; b < n/256; b++ {
 				blk := w[144*b:]
-				var aux [8]int32
-				for e := range 256 {
-					v := int32(blk[16+32*(e/64)+e%32])
-					if (e%64)/32 == 1 {
-						v >>= 4
+				d, dmin := f16(blk)*xd(b), f16(blk[2:])*xd(b)
+				for s := range 8 {
+					var p int32
+					for e := 32 * s; e < 32*s+32; e++ {
+						v := int32(blk[16+32*(e/64)+e%32])
+						if (e%64)/32 == 1 {
+							v >>= 4
+						}
+						p += (v & 0xf) * q8K(xb, 256*b+e)
 					}
-					sc, _ := ggml.Q4KScaleMin(e/32, blk[4:16])
-					aux[e%8] += int32(sc) * (v & 0xf) * q8K(xb, 256*b+e)
+					sc, _ := ggml.Q4KScaleMin(s, blk[4:16])
+					sumf = fmaBig(float32(int32(sc)*p), d, sumf)
 				}
 				var mins int32
 				for k := range 16 {
 					_, m := ggml.Q4KScaleMin(k/2, blk[4:16])
 					mins += bsum(b, k) * int32(m)
 				}
-				d := f16(blk) * xd(b)
-				for l := range 8 {
-					sums[l] = sums[l] + float32(d*float32(aux[l]))
-				}
-				dmin := f16(blk[2:]) * xd(b)
-				sumf = sumf - float32(dmin*float32(mins))
-			}
-			for l := range 8 {
-				sumf = sumf + sums[l]
+				sumf = fmaBig(float32(-mins), dmin, sumf)
 			}
 			if got := dotQ4KQ8K(n, w, xb); math.Float32bits(got) != math.Float32bits(sumf) {
 				t.Fatalf("Q4_K n=%d: %x, want %x", n, got, sumf)
@@ -352,29 +347,23 @@ func TestBlockDotOrder(t *testing.T) {
 			// Q6_K: element e = 128h + 32k + l has low bits in ql[64h + l + 32(k%2)]
 			// (nibble k/2) and high bits (qh[32h + l] >> 2k) & 3.
 			w = quantWeights(t, r, ggml.Q6_K, n)
-			sums = [8]float32{}
+			sumf = 0
 			for b := 0; b < n/256; b++ {
 				blk := w[210*b:]
-				var aux [8]int32
-				for e := range 256 {
-					h, k, l := e/128, (e%128)/32, e%32
-					lo := int32(blk[64*h+l+32*(k%2)])
-					if k >= 2 {
-						lo >>= 4
-					}
-					hi := int32(blk[128+32*h+l]>>(2*k)) & 3
-					q := (lo & 0xf) | hi<<4 - 32
-					sc := int32(int8(blk[192+e/16]))
-					aux[e%8] += sc * q * q8K(xb, 256*b+e)
-				}
 				d := f16(blk[208:]) * xd(b)
-				for l := range 8 {
-					sums[l] = sums[l] + float32(d*float32(aux[l]))
+				for g := range 16 {
+					var p int32
+					for e := 16 * g; e < 16*g+16; e++ {
+						h, k, l := e/128, (e%128)/32, e%32
+						lo := int32(blk[64*h+l+32*(k%2)])
+						if k >= 2 {
+							lo >>= 4
+						}
+						hi := int32(blk[128+32*h+l]>>(2*k)) & 3
+						p += ((lo & 0xf) | hi<<4 - 32) * q8K(xb, 256*b+e)
+					}
+					sumf = fmaBig(float32(int32(int8(blk[192+g]))*p), d, sumf)
 				}
-			}
-			sumf = 0
-			for l := range 8 {
-				sumf = sumf + sums[l]
 			}
 			if got := dotQ6KQ8K(n, w, xb); math.Float32bits(got) != math.Float32bits(sumf) {
 				t.Fatalf("Q6_K n=%d: %x, want %x", n, got, sumf)
