@@ -29,7 +29,28 @@
 // logits" vLLM can report: they describe what the model (plus the request's
 // penalties and bias) predicts, not the truncated distribution the token was
 // drawn from, so they stay finite for every token and comparable across
-// sampling settings.
+// sampling settings. A caller that will not read Result.Logprob says so with
+// Params.NoLogprob; then, without TopLogprobs, greedy sampling and top-k or
+// min-p without top-p look at each vocabulary entry only to copy it and
+// compare it, with no exp.
+//
+// Cost. The definitions above speak of softmax over the whole vocabulary;
+// Sample gives the same tokens with less. Besides passes that only copy and
+// compare (finding the largest logit, gathering candidates), its work is in
+// proportion to the candidates a request can reach, plus at most one sum of
+// exponentials over the vocabulary, when the logprob, top-p without top-k or
+// an untruncated draw needs it (a second for an untruncated draw at a
+// temperature other than 1). That sum is the one inexact step: exp.go
+// computes it with an inlined exp within a few ulps of math.Exp, together
+// with a rigorous bound on its distance from the plain sum (math.Exp of each
+// term, in token ID order). Top-p's target and the untruncated draw's total
+// come from it; a running sum that lands within the bound of its target
+// (about 1e-10 of the sum wide at 152k tokens) is settled by computing the
+// plain sum, so the token is always the one the plain computation gives.
+// Logprobs use the fast sum: they are the plain computation's float32 values
+// except where the exact value lies within about 1e-15 of a float32 rounding
+// boundary, where they can differ in the last bit. reference_test.go
+// compares Sample with the plain computation.
 //
 // Contract:
 //   - The caller checks Params with Validate at the edge; Sample assumes
@@ -42,6 +63,7 @@
 //     use one per goroutine. The zero Sampler is ready to use.
 //   - history holds the token IDs to penalise (the caller chooses the window;
 //     llama.cpp uses the last 64). IDs outside the vocabulary are ignored.
-//   - A NaN logit counts as -Inf and +Inf as the largest float32. If every
-//     logit is -Inf, Sample returns token 0 with Logprob -Inf.
+//   - A NaN logit counts as -Inf and +Inf as the largest float32, as does a
+//     logit a penalty takes past it. If every logit is -Inf, Sample returns
+//     token 0 with Logprob -Inf.
 package sample

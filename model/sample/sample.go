@@ -1,10 +1,6 @@
 package sample
 
-import (
-	"math"
-	"math/bits"
-	"slices"
-)
+import "math"
 
 // Params are one request's sampling settings. The zero value is not "off" for
 // TopP and RepetitionPenalty; start from DefaultParams.
@@ -32,6 +28,12 @@ type Params struct {
 	Seed uint64
 	// TopLogprobs is how many most likely tokens Result.Top reports; 0 is none.
 	TopLogprobs int
+	// NoLogprob says the caller will not read Result.Logprob. With
+	// TopLogprobs 0, Sample then leaves it NaN and skips the sum of
+	// exponentials over the vocabulary that only it needs: greedy sampling
+	// then takes no exp at all, and top-k or min-p only over the tokens they
+	// keep. The zero value computes Logprob.
+	NoLogprob bool
 }
 
 // DefaultParams returns greedy sampling with every filter and penalty off.
@@ -59,11 +61,22 @@ type Result struct {
 // Sampler holds scratch buffers for Sample. It keeps no per-sequence state.
 // It is not safe for concurrent use; the zero value is ready to use.
 type Sampler struct {
-	work   []float32 // processed logits, indexed by token ID
-	idx    []int32   // token IDs; idx[:sorted] are the best, in order
-	sorted int
-	counts []int32 // history counts; all zero between calls
-	heap   []int32 // scratch for selectFew
+	work []float32 // processed logits, indexed by token ID
+	// idx[:ncand] are the candidates, of which idx[:sorted] are the best,
+	// in order; sorted < 0: not set up this call (see select.go).
+	idx     []int32
+	sorted  int
+	ncand   int
+	floorV  float32 // the candidates are the tokens at or above the floor
+	floorID int32
+	counts  []int32 // history counts; all zero between calls
+	heap    []int32 // scratch for selectTop and selectFew
+
+	m float64 // the largest processed logit, this call
+	// z is the sum of exp(w - m) over the vocabulary, this call, once
+	// haveZ; z.err > 0 while it is expSum's value rather than plainSum's.
+	z     bounded
+	haveZ bool
 }
 
 // firstChunk is how many candidates the lazy sort orders first. Most of an
@@ -75,6 +88,11 @@ const firstChunk = 64
 // (selectFew) rather than by quickselect; it covers top-k as clients use it.
 const maxFew = 1024
 
+// spanDefault is how far below the largest logit the candidates reach when
+// no filter bounds them: a token there weighs under e^-16 (1e-7) of the
+// largest, so the draw and the top logprobs almost never look further.
+const spanDefault = 16
+
 // Sample picks one token from logits (one per vocabulary entry) with p, as
 // the package doc describes. position is the index of the token being
 // sampled in its sequence and, with p.Seed, fixes the random draw.
@@ -85,29 +103,13 @@ func (s *Sampler) Sample(logits []float32, p *Params, history []int32, position 
 	}
 	s.grow(n)
 	w := s.work[:n]
-	for i, l := range logits {
-		switch {
-		case l != l:
-			l = float32(math.Inf(-1))
-		case l > math.MaxFloat32:
-			l = math.MaxFloat32
-		}
-		w[i] = l
+	best := load(w, logits)
+	if was := w[best]; s.process(w, p, history) {
+		best = argmaxAfter(w, best, was, p, history)
 	}
-	s.penalize(w, p, history)
-	for id, b := range p.LogitBias {
-		if id >= 0 && int(id) < n {
-			w[id] += b
-		}
-	}
-
-	best, mx := 0, w[0]
-	for i := 1; i < n; i++ {
-		if w[i] > mx {
-			best, mx = i, w[i]
-		}
-	}
-	s.sorted = -1 // idx not initialised for this call
+	mx := w[best]
+	s.sorted = -1 // idx not set up for this call
+	s.haveZ = false
 	if math.IsInf(float64(mx), -1) {
 		res := Result{Token: 0, Logprob: float32(math.Inf(-1))}
 		if p.TopLogprobs > 0 {
@@ -118,22 +120,38 @@ func (s *Sampler) Sample(logits []float32, p *Params, history []int32, position 
 		}
 		return res
 	}
-
-	// Log-softmax normaliser at temperature 1, summed in token ID order.
 	m := float64(mx)
-	var z float64
-	for _, l := range w {
-		z += math.Exp(float64(l) - m)
+	s.m = m
+
+	// One pass over the vocabulary sums the exponentials, when anything
+	// needs them, and collects the candidates the filters and the draw can
+	// reach. Top-k alone skips both: selectTop finds its candidates.
+	topK := p.TopK > 0 && p.TopK < n
+	needLogprob := !p.NoLogprob || p.TopLogprobs > 0
+	needZ := needLogprob || p.Temperature > 0 && !topK && (p.TopP < 1 || p.Temperature == 1 && p.MinP == 0)
+	if p.Temperature > 0 && (needZ || !topK || p.MinP > 0) || p.TopLogprobs > 0 {
+		theta := float32(m - span(p, n))
+		if needZ {
+			s.z, s.ncand = expSumCollect(w, m, theta, s.idx)
+			s.haveZ = true
+		} else {
+			s.ncand = collect(w, theta, s.idx)
+		}
+		s.sorted, s.floorV, s.floorID = 0, theta, math.MaxInt32
 	}
-	logZ := math.Log(z)
-	logprob := func(id int32) float32 { return float32(float64(w[id]) - m - logZ) }
 
 	tok := int32(best)
 	if p.Temperature > 0 {
-		kept := s.truncate(w, m, z, p)
-		tok = s.draw(w, m, z, kept, p.Temperature, uniform(p.Seed, position))
+		kept := s.truncate(p)
+		tok = s.draw(kept, p.Temperature, uniform(p.Seed, position))
 	}
-	res := Result{Token: tok, Logprob: logprob(tok)}
+	res := Result{Token: tok, Logprob: float32(math.NaN())}
+	if !needLogprob {
+		return res
+	}
+	logZ := math.Log(s.vocabZ().v)
+	logprob := func(id int32) float32 { return float32(float64(w[id]) - m - logZ) }
+	res.Logprob = logprob(tok)
 	if p.TopLogprobs > 0 {
 		k := min(p.TopLogprobs, n)
 		s.ensureSorted(k)
@@ -143,6 +161,108 @@ func (s *Sampler) Sample(logits []float32, p *Params, history []int32, position 
 		}
 	}
 	return res
+}
+
+// span is how far below the largest logit a token can be and still matter
+// for p: top-p keeps nothing below log((1-TopP)/n), since everything below
+// weighs less than the 1-TopP the nucleus may leave out (the largest weighs
+// 1); min-p keeps nothing below log(MinP). Tokens further down are only
+// looked at when a walk runs past the candidates (ensureSorted widens them).
+func span(p *Params, n int) float64 {
+	t := spanDefault * max(1, float64(p.Temperature)) // the draw, at temperature t
+	if p.Temperature == 0 {
+		return t // greedy: the filters do not apply
+	}
+	if p.TopP < 1 {
+		t = math.Log(float64(n)/(1-float64(p.TopP))) + 1
+	}
+	if p.MinP > 0 {
+		t = min(t, 1-math.Log(float64(p.MinP)))
+	}
+	return t
+}
+
+// vocabZ returns the sum of exp(w - m) over the vocabulary, as a bound,
+// computing it the fast way if this call has not.
+func (s *Sampler) vocabZ() bounded {
+	if !s.haveZ {
+		s.z = expSum(s.work, s.m, 1)
+		s.haveZ = true
+	}
+	return s.z
+}
+
+// plainZ replaces the vocabulary sum by the plain loop's, for a decision
+// the bound could not settle.
+func (s *Sampler) plainZ() bounded {
+	s.z = plainSum(s.work, s.m, 1)
+	s.haveZ = true
+	return s.z
+}
+
+// load copies logits into w, NaN as -Inf and +Inf as the largest float32,
+// and returns the index of the largest (the lowest index among equals). It
+// keeps four running maxima so that the loop carries no dependency.
+func load(w, logits []float32) int {
+	n := len(logits)
+	w = w[:n]
+	ninf := float32(math.Inf(-1))
+	m0, m1, m2, m3 := ninf, ninf, ninf, ninf
+	i0, i1, i2, i3 := 0, 0, 0, 0
+	i := 0
+	for ; i+4 <= n; i += 4 {
+		l := logits[i : i+4 : i+4]
+		a, b, c, d := l[0], l[1], l[2], l[3]
+		if !(a <= math.MaxFloat32 && b <= math.MaxFloat32 && c <= math.MaxFloat32 && d <= math.MaxFloat32) {
+			a, b, c, d = clean(a), clean(b), clean(c), clean(d)
+		}
+		o := w[i : i+4 : i+4]
+		o[0], o[1], o[2], o[3] = a, b, c, d
+		if a > m0 {
+			m0, i0 = a, i
+		}
+		if b > m1 {
+			m1, i1 = b, i+1
+		}
+		if c > m2 {
+			m2, i2 = c, i+2
+		}
+		if d > m3 {
+			m3, i3 = d, i+3
+		}
+	}
+	for ; i < n; i++ {
+		a := clean(logits[i])
+		w[i] = a
+		if a > m0 {
+			m0, i0 = a, i
+		}
+	}
+	// Each lane holds its first maximum; the lowest index wins among equals.
+	best, mx := i0, m0
+	for _, c := range [...]struct {
+		m float32
+		i int
+	}{{m1, i1}, {m2, i2}, {m3, i3}} {
+		if c.m > mx || c.m == mx && c.i < best {
+			best, mx = c.i, c.m
+		}
+	}
+	if math.IsInf(float64(mx), -1) {
+		return 0
+	}
+	return best
+}
+
+// clean maps NaN to -Inf and +Inf to the largest float32.
+func clean(l float32) float32 {
+	switch {
+	case l != l:
+		return float32(math.Inf(-1))
+	case l > math.MaxFloat32:
+		return math.MaxFloat32
+	}
+	return l
 }
 
 // grow sizes the scratch buffers for a vocabulary of n.
@@ -158,13 +278,34 @@ func (s *Sampler) grow(n int) {
 	s.counts = s.counts[:n]
 }
 
-// penalize applies the repetition, frequency and presence penalties to w for
-// the tokens in history, each distinct token once.
-func (s *Sampler) penalize(w []float32, p *Params, history []int32) {
-	rep, freq, pres := p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty
-	if len(history) == 0 || (rep == 1 && freq == 0 && pres == 0) {
-		return
+// process applies the penalties and then LogitBias to w, and reports
+// whether it changed anything. A penalty that takes a logit past the largest
+// float32 leaves it there, as a +Inf logit is; a bias cannot (|bias| <=
+// MaxBias is far below the largest float32's ulp).
+func (s *Sampler) process(w []float32, p *Params, history []int32) bool {
+	changed := s.penalize(w, p, history)
+	for id, b := range p.LogitBias {
+		if id >= 0 && int(id) < len(w) {
+			w[id] += b
+			changed = true
+		}
 	}
+	return changed
+}
+
+// penalizing reports whether penalize changes anything.
+func penalizing(p *Params, history []int32) bool {
+	return len(history) > 0 && (p.RepetitionPenalty != 1 || p.FrequencyPenalty != 0 || p.PresencePenalty != 0)
+}
+
+// penalize applies the repetition, frequency and presence penalties to w for
+// the tokens in history, each distinct token once, and reports whether it
+// applied any.
+func (s *Sampler) penalize(w []float32, p *Params, history []int32) bool {
+	if !penalizing(p, history) {
+		return false
+	}
+	rep, freq, pres := p.RepetitionPenalty, p.FrequencyPenalty, p.PresencePenalty
 	n := int32(len(w))
 	for _, id := range history {
 		if id >= 0 && id < n {
@@ -186,40 +327,76 @@ func (s *Sampler) penalize(w []float32, p *Params, history []int32) {
 			}
 		}
 		l -= float32(c)*freq + pres
-		w[id] = l
+		w[id] = min(l, math.MaxFloat32)
 	}
+	return true
+}
+
+// argmaxAfter returns the best token of w after process changed it; best
+// was the best before, with logit was. Only the tokens process touched can
+// have overtaken it, unless it was itself pushed down: then any token can.
+func argmaxAfter(w []float32, best int, was float32, p *Params, history []int32) int {
+	if w[best] < was {
+		return argmax(w)
+	}
+	b := int32(best)
+	if penalizing(p, history) {
+		for _, id := range history {
+			if id >= 0 && int(id) < len(w) && better(w, id, b) {
+				b = id
+			}
+		}
+	}
+	for id := range p.LogitBias {
+		if id >= 0 && int(id) < len(w) && better(w, id, b) {
+			b = id
+		}
+	}
+	return int(b)
+}
+
+// argmax returns the index of the largest of w, the lowest among equals.
+func argmax(w []float32) int {
+	best, mx := 0, w[0]
+	for i, l := range w {
+		if l > mx {
+			best, mx = i, l
+		}
+	}
+	return best
 }
 
 // truncate applies top-k, top-p and min-p and returns how many candidates
-// survive: the first kept in sorted order (s.idx after ensureSorted(kept)). m
-// is the largest logit and z the sum of exp(l-m) over the vocabulary.
-func (s *Sampler) truncate(w []float32, m, z float64, p *Params) int {
+// survive: the first kept in sorted order (s.idx after ensureSorted(kept)).
+func (s *Sampler) truncate(p *Params) int {
+	w := s.work
+	m := s.m
 	n := len(w)
 	kept := n // candidates kept: a prefix of the sorted order
-	zPool := z
-	if p.TopK > 0 && p.TopK < n {
+	var pool bounded
+	topK := p.TopK > 0 && p.TopK < n
+	if topK {
 		kept = p.TopK
 		s.ensureSorted(kept)
-		zPool = 0
 		for _, id := range s.idx[:kept] {
-			zPool += math.Exp(float64(w[id]) - m)
+			pool.v += math.Exp(float64(w[id]) - m)
 		}
 	}
 	// Min-p keeps logits >= m + log(MinP): a prefix of the sorted order, so
 	// counting it is enough, and intersecting it with the top-p prefix
 	// below gives the set the chain order (top-p, then min-p) gives.
 	if p.MinP > 0 {
-		thr := m + math.Log(float64(p.MinP))
-		c := 0
-		for _, l := range w {
-			if float64(l) >= thr {
-				c++
-			}
-		}
-		kept = min(kept, c)
+		kept = min(kept, s.countAtLeast(m+math.Log(float64(p.MinP))))
 	}
 	if p.TopP < 1 {
-		target := float64(p.TopP) * zPool
+		if !topK {
+			pool = s.vocabZ()
+		}
+		// The plain code stops at the first cum >= TopP*pool. cum below lo
+		// is below that target and cum at or above hi is not; between
+		// them, only the plain sum can tell.
+		c := float64(p.TopP)
+		lo, hi := pool.scaled(c)
 		cum := 0.0
 		i := 0
 	topP:
@@ -227,10 +404,17 @@ func (s *Sampler) truncate(w []float32, m, z float64, p *Params) int {
 			s.extend(i+1, kept)
 			for ; i < kept && i < s.sorted; i++ {
 				cum += math.Exp(float64(w[s.idx[i]]) - m)
-				if cum >= target {
-					i++
-					break topP
+				if cum < lo {
+					continue
 				}
+				if cum < hi {
+					lo, hi = s.plainZ().scaled(c)
+					if cum < lo {
+						continue
+					}
+				}
+				i++
+				break topP
 			}
 		}
 		kept = i
@@ -238,28 +422,51 @@ func (s *Sampler) truncate(w []float32, m, z float64, p *Params) int {
 	return kept
 }
 
+// countAtLeast returns how many tokens have a logit >= thr, looking only at
+// the candidates when they hold every such token.
+func (s *Sampler) countAtLeast(thr float64) int {
+	c := 0
+	if s.holdsAtLeast(thr) {
+		for _, id := range s.idx[:s.ncand] {
+			if float64(s.work[id]) >= thr {
+				c++
+			}
+		}
+		return c
+	}
+	for _, l := range s.work {
+		if float64(l) >= thr {
+			c++
+		}
+	}
+	return c
+}
+
 // draw picks one of the first kept candidates in sorted order at temperature
 // t with u in [0, 1): the first whose running weight exceeds u times the
-// kept candidates' total weight. m and z are as for truncate.
-func (s *Sampler) draw(w []float32, m, z float64, kept int, t float32, u float64) int32 {
+// kept candidates' total weight.
+func (s *Sampler) draw(kept int, t float32, u float64) int32 {
+	w := s.work
+	m := s.m
 	n := len(w)
 	invT := 1 / float64(t)
 	weight := func(id int32) float64 { return math.Exp((float64(w[id]) - m) * invT) }
-	var zT float64
+	// The total, summed in the order the plain code sums it; a sum over the
+	// whole vocabulary comes as a bound (see truncate).
+	var zT bounded
+	plain := func() bounded { return plainSum(w, m, invT) }
 	switch {
 	case kept == n && t == 1:
-		zT = z // the same sum, in the same order
+		zT, plain = s.vocabZ(), s.plainZ
 	case kept == n && s.sorted < n:
-		for i := range w { // nothing truncated: no need to sort all
-			zT += weight(int32(i))
-		}
+		zT = expSum(w, m, invT) // nothing truncated: no need to sort all
 	default:
 		s.ensureSorted(kept)
 		for _, id := range s.idx[:kept] {
-			zT += weight(id)
+			zT.v += weight(id)
 		}
 	}
-	target := u * zT
+	lo, hi := zT.scaled(u)
 	cum := 0.0
 	last := int32(-1)
 	for i := 0; i < kept; i++ {
@@ -272,9 +479,16 @@ func (s *Sampler) draw(w []float32, m, z float64, kept int, t float32, u float64
 			last = id
 		}
 		cum += wt
-		if cum > target {
-			return id
+		if cum <= lo {
+			continue
 		}
+		if cum <= hi {
+			lo, hi = plain().scaled(u)
+			if cum <= lo {
+				continue
+			}
+		}
+		return id
 	}
 	// Rounding left the running sum at or below target: take the least
 	// likely kept token that has any weight.
@@ -294,155 +508,4 @@ func mix64(z uint64) uint64 {
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return z ^ z>>31
-}
-
-// extend makes at least need (and at most limit, unless need is more)
-// candidates sorted, growing the sorted prefix geometrically so that a walk
-// costs few selection passes.
-func (s *Sampler) extend(need, limit int) {
-	s.ensureSorted(max(need, min(limit, max(2*s.sorted, firstChunk))))
-}
-
-// ensureSorted makes s.idx[:k] hold the k best token IDs by (logit desc,
-// ID asc), in that order, and s.idx[k:] the rest.
-func (s *Sampler) ensureSorted(k int) {
-	w := s.work
-	if s.sorted < 0 {
-		for i := range s.idx {
-			s.idx[i] = int32(i)
-		}
-		s.sorted = 0
-	}
-	k = min(k, len(s.idx))
-	if k <= s.sorted {
-		return
-	}
-	if s.sorted == 0 && k <= maxFew {
-		s.selectFew(k)
-		s.sorted = k
-		return
-	}
-	rest := s.idx[s.sorted:]
-	selectBest(rest, k-s.sorted, w)
-	sortIDs(s.idx[s.sorted:k], w)
-	s.sorted = k
-}
-
-// selectFew sets s.idx to the k best token IDs in order, then the rest. It
-// keeps the best k seen in a heap whose root is the worst of them, so one
-// pass over the vocabulary mostly costs a comparison per token, and a second
-// pass collects the rest.
-func (s *Sampler) selectFew(k int) {
-	w := s.work
-	h := s.heap[:0]
-	for i := range w {
-		id := int32(i)
-		switch {
-		case len(h) < k:
-			h = append(h, id)
-			for j := len(h) - 1; j > 0; { // sift up
-				parent := (j - 1) / 2
-				if !better(w, h[parent], h[j]) {
-					break
-				}
-				h[parent], h[j] = h[j], h[parent]
-				j = parent
-			}
-		case better(w, id, h[0]):
-			h[0] = id
-			for j := 0; ; { // sift down
-				worst, l, r := j, 2*j+1, 2*j+2
-				if l < len(h) && better(w, h[worst], h[l]) {
-					worst = l
-				}
-				if r < len(h) && better(w, h[worst], h[r]) {
-					worst = r
-				}
-				if worst == j {
-					break
-				}
-				h[j], h[worst] = h[worst], h[j]
-				j = worst
-			}
-		}
-	}
-	kth := h[0]
-	j := k
-	for i := range w {
-		if id := int32(i); better(w, kth, id) {
-			s.idx[j] = id
-			j++
-		}
-	}
-	copy(s.idx, h)
-	sortIDs(s.idx[:k], w)
-	s.heap = h
-}
-
-// better reports whether token a sorts before token b: higher logit, then
-// lower ID. It is a strict total order because IDs are distinct and logits
-// are never NaN here.
-func better(w []float32, a, b int32) bool {
-	return w[a] > w[b] || (w[a] == w[b] && a < b)
-}
-
-func sortIDs(ids []int32, w []float32) {
-	slices.SortFunc(ids, func(a, b int32) int {
-		if better(w, a, b) {
-			return -1
-		}
-		if better(w, b, a) {
-			return 1
-		}
-		return 0
-	})
-}
-
-// selectBest partially orders ids so that ids[:k] hold its k best (in any
-// order): quickselect with a median-of-three pivot, falling back to a full
-// sort of the remaining range after too many rounds, so it is O(len) on
-// average and O(len log len) at worst.
-func selectBest(ids []int32, k int, w []float32) {
-	lo, hi := 0, len(ids)
-	if k <= 0 || k >= hi {
-		return
-	}
-	budget := 2 * bits.Len(uint(hi))
-	for hi-lo > 16 {
-		if budget == 0 {
-			break
-		}
-		budget--
-		mid := lo + (hi-lo)/2
-		// Median of three to ids[hi-1] as the pivot.
-		a, b, c := lo, mid, hi-1
-		if better(w, ids[b], ids[a]) {
-			a, b = b, a
-		}
-		if better(w, ids[c], ids[b]) {
-			b, c = c, b
-			if better(w, ids[b], ids[a]) {
-				a, b = b, a
-			}
-		}
-		ids[b], ids[hi-1] = ids[hi-1], ids[b]
-		pv := ids[hi-1]
-		i := lo
-		for j := lo; j < hi-1; j++ {
-			if better(w, ids[j], pv) {
-				ids[i], ids[j] = ids[j], ids[i]
-				i++
-			}
-		}
-		ids[i], ids[hi-1] = ids[hi-1], ids[i]
-		switch {
-		case i == k || i+1 == k:
-			return
-		case i < k:
-			lo = i + 1
-		default:
-			hi = i
-		}
-	}
-	sortIDs(ids[lo:hi], w)
 }

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -32,15 +33,9 @@ func params(mod func(*Params)) *Params {
 func kept(t *testing.T, logits []float32, p *Params) []int32 {
 	t.Helper()
 	var s Sampler
-	s.Sample(logits, params(nil), nil, 0) // fills s.work with logits (no penalties here)
-	w := s.work
-	m := float64(slices.Max(w))
-	var z float64
-	for _, l := range w {
-		z += math.Exp(float64(l) - m)
-	}
+	s.Sample(logits, params(nil), nil, 0) // fills s.work, s.m and s.z (no penalties here)
 	s.sorted = -1
-	k := s.truncate(w, m, z, p)
+	k := s.truncate(p)
 	s.ensureSorted(k)
 	return slices.Clone(s.idx[:k])
 }
@@ -110,6 +105,33 @@ func TestLogprobs(t *testing.T) {
 	}
 }
 
+func TestNoLogprob(t *testing.T) {
+	logits := realLogits(1000, 3)
+	var s Sampler
+	for _, mod := range []func(*Params){
+		nil,
+		func(p *Params) { p.Temperature = 0.8; p.TopK = 40 },
+		func(p *Params) { p.Temperature = 0.8; p.TopP = 0.9 },
+		func(p *Params) { p.Temperature = 1; p.MinP = 0.05 },
+	} {
+		for pos := range 20 {
+			want := s.Sample(logits, params(mod), nil, pos)
+			p := params(mod)
+			p.NoLogprob = true
+			got := s.Sample(logits, p, nil, pos)
+			if got.Token != want.Token || !math.IsNaN(float64(got.Logprob)) || got.Top != nil {
+				t.Errorf("NoLogprob: got %+v, want token %d with Logprob NaN", got, want.Token)
+			}
+			// Top logprobs need the sum anyway, and then Logprob comes with it.
+			p.TopLogprobs = 2
+			got = s.Sample(logits, p, nil, pos)
+			if got.Token != want.Token || got.Logprob != want.Logprob || len(got.Top) != 2 {
+				t.Errorf("NoLogprob with TopLogprobs 2: got %+v, want %+v and 2 Top", got, want)
+			}
+		}
+	}
+}
+
 func TestTruncation(t *testing.T) {
 	probs := logs(0.05, 0.5, 0.15, 0.3) // sorted: 1, 3, 2, 0
 	tests := []struct {
@@ -128,6 +150,8 @@ func TestTruncation(t *testing.T) {
 		{"top-p 0.75", probs, func(p *Params) { p.TopP = 0.75 }, []int32{1, 3}},
 		{"top-p 0.83", probs, func(p *Params) { p.TopP = 0.83 }, []int32{1, 3, 2}},
 		{"top-p 0.97", probs, func(p *Params) { p.TopP = 0.97 }, []int32{1, 3, 2, 0}},
+		// The running sum meets the target exactly: 2 of 4 is half.
+		{"top-p at the target", []float32{0, 0, 0, 0}, func(p *Params) { p.TopP = 0.5 }, []int32{0, 1}},
 		// After top-k 3 the probabilities renormalise over 0.95: 0.526, 0.842.
 		{"top-k 3 then top-p 0.83", probs, func(p *Params) { p.TopK = 3; p.TopP = 0.83 }, []int32{1, 3}},
 		{"min-p 0.2", probs, func(p *Params) { p.MinP = 0.2 }, []int32{1, 3, 2}},
@@ -387,6 +411,8 @@ func TestAllocs(t *testing.T) {
 		want float64
 	}{
 		{"greedy", params(nil), 0},
+		{"greedy without logprob", params(func(p *Params) { p.NoLogprob = true }), 0},
+		{"top-k without logprob", params(func(p *Params) { p.Temperature = 0.8; p.TopK = 40; p.NoLogprob = true }), 0},
 		{"top-p with penalties and bias", params(func(p *Params) {
 			p.Temperature = 0.8
 			p.TopP = 0.95
@@ -527,4 +553,50 @@ func BenchmarkSampleLlamaCpp(b *testing.B) {
 
 func BenchmarkSampleTemperature(b *testing.B) {
 	benchmarkSample(b, func(p *Params) { p.Temperature = 1 })
+}
+
+// realLogits returns a row shaped like a real model's at vocabulary size n:
+// the bulk normal with standard deviation 3, and a few peaks 12 to 22 above
+// its mean that hold most of the probability.
+func realLogits(n int, seed uint64) []float32 {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	l := make([]float32, n)
+	for i := range l {
+		l[i] = float32(3 * rng.NormFloat64())
+	}
+	for range 10 {
+		l[rng.IntN(n)] = float32(12 + 10*rng.Float64())
+	}
+	return l
+}
+
+// BenchmarkSample runs Sample on realistic rows at Llama 2's vocabulary size
+// and Qwen2.5/3's (151,936; Llama 3's 128,256 sits between).
+func BenchmarkSample(b *testing.B) {
+	cases := []struct {
+		name string
+		mod  func(*Params)
+	}{
+		{"greedy", nil}, // Result.Logprob computed, as callers get it by default
+		{"greedy-nologprob", func(p *Params) { p.NoLogprob = true }},
+		{"greedy+top5", func(p *Params) { p.TopLogprobs = 5 }},
+		{"t0.8+topp0.95", func(p *Params) { p.Temperature = 0.8; p.TopP = 0.95 }},
+		{"t0.8+topk40", func(p *Params) { p.Temperature = 0.8; p.TopK = 40 }},
+		{"t0.8+topk40-nologprob", func(p *Params) { p.Temperature = 0.8; p.TopK = 40; p.NoLogprob = true }},
+	}
+	for _, n := range []int{32000, 151936} {
+		logits := realLogits(n, 1)
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("vocab=%d/%s", n, c.name), func(b *testing.B) {
+				p := params(c.mod)
+				var s Sampler
+				pos := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					s.Sample(logits, p, nil, pos)
+					pos++
+				}
+			})
+		}
+	}
 }
