@@ -124,7 +124,7 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 			panic(fmt.Sprintf("cpu: %s: %v", w.Name, err))
 		}
 		if j.ps != nil {
-			rb = K / ggml.QK * xBlock
+			rb = K / panelBlock(w.Type) * expandedBlockBytes(w.Type)
 		}
 		j.stride = rb
 		if cap(b.act) < rows*rb {
@@ -149,11 +149,12 @@ func (b *Backend) convertRow(worker, r int) {
 		convertActivation(j.w.Type, j.x[r*K:(r+1)*K], dst)
 		return
 	}
-	nb := K / ggml.QK
-	if cap(b.qrow[worker]) < nb*q80Bytes {
-		b.qrow[worker] = make([]byte, nb*q80Bytes)
+	nb := K / panelBlock(j.w.Type)
+	qb := nb * j.w.Type.VecDotType().TypeSize()
+	if cap(b.qrow[worker]) < qb {
+		b.qrow[worker] = make([]byte, qb)
 	}
-	q := b.qrow[worker][:nb*q80Bytes]
+	q := b.qrow[worker][:qb]
 	convertActivation(j.w.Type, j.x[r*K:(r+1)*K], q)
 	expandRow(j.w.Type, nb, q, dst)
 }
@@ -201,7 +202,7 @@ func (b *Backend) runTile(worker, tile int) {
 // runs past the last row writes to the worker's tail buffer first.
 func (b *Backend) runPanels(worker, lo, hi int) {
 	j := &b.job
-	N, nb := j.w.Rows, j.w.Cols/ggml.QK
+	N, nb := j.w.Rows, j.w.Cols/panelBlock(j.w.Type)
 	pb := nb * panelBlockBytes(j.w.Type)
 	_ = j.packed[(hi+panelRows-1)/panelRows*pb-1]
 	_ = j.xb[j.rows*j.stride-1]

@@ -54,8 +54,9 @@ func tilesFor(t ggml.Type) *tileSet {
 // panelFunc computes a panel of 16 repacked weight rows (see repack.go)
 // against C activation rows in the expanded layout: out[c*os/4 + i] is the
 // dot product of the panel's row i with activation row c (at x + c*xs), for
-// i < 16; nb is the number of 32-element blocks. Each output is reduced in
-// exactly the order of the portable kernel of its type.
+// i < 16; nb is the number of blocks (32 elements; 256 for the K-quants).
+// Each output is reduced in exactly the order of the portable kernel of its
+// type.
 type panelFunc func(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // maxPanelC bounds the activation rows of one panel kernel call.

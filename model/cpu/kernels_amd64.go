@@ -64,6 +64,10 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
+	case ggml.Q4_K:
+		return &q4KPanels
+	case ggml.Q6_K:
+		return &q6KPanels
 	}
 	return nil
 }
@@ -74,6 +78,14 @@ var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
 
 var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{
 	q40Panel_1, q40Panel_2, q40Panel_3, q40Panel_4, q40Panel_5, q40Panel_6, q40Panel_7, q40Panel_8,
+}}
+
+var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
+	q4KPanel_1, q4KPanel_2, q4KPanel_3, q4KPanel_4, q4KPanel_5, q4KPanel_6, q4KPanel_7, q4KPanel_8,
+}}
+
+var q6KPanels = panelSet{name: "q6KVNNI", k: [maxPanelC]panelFunc{
+	q6KPanel_1, q6KPanel_2, q6KPanel_3, q6KPanel_4, q6KPanel_5, q6KPanel_6, q6KPanel_7, q6KPanel_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the

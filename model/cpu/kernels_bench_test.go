@@ -48,13 +48,14 @@ func BenchmarkTile(b *testing.B) {
 // cache: GMAC/s is multiply-adds per second (16*C*n per call).
 func BenchmarkPanel(b *testing.B) {
 	r := rand.New(rand.NewPCG(45, 46))
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K} {
 		ps := archPanels(typ)
 		if ps == nil {
 			continue
 		}
 		const n = 2048
-		nb := n / ggml.QK
+		nb := n / panelBlock(typ)
+		xb := nb * expandedBlockBytes(typ)
 		wrow := mustRowBytes(b, typ, n)
 		w := make([]byte, panelRows*wrow)
 		for i := range panelRows {
@@ -63,15 +64,15 @@ func BenchmarkPanel(b *testing.B) {
 		packed := repack(typ, panelRows, n, w)
 		for _, C := range []int{1, 4, 8} {
 			b.Run(fmt.Sprintf("%s/%d", typ, C), func(b *testing.B) {
-				q := make([]byte, nb*q80Bytes)
-				x := make([]byte, C*nb*xBlock)
+				q := make([]byte, mustRowBytes(b, typ.VecDotType(), n))
+				x := make([]byte, C*xb)
 				for c := range C {
 					ConvertActivation(typ, randVec(r, n), q)
-					expandRow(typ, nb, q, x[c*nb*xBlock:])
+					expandRow(typ, nb, q, x[c*xb:])
 				}
 				out := make([]float32, C*panelRows)
 				for b.Loop() {
-					ps.k[C-1](nb, &packed[0], &x[0], nb*xBlock, &out[0], 4*panelRows)
+					ps.k[C-1](nb, &packed[0], &x[0], xb, &out[0], 4*panelRows)
 				}
 				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})

@@ -453,3 +453,83 @@ func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q40Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_1 computes a 16-row panel of Q4_K weights against 1 activation rows.
+//
+//go:noescape
+func q4KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_1 computes a 16-row panel of Q6_K weights against 1 activation rows.
+//
+//go:noescape
+func q6KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_2 computes a 16-row panel of Q4_K weights against 2 activation rows.
+//
+//go:noescape
+func q4KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_2 computes a 16-row panel of Q6_K weights against 2 activation rows.
+//
+//go:noescape
+func q6KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_3 computes a 16-row panel of Q4_K weights against 3 activation rows.
+//
+//go:noescape
+func q4KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_3 computes a 16-row panel of Q6_K weights against 3 activation rows.
+//
+//go:noescape
+func q6KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_4 computes a 16-row panel of Q4_K weights against 4 activation rows.
+//
+//go:noescape
+func q4KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_4 computes a 16-row panel of Q6_K weights against 4 activation rows.
+//
+//go:noescape
+func q6KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_5 computes a 16-row panel of Q4_K weights against 5 activation rows.
+//
+//go:noescape
+func q4KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_5 computes a 16-row panel of Q6_K weights against 5 activation rows.
+//
+//go:noescape
+func q6KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_6 computes a 16-row panel of Q4_K weights against 6 activation rows.
+//
+//go:noescape
+func q4KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_6 computes a 16-row panel of Q6_K weights against 6 activation rows.
+//
+//go:noescape
+func q6KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_7 computes a 16-row panel of Q4_K weights against 7 activation rows.
+//
+//go:noescape
+func q4KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_7 computes a 16-row panel of Q6_K weights against 7 activation rows.
+//
+//go:noescape
+func q6KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_8 computes a 16-row panel of Q4_K weights against 8 activation rows.
+//
+//go:noescape
+func q4KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_8 computes a 16-row panel of Q6_K weights against 8 activation rows.
+//
+//go:noescape
+func q6KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

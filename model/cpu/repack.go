@@ -23,15 +23,41 @@ const panelRows = 16
 
 // panelBlockBytes is the bytes of one block of a panel of type t.
 func panelBlockBytes(t ggml.Type) int {
-	if t == ggml.Q4_0 {
+	switch t {
+	case ggml.Q4_0:
 		return panelRows * q40Bytes
+	case ggml.Q4_K:
+		return q4KPanelBytes
+	case ggml.Q6_K:
+		return q6KPanelBytes
 	}
 	return panelRows * q80Bytes
 }
 
-// repack returns the rows×cols matrix data of type t (Q8_0 or Q4_0) in
-// panels.
+// panelBlock is the elements of one block of a panel of type t: 32, or 256
+// for the K-quants.
+func panelBlock(t ggml.Type) int {
+	if isKPanel(t) {
+		return ggml.QKK
+	}
+	return ggml.QK
+}
+
+// expandedBlockBytes is the bytes of one block of an activation row
+// expanded for the panel kernels of type t (see expandRow).
+func expandedBlockBytes(t ggml.Type) int {
+	if isKPanel(t) {
+		return xKBlock
+	}
+	return xBlock
+}
+
+// repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, Q4_K or
+// Q6_K; see repack_kquant.go for the last two) in panels.
 func repack(t ggml.Type, rows, cols int, data []byte) []byte {
+	if isKPanel(t) {
+		return repackK(t, rows, cols, data)
+	}
 	nb := cols / ggml.QK
 	bsz, pbb := q80Bytes, panelBlockBytes(t)
 	if t == ggml.Q4_0 {
@@ -79,8 +105,13 @@ const xBlock = 40
 // panel kernels' layout for weights of type t. The correction is minus the
 // sum of the block's quants times 128 (Q8_0: the weights are stored plus
 // 128) or 8 (Q4_0: the nibbles are the weights plus 8), so that it starts
-// each block's integer sum at the exact value to subtract.
+// each block's integer sum at the exact value to subtract. For the
+// K-quants q is a Q8_K row of nb super-blocks (see expandRowK).
 func expandRow(t ggml.Type, nb int, q, dst []byte) {
+	if isKPanel(t) {
+		expandRowK(nb, q, dst)
+		return
+	}
 	cw := int32(128)
 	if t == ggml.Q4_0 {
 		cw = 8

@@ -10,7 +10,9 @@
 //
 // and computes an R×C tile of dot products: out[c*os/4 + r] = dot(weight row
 // r at w+r*ws, activation row c at x+c*xs) for r < R, c < C. n counts
-// elements for the float types and 32-element blocks for Q8_0 and Q4_0. Each
+// elements for the float types and 32-element blocks for Q8_0 and Q4_0 (the
+// panel kernels, see panelKernel and kquant.go, take blocks or 256-element
+// super-blocks of repacked weights). Each
 // output is reduced in exactly the order of the portable kernel of its type
 // (see dot.go and dot_quant.go), whatever R and C: an R×C kernel equals R*C
 // calls of the 1×1 kernel bit for bit.
@@ -106,6 +108,10 @@ func main() {
 	for C := 1; C <= maxPanelC; C++ {
 		panelKernel("q80Panel", C, false)
 		panelKernel("q40Panel", C, true)
+	}
+	for C := 1; C <= maxPanelC; C++ {
+		q4KPanel(C)
+		q6KPanel(C)
 	}
 	Generate()
 }

@@ -1,0 +1,171 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// kPanelTypes are the K-quants with panel kernels.
+var kPanelTypes = []ggml.Type{ggml.Q4_K, ggml.Q6_K}
+
+// kWeights returns rows weight rows of typ with n elements: from the
+// reference quantizer, or raw random bytes with sane f16 scales (every
+// quant, 6-bit scale and min and int8 scale, -128 included).
+func kWeights(t testing.TB, r *rand.Rand, typ ggml.Type, rows, n int) []byte {
+	t.Helper()
+	var w []byte
+	for range rows {
+		if r.IntN(2) == 0 {
+			w = append(w, encode(t, typ, randBytesVec(r, n))...)
+		} else {
+			w = append(w, quantWeights(t, r, typ, n)...)
+		}
+	}
+	return w
+}
+
+// kActivations returns a Q8_K row of n elements: a random row quantized, or
+// (extreme) raw quants in -128..127 with their sums and a random d.
+func kActivations(t testing.TB, r *rand.Rand, n int, extreme bool) []byte {
+	t.Helper()
+	q := make([]byte, mustRowBytes(t, ggml.Q8_K, n))
+	if !extreme {
+		ConvertActivation(ggml.Q4_K, randBytesVec(r, n), q)
+		return q
+	}
+	for b := 0; b < n/ggml.QKK; b++ {
+		blk := q[b*q8KBytes : (b+1)*q8KBytes]
+		binary.LittleEndian.PutUint32(blk, math.Float32bits(float32(r.NormFloat64())))
+		for g := range 16 {
+			var sum int16
+			for i := 4 + 16*g; i < 4+16*g+16; i++ {
+				v := int8(r.Uint32())
+				if r.IntN(4) == 0 {
+					v = []int8{-128, 127, -127}[r.IntN(3)]
+				}
+				blk[i] = byte(v)
+				sum += int16(v)
+			}
+			binary.LittleEndian.PutUint16(blk[4+256+2*g:], uint16(sum))
+		}
+	}
+	return q
+}
+
+// TestKPanelsEqualPortable checks the Q4_K and Q6_K panel kernels (every C,
+// several super-block counts, row counts that leave a partial panel,
+// extreme quants and scales) on repacked weights and expanded activations
+// against the portable kernel on the stored rows, bit for bit.
+func TestKPanelsEqualPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, typ := range kPanelTypes {
+		ps := archPanels(typ)
+		if ps == nil {
+			t.Skipf("%s: no panel kernels on this CPU", typ)
+		}
+		portable, err := VecDotFor(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nb := range []int{1, 2, 3, 8} {
+			n := ggml.QKK * nb
+			wrow := mustRowBytes(t, typ, n)
+			qrow := nb * q8KBytes
+			rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
+			w := kWeights(t, r, typ, rows, n)
+			packed := repack(typ, rows, n, w)
+			pb := nb * panelBlockBytes(typ)
+			if len(packed) != (rows+panelRows-1)/panelRows*pb {
+				t.Fatalf("%s: repacked %d bytes for %d rows of %d super-blocks", typ, len(packed), rows, nb)
+			}
+			for C := 1; C <= maxPanelC; C++ {
+				xs := nb*xKBlock + 20 // a gap between rows, to test the stride
+				q := make([]byte, C*qrow)
+				x := make([]byte, C*xs)
+				for c := range C {
+					qc := q[c*qrow : (c+1)*qrow]
+					copy(qc, kActivations(t, r, n, r.IntN(3) == 0))
+					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xKBlock])
+				}
+				const os = panelRows + 3
+				for p := 0; p*panelRows < rows; p++ {
+					out := make([]float32, C*os)
+					ps.k[C-1](nb, &packed[p*pb], &x[0], xs, &out[0], 4*os)
+					for i := range min(panelRows, rows-p*panelRows) {
+						o := p*panelRows + i
+						for c := range C {
+							got := out[c*os+i]
+							var want float32
+							withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+							if math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+									ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
+							}
+						}
+					}
+					for c := range C { // untouched padding
+						for i := panelRows; i < os; i++ {
+							if out[c*os+i] != 0 {
+								t.Fatalf("%s_%d wrote out[%d][%d]", ps.name, C, i, c)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestKMatMulEqualsPortable: MatMul of Q4_K and Q6_K matrices (rows that
+// leave a partial panel, 1 to 19 activation rows, one and two workers)
+// gives the portable kernels' bits, and every output the bits of its
+// one-row dot product.
+func TestKMatMulEqualsPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	p1, p2 := NewPool(1), NewPool(2)
+	defer p1.Close()
+	defer p2.Close()
+	for _, typ := range kPanelTypes {
+		for _, shape := range [][2]int{{37, 512}, {64, 768}, {200, 256}} {
+			N, K := shape[0], shape[1]
+			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: kWeights(t, r, typ, N, K)}
+			for _, R := range []int{1, 2, 5, 8, 9, 19} {
+				t.Run(fmt.Sprintf("%s/%dx%d/%d", typ, N, K, R), func(t *testing.T) {
+					x := randBytesVec(r, R*K)
+					var want []float32
+					withPortable(func() {
+						want = make([]float32, R*N)
+						NewBackend(p1).MatMul(w, x, R, want)
+					})
+					for _, p := range []*Pool{p1, p2} {
+						got := make([]float32, R*N)
+						NewBackend(p).MatMul(w, x, R, got)
+						if !sameBits(got, want) {
+							t.Fatalf("%s (%d workers): MatMul differs from the portable kernels", ISA(typ), p.Workers())
+						}
+					}
+					one := make([]float32, N)
+					be := NewBackend(p2)
+					for i := range R {
+						be.MatMul(w, x[i*K:(i+1)*K], 1, one)
+						if !sameBits(one, want[i*N:(i+1)*N]) {
+							t.Fatalf("row %d alone differs from row %d of %d", i, i, R)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// sameBits reports whether a and b hold the same float32 bit patterns.
+func sameBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
