@@ -155,6 +155,10 @@ func (b *Backend) convertRow(worker, r int) {
 		b.qrow[worker] = make([]byte, qb)
 	}
 	q := b.qrow[worker][:qb]
+	if isKPanel(j.w.Type) {
+		quantExpandK(j.x[r*K:(r+1)*K], dst, q)
+		return
+	}
 	convertActivation(j.w.Type, j.x[r*K:(r+1)*K], q)
 	expandRow(j.w.Type, nb, q, dst)
 }

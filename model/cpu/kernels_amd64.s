@@ -21770,3 +21770,442 @@ done:
 	VMOVUPS Z7, (BX)(DX*1)
 	VZEROUPPER
 	RET
+
+// func quantQ8KXAVX512(nb int, x *float32, dst *byte)
+// Requires: AVX, AVX512DQ, AVX512F, AVX512VL, BMI
+TEXT ·quantQ8KXAVX512(SB), NOSPLIT, $0-24
+	MOVQ         nb+0(FP), AX
+	MOVQ         x+8(FP), CX
+	MOVQ         dst+16(FP), DX
+	MOVL         $0x7fffffff, BX
+	VPBROADCASTD BX, Z0
+	MOVL         $0x4b400000, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x007fffff, BX
+	VPBROADCASTD BX, Z2
+	MOVL         $0x00400000, BX
+	VPBROADCASTD BX, Z3
+	MOVL         $0x0000007f, BX
+	VPBROADCASTD BX, Z4
+	VPXORD       Z5, Z5, Z5
+	MOVL         $0xc2fe0000, BX
+	VMOVD        BX, X6
+	MOVL         $0x3f800000, BX
+	VMOVD        BX, X7
+
+loop:
+	TESTQ         AX, AX
+	JZ            done
+	VMOVDQA64     Z5, Z8
+	VMOVDQA64     Z5, Z9
+	VMOVDQA64     Z5, Z10
+	VMOVDQA64     Z5, Z11
+	VMOVUPS       (CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       64(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       128(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       192(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       256(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       320(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       384(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       448(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       512(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       576(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       640(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       704(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       768(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       832(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMOVUPS       896(CX), Z12
+	VMAXPS        Z8, Z12, Z8
+	VMINPS        Z9, Z12, Z9
+	VMOVUPS       960(CX), Z12
+	VMAXPS        Z10, Z12, Z10
+	VMINPS        Z11, Z12, Z11
+	VMAXPS        Z10, Z8, Z8
+	VMINPS        Z11, Z9, Z9
+	VEXTRACTF64X4 $0x01, Z8, Y10
+	VMAXPS        Y10, Y8, Y10
+	VEXTRACTF32X4 $0x01, Y10, X8
+	VMAXPS        X8, X10, X8
+	VMOVHLPS      X8, X8, X10
+	VMAXPS        X10, X8, X8
+	VMOVSHDUP     X8, X10
+	VMAXSS        X10, X8, X8
+	VEXTRACTF64X4 $0x01, Z9, Y10
+	VMINPS        Y10, Y9, Y10
+	VEXTRACTF32X4 $0x01, Y10, X9
+	VMINPS        X9, X10, X9
+	VMOVHLPS      X9, X9, X10
+	VMINPS        X10, X9, X9
+	VMOVSHDUP     X9, X10
+	VMINSS        X10, X9, X9
+	VXORPS        X10, X10, X10
+	VSUBSS        X9, X10, X10
+	VMAXSS        X10, X8, X11
+	VUCOMISS      X5, X11
+	JE            zero
+	VUCOMISS      X11, X8
+	JNE           negative
+	VUCOMISS      X11, X10
+	JE            tie
+	VMOVAPS       X8, X8
+	JMP           quant
+
+negative:
+	VMOVAPS X9, X8
+
+quant:
+	VDIVSS       X8, X6, X8
+	VDIVSS       X8, X7, X9
+	VMOVSS       X9, (DX)
+	VBROADCASTSS X8, Z8
+	VMULPS       (CX), Z8, Z9
+	VADDPS       Z1, Z9, Z9
+	VPANDD       Z2, Z9, Z9
+	VPSUBD       Z3, Z9, Z9
+	VPMINSD      Z4, Z9, Z9
+	VPMOVDB      Z9, 84(DX)
+	VPSLLD       $0x18, Z9, Z9
+	VPSRAD       $0x18, Z9, Z9
+	VMULPS       64(CX), Z8, Z10
+	VADDPS       Z1, Z10, Z10
+	VPANDD       Z2, Z10, Z10
+	VPSUBD       Z3, Z10, Z10
+	VPMINSD      Z4, Z10, Z10
+	VPMOVDB      Z10, 100(DX)
+	VPSLLD       $0x18, Z10, Z10
+	VPSRAD       $0x18, Z10, Z10
+	VMULPS       128(CX), Z8, Z11
+	VADDPS       Z1, Z11, Z11
+	VPANDD       Z2, Z11, Z11
+	VPSUBD       Z3, Z11, Z11
+	VPMINSD      Z4, Z11, Z11
+	VPMOVDB      Z11, 116(DX)
+	VPSLLD       $0x18, Z11, Z11
+	VPSRAD       $0x18, Z11, Z11
+	VMULPS       192(CX), Z8, Z12
+	VADDPS       Z1, Z12, Z12
+	VPANDD       Z2, Z12, Z12
+	VPSUBD       Z3, Z12, Z12
+	VPMINSD      Z4, Z12, Z12
+	VPMOVDB      Z12, 132(DX)
+	VPSLLD       $0x18, Z12, Z12
+	VPSRAD       $0x18, Z12, Z12
+	VMULPS       256(CX), Z8, Z13
+	VADDPS       Z1, Z13, Z13
+	VPANDD       Z2, Z13, Z13
+	VPSUBD       Z3, Z13, Z13
+	VPMINSD      Z4, Z13, Z13
+	VPMOVDB      Z13, 148(DX)
+	VPSLLD       $0x18, Z13, Z13
+	VPSRAD       $0x18, Z13, Z13
+	VMULPS       320(CX), Z8, Z14
+	VADDPS       Z1, Z14, Z14
+	VPANDD       Z2, Z14, Z14
+	VPSUBD       Z3, Z14, Z14
+	VPMINSD      Z4, Z14, Z14
+	VPMOVDB      Z14, 164(DX)
+	VPSLLD       $0x18, Z14, Z14
+	VPSRAD       $0x18, Z14, Z14
+	VMULPS       384(CX), Z8, Z15
+	VADDPS       Z1, Z15, Z15
+	VPANDD       Z2, Z15, Z15
+	VPSUBD       Z3, Z15, Z15
+	VPMINSD      Z4, Z15, Z15
+	VPMOVDB      Z15, 180(DX)
+	VPSLLD       $0x18, Z15, Z15
+	VPSRAD       $0x18, Z15, Z15
+	VMULPS       448(CX), Z8, Z16
+	VADDPS       Z1, Z16, Z16
+	VPANDD       Z2, Z16, Z16
+	VPSUBD       Z3, Z16, Z16
+	VPMINSD      Z4, Z16, Z16
+	VPMOVDB      Z16, 196(DX)
+	VPSLLD       $0x18, Z16, Z16
+	VPSRAD       $0x18, Z16, Z16
+	VMULPS       512(CX), Z8, Z17
+	VADDPS       Z1, Z17, Z17
+	VPANDD       Z2, Z17, Z17
+	VPSUBD       Z3, Z17, Z17
+	VPMINSD      Z4, Z17, Z17
+	VPMOVDB      Z17, 212(DX)
+	VPSLLD       $0x18, Z17, Z17
+	VPSRAD       $0x18, Z17, Z17
+	VMULPS       576(CX), Z8, Z18
+	VADDPS       Z1, Z18, Z18
+	VPANDD       Z2, Z18, Z18
+	VPSUBD       Z3, Z18, Z18
+	VPMINSD      Z4, Z18, Z18
+	VPMOVDB      Z18, 228(DX)
+	VPSLLD       $0x18, Z18, Z18
+	VPSRAD       $0x18, Z18, Z18
+	VMULPS       640(CX), Z8, Z19
+	VADDPS       Z1, Z19, Z19
+	VPANDD       Z2, Z19, Z19
+	VPSUBD       Z3, Z19, Z19
+	VPMINSD      Z4, Z19, Z19
+	VPMOVDB      Z19, 244(DX)
+	VPSLLD       $0x18, Z19, Z19
+	VPSRAD       $0x18, Z19, Z19
+	VMULPS       704(CX), Z8, Z20
+	VADDPS       Z1, Z20, Z20
+	VPANDD       Z2, Z20, Z20
+	VPSUBD       Z3, Z20, Z20
+	VPMINSD      Z4, Z20, Z20
+	VPMOVDB      Z20, 260(DX)
+	VPSLLD       $0x18, Z20, Z20
+	VPSRAD       $0x18, Z20, Z20
+	VMULPS       768(CX), Z8, Z21
+	VADDPS       Z1, Z21, Z21
+	VPANDD       Z2, Z21, Z21
+	VPSUBD       Z3, Z21, Z21
+	VPMINSD      Z4, Z21, Z21
+	VPMOVDB      Z21, 276(DX)
+	VPSLLD       $0x18, Z21, Z21
+	VPSRAD       $0x18, Z21, Z21
+	VMULPS       832(CX), Z8, Z22
+	VADDPS       Z1, Z22, Z22
+	VPANDD       Z2, Z22, Z22
+	VPSUBD       Z3, Z22, Z22
+	VPMINSD      Z4, Z22, Z22
+	VPMOVDB      Z22, 292(DX)
+	VPSLLD       $0x18, Z22, Z22
+	VPSRAD       $0x18, Z22, Z22
+	VMULPS       896(CX), Z8, Z23
+	VADDPS       Z1, Z23, Z23
+	VPANDD       Z2, Z23, Z23
+	VPSUBD       Z3, Z23, Z23
+	VPMINSD      Z4, Z23, Z23
+	VPMOVDB      Z23, 308(DX)
+	VPSLLD       $0x18, Z23, Z23
+	VPSRAD       $0x18, Z23, Z23
+	VMULPS       960(CX), Z8, Z8
+	VADDPS       Z1, Z8, Z8
+	VPANDD       Z2, Z8, Z8
+	VPSUBD       Z3, Z8, Z8
+	VPMINSD      Z4, Z8, Z8
+	VPMOVDB      Z8, 324(DX)
+	VPSLLD       $0x18, Z8, Z8
+	VPSRAD       $0x18, Z8, Z8
+	VSHUFI32X4   $0x44, Z10, Z9, Z24
+	VSHUFI32X4   $0xee, Z10, Z9, Z9
+	VPADDD       Z9, Z24, Z9
+	VSHUFI32X4   $0x44, Z12, Z11, Z10
+	VSHUFI32X4   $0xee, Z12, Z11, Z11
+	VPADDD       Z11, Z10, Z10
+	VSHUFI32X4   $0x44, Z14, Z13, Z11
+	VSHUFI32X4   $0xee, Z14, Z13, Z12
+	VPADDD       Z12, Z11, Z11
+	VSHUFI32X4   $0x44, Z16, Z15, Z12
+	VSHUFI32X4   $0xee, Z16, Z15, Z13
+	VPADDD       Z13, Z12, Z12
+	VSHUFI32X4   $0x44, Z18, Z17, Z13
+	VSHUFI32X4   $0xee, Z18, Z17, Z14
+	VPADDD       Z14, Z13, Z13
+	VSHUFI32X4   $0x44, Z20, Z19, Z14
+	VSHUFI32X4   $0xee, Z20, Z19, Z15
+	VPADDD       Z15, Z14, Z14
+	VSHUFI32X4   $0x44, Z22, Z21, Z15
+	VSHUFI32X4   $0xee, Z22, Z21, Z16
+	VPADDD       Z16, Z15, Z15
+	VSHUFI32X4   $0x44, Z8, Z23, Z16
+	VSHUFI32X4   $0xee, Z8, Z23, Z8
+	VPADDD       Z8, Z16, Z8
+	VSHUFI32X4   $0x88, Z10, Z9, Z16
+	VSHUFI32X4   $0xdd, Z10, Z9, Z9
+	VPADDD       Z9, Z16, Z9
+	VSHUFI32X4   $0x88, Z12, Z11, Z10
+	VSHUFI32X4   $0xdd, Z12, Z11, Z11
+	VPADDD       Z11, Z10, Z10
+	VSHUFI32X4   $0x88, Z14, Z13, Z11
+	VSHUFI32X4   $0xdd, Z14, Z13, Z12
+	VPADDD       Z12, Z11, Z11
+	VSHUFI32X4   $0x88, Z8, Z15, Z12
+	VSHUFI32X4   $0xdd, Z8, Z15, Z8
+	VPADDD       Z8, Z12, Z8
+	VSHUFPS      $0x44, Z10, Z9, Z12
+	VSHUFPS      $0xee, Z10, Z9, Z9
+	VPADDD       Z9, Z12, Z9
+	VSHUFPS      $0x44, Z8, Z11, Z10
+	VSHUFPS      $0xee, Z8, Z11, Z8
+	VPADDD       Z8, Z10, Z8
+	VSHUFPS      $0x88, Z8, Z9, Z10
+	VSHUFPS      $0xdd, Z8, Z9, Z8
+	VPADDD       Z8, Z10, Z8
+	VMOVDQU32    q8KSumsPerm<>+0(SB), Z9
+	VPERMD       Z8, Z9, Z8
+	VPSLLD       $0x05, Z8, Z9
+	VPSUBD       Z9, Z5, Z9
+	VMOVDQU32    Z9, 20(DX)
+	VPSHUFD      $0xb1, Z8, Z9
+	VPADDD       Z8, Z9, Z9
+	VPMOVQW      Z9, 4(DX)
+
+next:
+	ADDQ $0x00000400, CX
+	ADDQ $0x00000154, DX
+	DECQ AX
+	JMP  loop
+
+zero:
+	VMOVDQU64 Z5, (DX)
+	VMOVDQU64 Z5, 64(DX)
+	VMOVDQU64 Z5, 128(DX)
+	VMOVDQU64 Z5, 192(DX)
+	VMOVDQU64 Z5, 256(DX)
+	VMOVDQU64 Z5, 276(DX)
+	JMP       next
+
+tie:
+	VBROADCASTSS X11, Z8
+	VANDPS       (CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000000, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       64(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000010, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       128(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000020, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       192(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000030, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       256(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000040, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       320(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000050, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       384(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000060, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       448(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000070, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       512(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000080, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       576(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x00000090, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       640(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000a0, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       704(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000b0, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       768(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000c0, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       832(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000d0, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       896(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000e0, SI
+	TESTL        BX, BX
+	JNZ          found
+	VANDPS       960(CX), Z0, Z9
+	VCMPPS       $0x00, Z8, Z9, K1
+	KMOVW        K1, BX
+	MOVQ         $0x000000f0, SI
+	TESTL        BX, BX
+	JNZ          found
+
+found:
+	TZCNTL BX, BX
+	ADDQ   BX, SI
+	VMOVSS (CX)(SI*4), X8
+	JMP    quant
+
+done:
+	VZEROUPPER
+	RET
+
+DATA q8KSumsPerm<>+0(SB)/4, $0x00000000
+DATA q8KSumsPerm<>+4(SB)/4, $0x00000004
+DATA q8KSumsPerm<>+8(SB)/4, $0x00000008
+DATA q8KSumsPerm<>+12(SB)/4, $0x0000000c
+DATA q8KSumsPerm<>+16(SB)/4, $0x00000001
+DATA q8KSumsPerm<>+20(SB)/4, $0x00000005
+DATA q8KSumsPerm<>+24(SB)/4, $0x00000009
+DATA q8KSumsPerm<>+28(SB)/4, $0x0000000d
+DATA q8KSumsPerm<>+32(SB)/4, $0x00000002
+DATA q8KSumsPerm<>+36(SB)/4, $0x00000006
+DATA q8KSumsPerm<>+40(SB)/4, $0x0000000a
+DATA q8KSumsPerm<>+44(SB)/4, $0x0000000e
+DATA q8KSumsPerm<>+48(SB)/4, $0x00000003
+DATA q8KSumsPerm<>+52(SB)/4, $0x00000007
+DATA q8KSumsPerm<>+56(SB)/4, $0x0000000b
+DATA q8KSumsPerm<>+60(SB)/4, $0x0000000f
+GLOBL q8KSumsPerm<>(SB), RODATA|NOPTR, $64

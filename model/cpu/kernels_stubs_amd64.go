@@ -533,3 +533,8 @@ func q4KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q6KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// quantQ8KXAVX512 quantizes nb super-blocks of 256 activations to Q8_K in the K-quant panel kernels' expanded layout.
+//
+//go:noescape
+func quantQ8KXAVX512(nb int, x *float32, dst *byte)

@@ -169,3 +169,106 @@ func TestKMatMulEqualsPortable(t *testing.T) {
 func sameBits(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
+
+// TestQuantExpandKEqualsPortable checks the AVX-512 Q8_K quantizer, which
+// writes the panel kernels' expanded layout directly, against
+// ConvertActivation followed by expandRowK, byte for byte: awkward values,
+// magnitude ties of either sign first, all-zero super-blocks, NaNs,
+// infinities, subnormals and halves that round to even.
+func TestQuantExpandKEqualsPortable(t *testing.T) {
+	if !haveElementwise() {
+		t.Skip("no AVX-512")
+	}
+	r := rand.New(rand.NewPCG(65, 66))
+	for trial := range 400 {
+		nb := 1 + r.IntN(4)
+		x := randBytesVec(r, nb*ggml.QKK)
+		for b := range nb {
+			blk := x[b*ggml.QKK : (b+1)*ggml.QKK]
+			switch r.IntN(8) {
+			case 0: // a tie between +a and -a, either first
+				i, j := r.IntN(256), r.IntN(256)
+				a := float32(1e21)
+				blk[i], blk[j] = a, -a
+			case 1:
+				clear(blk)
+			case 2:
+				blk[r.IntN(256)] = float32(math.NaN())
+				blk[r.IntN(256)] = float32(math.Inf(1 - 2*r.IntN(2)))
+			case 3: // only NaNs and zeros
+				clear(blk)
+				blk[r.IntN(256)] = float32(math.NaN())
+			case 4: // subnormals only
+				for i := range blk {
+					blk[i] = math.Float32frombits(uint32(r.IntN(1 << 23)))
+					if r.IntN(2) == 0 {
+						blk[i] = -blk[i]
+					}
+				}
+			case 5: // values that land on halves: k/2 times amax/127
+				for i := range blk {
+					blk[i] = float32(r.IntN(255)-127) / 2
+				}
+				blk[r.IntN(256)] = 63.5
+			case 6: // the first of several equal maxima
+				for k := range 3 {
+					blk[r.IntN(256)] = float32(2*(k%2)-1) * 7
+				}
+				for i := range blk {
+					blk[i] = max(min(blk[i], 7), -7)
+				}
+			}
+		}
+		got := make([]byte, nb*xKBlock)
+		want := make([]byte, nb*xKBlock)
+		q := make([]byte, nb*q8KBytes)
+		quantExpandK(x, got, q)
+		withPortable(func() { quantExpandK(x, want, q) })
+		if !slices.Equal(got, want) {
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("trial %d: byte %d (super-block %d, offset %d) = %#x, portable %#x", trial, i, i/xKBlock, i%xKBlock, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkQuantExpandK measures the K-quant activation conversion of one
+// 2048-wide row, SIMD and portable.
+func BenchmarkQuantExpandK(b *testing.B) {
+	r := rand.New(rand.NewPCG(67, 68))
+	const n = 2048
+	x := randVec(r, n)
+	dst := make([]byte, n/ggml.QKK*xKBlock)
+	q := make([]byte, n/ggml.QKK*q8KBytes)
+	for _, portable := range []bool{false, true} {
+		b.Run(map[bool]string{false: "simd", true: "portable"}[portable], func(b *testing.B) {
+			portableOnly = portable
+			defer func() { portableOnly = false }()
+			for b.Loop() {
+				quantExpandK(x, dst, q)
+			}
+			b.SetBytes(4 * n)
+		})
+	}
+}
+
+// BenchmarkRepackK measures repacking a 768×2048 matrix (load time).
+func BenchmarkRepackK(b *testing.B) {
+	r := rand.New(rand.NewPCG(69, 70))
+	const rows, cols = 768, 2048
+	for _, typ := range kPanelTypes {
+		w := kWeights(b, r, typ, 16, cols)
+		data := make([]byte, 0, rows*len(w)/16)
+		for range rows / 16 {
+			data = append(data, w...)
+		}
+		b.Run(typ.String(), func(b *testing.B) {
+			for b.Loop() {
+				repack(typ, rows, cols, data)
+			}
+			b.SetBytes(int64(len(data)))
+		})
+	}
+}

@@ -102,28 +102,38 @@ func repackQ4KRow(i int, src, dst []byte) {
 	}
 }
 
-// q6KQuant returns element e of a Q6_K super-block's quants, unsigned (0..63):
+// q6KQuants unpacks a Q6_K super-block's quants, unsigned (0..63): element
 // e = 128h + 32k + l (l < 32) has its low four bits in nibble k/2 of
 // ql[64h + 32(k%2) + l] and its high two at bits 2k of qh[32h + l].
-func q6KQuant(blk []byte, e int) byte {
-	h, k, l := e/128, e%128/32, e%32
-	lo := blk[64*h+32*(k%2)+l] >> (4 * (k / 2)) & 0xf
-	hi := blk[128+32*h+l] >> (2 * k) & 3
-	return lo | hi<<4
+func q6KQuants(blk []byte, q *[ggml.QKK]byte) {
+	ql, qh := (*[128]byte)(blk[0:]), (*[64]byte)(blk[128:])
+	for h := range 2 {
+		for l := range 32 {
+			a, b, c := ql[64*h+l], ql[64*h+32+l], qh[32*h+l]
+			e := 128*h + l
+			q[e] = a&0xf | c&3<<4
+			q[e+32] = b&0xf | c>>2&3<<4
+			q[e+64] = a>>4 | c>>4&3<<4
+			q[e+96] = b>>4 | c>>6<<4
+		}
+	}
 }
 
 // repackQ6KRow writes one Q6_K super-block of a panel's row i.
 func repackQ6KRow(i int, src, dst []byte) {
 	copy(dst[2*i:2*i+2], src[208:210])
+	var q [ggml.QKK]byte
+	q6KQuants(src, &q)
 	for g := range 16 {
 		dst[32+16*g+i] = src[192+g]
 		base := 288 + 192*g + 4*i
+		e := q[16*g : 16*g+16]
+		a, b, h := dst[base:base+4], dst[base+64:base+68], dst[base+128:base+132]
 		for k := range 4 {
-			q0, q1 := q6KQuant(src, 16*g+k), q6KQuant(src, 16*g+4+k)
-			q2, q3 := q6KQuant(src, 16*g+8+k), q6KQuant(src, 16*g+12+k)
-			dst[base+k] = q0&0xf | q1<<4
-			dst[base+64+k] = q2&0xf | q3<<4
-			dst[base+128+k] = q0>>4 | q1>>4<<2 | q2>>4<<4 | q3>>4<<6
+			q0, q1, q2, q3 := e[k], e[4+k], e[8+k], e[12+k]
+			a[k] = q0&0xf | q1<<4
+			b[k] = q2&0xf | q3<<4
+			h[k] = q0>>4 | q1>>4<<2 | q2>>4<<4 | q3>>4<<6
 		}
 	}
 }
@@ -148,4 +158,22 @@ func expandRowK(nb int, q, dst []byte) {
 		}
 		copy(d[xKQuants:], src[4:4+256])
 	}
+}
+
+// quantExpandK converts the activation row src (whole super-blocks) to dst
+// in the K-quant panel kernels' layout: ggml.QuantizeActivationRow's Q8_K,
+// expanded as expandRowK does. The AVX-512 quantizer writes the layout
+// directly, with the same bits; the portable path converts through q, which
+// must hold a Q8_K row of len(src) elements.
+func quantExpandK(src []float32, dst, q []byte) {
+	nb := len(src) / ggml.QKK
+	_ = dst[nb*xKBlock-1]
+	if haveElementwise() {
+		if nb > 0 {
+			quantQ8KXAVX512(nb, &src[0], &dst[0])
+		}
+		return
+	}
+	ConvertActivation(ggml.Q4_K, src, q[:nb*q8KBytes])
+	expandRowK(nb, q, dst)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 
 	. "github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
@@ -295,4 +296,189 @@ func q6KPanel(C int) {
 	Label("done")
 	storePanel(acc)
 	ret()
+}
+
+// foldLevelI is foldLevel for int32 lanes: out[i] = shuf(lo, in[2i+1],
+// in[2i]) + shuf(hi, in[2i+1], in[2i]) with VPADDD (any order of integer
+// additions gives the same sums).
+func foldLevelI(in []reg.VecVirtual, shuf func(...Op), lo, hi uint8) []reg.VecVirtual {
+	out := make([]reg.VecVirtual, len(in)/2)
+	for i := range out {
+		x, y := ZMM(), ZMM()
+		shuf(Imm(uint64(lo)), in[2*i+1], in[2*i], x)
+		shuf(Imm(uint64(hi)), in[2*i+1], in[2*i], y)
+		out[i] = ZMM()
+		VPADDD(y, x, out[i])
+	}
+	return out
+}
+
+// quantQ8KX emits func(nb int, x *float32, dst *byte): ggml's Q8_K
+// activation quantization (quantize_row_q8_K_ref, as ggml.QuantizeRow
+// computes it) of nb super-blocks of 256 floats, written straight into the
+// expanded layout of the K-quant panel kernels (expandRowK in package cpu).
+// Per super-block: mx is the first value of largest magnitude (NaNs never
+// are), iscale = -127/mx, q = min(127, nearest_int(iscale*x)) (the float32
+// product, plus 1.5*2^23, its low 23 bits minus 2^22) truncated to a byte,
+// d = 1/iscale; an all-zero (or all-NaN) super-block is all zeros. The
+// signed max and min of the values give mx unless both +amax and -amax
+// occur; then the first value of magnitude amax is searched for. The
+// 16-element sums of the stored quants (sign-extended bytes) are reduced
+// sixteen at a time as scores16 reduces its keys.
+func quantQ8KX() {
+	TEXT("quantQ8KXAVX512", NOSPLIT, "func(nb int, x *float32, dst *byte)")
+	Pragma("noescape")
+	Doc("quantQ8KXAVX512 quantizes nb super-blocks of 256 activations to Q8_K in the K-quant panel kernels' expanded layout.")
+	n := param("nb")
+	x := param("x")
+	dst := param("dst")
+	perm := GLOBL("q8KSumsPerm", RODATA|NOPTR) // lane 4q+i (vector q+4i) to lane q+4i
+	for k := range 16 {
+		DATA(4*k, U32(uint32(4*(k%4)+k/4)))
+	}
+	absMask := bcastConst(0x7fffffff)
+	magic := bcastConst(0x4b400000) // 1.5*2^23
+	mant := bcastConst(0x007fffff)
+	half := bcastConst(0x00400000)
+	c127 := bcastConst(127)
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	g := GP32()
+	MOVL(U32(math.Float32bits(-127)), g)
+	m127 := XMM()
+	VMOVD(g, m127)
+	MOVL(U32(math.Float32bits(1)), g)
+	one := XMM()
+	VMOVD(g, one)
+	xm := func(v int) Mem { return Mem{Base: x, Disp: 64 * v} }
+
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	// Signed max and min, NaNs skipped: VMAXPS returns its second source
+	// (the accumulator) when either is NaN.
+	var hi, lo [2]reg.VecVirtual
+	for i := range 2 {
+		hi[i], lo[i] = ZMM(), ZMM()
+		VMOVDQA64(zero, hi[i])
+		VMOVDQA64(zero, lo[i])
+	}
+	for v := range 16 {
+		z := ZMM()
+		VMOVUPS(xm(v), z)
+		VMAXPS(hi[v%2], z, hi[v%2])
+		VMINPS(lo[v%2], z, lo[v%2])
+	}
+	VMAXPS(hi[1], hi[0], hi[0])
+	VMINPS(lo[1], lo[0], lo[0])
+	maxS := hmaxZ(hi[0], VMAXPS, VMAXSS)
+	minS := hmaxZ(lo[0], VMINPS, VMINSS)
+	negMin := XMM()
+	VXORPS(negMin, negMin, negMin)
+	VSUBSS(minS, negMin, negMin) // -min, exact
+	amax := XMM()
+	VMAXSS(negMin, maxS, amax)
+	mx := XMM()
+	VUCOMISS(zero.AsX(), amax)
+	JE(LabelRef("zero"))
+	VUCOMISS(amax, maxS)
+	JNE(LabelRef("negative"))
+	VUCOMISS(amax, negMin)
+	JE(LabelRef("tie"))
+	VMOVAPS(maxS, mx)
+	JMP(LabelRef("quant"))
+	Label("negative")
+	VMOVAPS(minS, mx)
+	JMP(LabelRef("quant"))
+
+	Label("quant")
+	is := XMM()
+	VDIVSS(mx, m127, is) // -127/mx
+	d := XMM()
+	VDIVSS(is, one, d) // 1/iscale
+	VMOVSS(d, Mem{Base: dst})
+	isz := ZMM()
+	VBROADCASTSS(is, isz)
+	q := make([]reg.VecVirtual, 16)
+	for v := range 16 {
+		t := ZMM()
+		VMULPS(xm(v), isz, t)
+		VADDPS(magic, t, t)
+		VPANDD(mant, t, t)
+		VPSUBD(half, t, t)
+		VPMINSD(c127, t, t)
+		VPMOVDB(t, Mem{Base: dst, Disp: xKQuants + 16*v})
+		VPSLLD(Imm(24), t, t)
+		VPSRAD(Imm(24), t, t)
+		q[v] = t
+	}
+	z := foldLevelI(q, VSHUFI32X4, 0x44, 0xee)
+	u := foldLevelI(z, VSHUFI32X4, 0x88, 0xdd)
+	w := foldLevelI(u, VSHUFPS, 0x44, 0xee)
+	s := foldLevelI(w, VSHUFPS, 0x88, 0xdd)[0]
+	idx := ZMM()
+	VMOVDQU32(perm, idx)
+	VPERMD(s, idx, s) // lane g: the sum of the quants of group g
+	corr := ZMM()
+	VPSLLD(Imm(5), s, corr)
+	VPSUBD(corr, zero, corr) // -32 times the sum
+	VMOVDQU32(corr, Mem{Base: dst, Disp: xKCorr})
+	pair := ZMM()
+	VPSHUFD(Imm(0xb1), s, pair)
+	VPADDD(s, pair, pair)                       // lane 2k: groups 2k and 2k+1
+	VPMOVQW(pair, Mem{Base: dst, Disp: xKSums}) // the low word of each qword
+	Label("next")
+	ADDQ(U32(1024), x)
+	ADDQ(U32(xKBlock), dst)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+
+	Label("zero")
+	for off := 0; off+64 <= xKBlock; off += 64 {
+		VMOVDQU64(zero, Mem{Base: dst, Disp: off})
+	}
+	VMOVDQU64(zero, Mem{Base: dst, Disp: xKBlock - 64})
+	JMP(LabelRef("next"))
+
+	// Both +amax and -amax occur: mx is the first value of magnitude amax.
+	Label("tie")
+	ab := ZMM()
+	VBROADCASTSS(amax, ab)
+	m := GP32()
+	base := GP64()
+	for v := range 16 {
+		a := ZMM()
+		VANDPS(xm(v), absMask, a)
+		k := K()
+		VCMPPS(Imm(0), ab, a, k) // |x| == amax, ordered
+		KMOVW(k, m)
+		MOVQ(U32(uint32(16*v)), base)
+		TESTL(m, m)
+		JNZ(LabelRef("found"))
+	}
+	Label("found")
+	TZCNTL(m, m)
+	ADDQ(m.As64(), base)
+	VMOVSS(Mem{Base: x, Index: base, Scale: 4}, mx)
+	JMP(LabelRef("quant"))
+
+	Label("done")
+	ret()
+}
+
+// hmaxZ reduces the 16 lanes of z with op (VMAXPS or VMINPS; no NaNs) and
+// returns an XMM whose lane 0 is the result.
+func hmaxZ(z reg.VecVirtual, op, ops func(...Op)) reg.VecVirtual {
+	y := YMM()
+	VEXTRACTF64X4(Imm(1), z, y)
+	op(y, z.AsY(), y)
+	x := XMM()
+	VEXTRACTF32X4(Imm(1), y, x)
+	op(x, y.AsX(), x)
+	h := XMM()
+	VMOVHLPS(x, x, h)
+	op(h, x, x)
+	VMOVSHDUP(x, h)
+	ops(h, x, x)
+	return x
 }

@@ -113,6 +113,7 @@ func main() {
 		q4KPanel(C)
 		q6KPanel(C)
 	}
+	quantQ8KX()
 	Generate()
 }
 
