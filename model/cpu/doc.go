@@ -20,8 +20,9 @@
 // internal/asmgen (go generate; the generated kernels_amd64.s and stubs are
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // Q4_K and Q6_K (on weights repacked into panels of 16 rows, see repack.go
-// and repack_kquant.go), AVX2+FMA for F32, F16, Q8_0 and Q4_0, chosen at
-// run time with golang.org/x/sys/cpu. Every other case, and other
+// and repack_kquant.go), AVX2+FMA for F32, F16, Q8_0 and Q4_0 (on the
+// stored rows) and Q4_K and Q6_K (on the same panels), chosen at run time
+// with golang.org/x/sys/cpu. Every other case, and other
 // architectures (or the purego tag), runs the portable Go kernels, which
 // give the same bits: tests compare the two on random inputs. Q2_K, Q3_K,
 // Q5_K, Q5_0, Q5_1, IQ4_NL and IQ4_XS have portable kernels only so far;

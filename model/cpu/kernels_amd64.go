@@ -55,7 +55,19 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
+// Q4_K and Q6_K have AVX2 panel kernels as well (Q8_0 and Q4_0 have AVX2
+// tile kernels on the stored rows instead).
 func archPanels(t ggml.Type) *panelSet {
+	if (t == ggml.Q4_K || t == ggml.Q6_K) && (!haveVNNI || avx2Only) {
+		switch {
+		case !haveF16C:
+			return nil
+		case t == ggml.Q4_K:
+			return &q4KPanelsAVX2
+		default:
+			return &q6KPanelsAVX2
+		}
+	}
 	if !haveVNNI || avx2Only {
 		return nil
 	}
@@ -86,6 +98,14 @@ var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
 
 var q6KPanels = panelSet{name: "q6KVNNI", k: [maxPanelC]panelFunc{
 	q6KPanel_1, q6KPanel_2, q6KPanel_3, q6KPanel_4, q6KPanel_5, q6KPanel_6, q6KPanel_7, q6KPanel_8,
+}}
+
+var q4KPanelsAVX2 = panelSet{name: "q4KAVX2", k: [maxPanelC]panelFunc{
+	q4KPanelAVX2_1, q4KPanelAVX2_2, q4KPanelAVX2_3, q4KPanelAVX2_4, q4KPanelAVX2_5, q4KPanelAVX2_6, q4KPanelAVX2_7, q4KPanelAVX2_8,
+}}
+
+var q6KPanelsAVX2 = panelSet{name: "q6KAVX2", k: [maxPanelC]panelFunc{
+	q6KPanelAVX2_1, q6KPanelAVX2_2, q6KPanelAVX2_3, q6KPanelAVX2_4, q6KPanelAVX2_5, q6KPanelAVX2_6, q6KPanelAVX2_7, q6KPanelAVX2_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the

@@ -538,3 +538,83 @@ func q6KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func quantQ8KXAVX512(nb int, x *float32, dst *byte)
+
+// q4KPanelAVX2_1 computes a 16-row panel of Q4_K weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_1 computes a 16-row panel of Q6_K weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_2 computes a 16-row panel of Q4_K weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_2 computes a 16-row panel of Q6_K weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_3 computes a 16-row panel of Q4_K weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_3 computes a 16-row panel of Q6_K weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_4 computes a 16-row panel of Q4_K weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_4 computes a 16-row panel of Q6_K weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_5 computes a 16-row panel of Q4_K weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_5 computes a 16-row panel of Q6_K weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_6 computes a 16-row panel of Q4_K weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_6 computes a 16-row panel of Q6_K weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_7 computes a 16-row panel of Q4_K weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_7 computes a 16-row panel of Q6_K weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_8 computes a 16-row panel of Q4_K weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q4KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_8 computes a 16-row panel of Q6_K weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q6KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

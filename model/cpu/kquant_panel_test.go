@@ -59,11 +59,19 @@ func kActivations(t testing.TB, r *rand.Rand, n int, extreme bool) []byte {
 	return q
 }
 
-// TestKPanelsEqualPortable checks the Q4_K and Q6_K panel kernels (every C,
-// several super-block counts, row counts that leave a partial panel,
-// extreme quants and scales) on repacked weights and expanded activations
-// against the portable kernel on the stored rows, bit for bit.
+// TestKPanelsEqualPortable checks the Q4_K and Q6_K panel kernels (VNNI
+// and AVX2, every C, several super-block counts, row counts that leave a
+// partial panel, extreme quants and scales) on repacked weights and
+// expanded activations against the portable kernel on the stored rows, bit
+// for bit.
 func TestKPanelsEqualPortable(t *testing.T) {
+	testKPanelsEqualPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testKPanelsEqualPortable(t)
+}
+
+func testKPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	for _, typ := range kPanelTypes {
 		ps := archPanels(typ)
@@ -124,10 +132,17 @@ func TestKPanelsEqualPortable(t *testing.T) {
 }
 
 // TestKMatMulEqualsPortable: MatMul of Q4_K and Q6_K matrices (rows that
-// leave a partial panel, 1 to 19 activation rows, one and two workers)
-// gives the portable kernels' bits, and every output the bits of its
-// one-row dot product.
+// leave a partial panel, 1 to 19 activation rows, one and two workers, the
+// VNNI and the AVX2 kernels) gives the portable kernels' bits, and every
+// output the bits of its one-row dot product.
 func TestKMatMulEqualsPortable(t *testing.T) {
+	testKMatMulEqualsPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testKMatMulEqualsPortable(t)
+}
+
+func testKMatMulEqualsPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(63, 64))
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
@@ -270,5 +285,68 @@ func BenchmarkRepackK(b *testing.B) {
 			}
 			b.SetBytes(int64(len(data)))
 		})
+	}
+}
+
+// BenchmarkKMatVec is BenchmarkMatVec for Q4_K and Q6_K on each of their
+// kernel sets: the fastest (VNNI here), the AVX2 ones, and the portable Go.
+func BenchmarkKMatVec(b *testing.B) {
+	r := rand.New(rand.NewPCG(71, 72))
+	pool := NewPool(1)
+	defer pool.Close()
+	for _, typ := range kPanelTypes {
+		const K = 2048
+		wrow := mustRowBytes(b, typ, K)
+		N := (64 << 20) / wrow / panelRows * panelRows
+		data := make([]byte, N*wrow)
+		row := quantWeights(b, r, typ, K)
+		for o := range N {
+			copy(data[o*wrow:], row)
+		}
+		x := randVec(r, K)
+		out := make([]float32, N)
+		for _, set := range []string{"best", "avx2", "portable"} {
+			b.Run(typ.String()+"/"+set, func(b *testing.B) {
+				avx2Only, portableOnly = set == "avx2", set == "portable"
+				defer func() { avx2Only, portableOnly = false, false }()
+				w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+				be := NewBackend(pool)
+				be.Prepare(w)
+				for b.Loop() {
+					be.MatMul(w, x, 1, out)
+				}
+				b.SetBytes(int64(len(data)))
+			})
+		}
+	}
+}
+
+// BenchmarkKPanelAVX2 is BenchmarkPanel for the AVX2 K-quant kernels.
+func BenchmarkKPanelAVX2(b *testing.B) {
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	r := rand.New(rand.NewPCG(73, 74))
+	for _, typ := range kPanelTypes {
+		ps := archPanels(typ)
+		if ps == nil {
+			continue
+		}
+		const n = 2048
+		nb := n / ggml.QKK
+		packed := repack(typ, panelRows, n, kWeights(b, r, typ, panelRows, n))
+		for _, C := range []int{1, 4, 8} {
+			b.Run(fmt.Sprintf("%s/%d", typ, C), func(b *testing.B) {
+				x := make([]byte, C*nb*xKBlock)
+				q := make([]byte, nb*q8KBytes)
+				for c := range C {
+					quantExpandK(randVec(r, n), x[c*nb*xKBlock:(c+1)*nb*xKBlock], q)
+				}
+				out := make([]float32, C*panelRows)
+				for b.Loop() {
+					ps.k[C-1](nb, &packed[0], &x[0], nb*xKBlock, &out[0], 4*panelRows)
+				}
+				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
 	}
 }

@@ -482,3 +482,254 @@ func hmaxZ(z reg.VecVirtual, op, ops func(...Op)) reg.VecVirtual {
 	ops(h, x, x)
 	return x
 }
+
+// The AVX2 K-quant panel kernels read the same panels as the VNNI ones, each
+// 64-byte vector as two YMM halves (rows 0-7, rows 8-15), and keep the same
+// order per row. VPMADDUBSW multiplies the unsigned weight quants with the
+// signed activation quants in pairs, exactly: a pair sums at most
+// 2*15*128 (Q4_K) or 2*63*128 (Q6_K) in magnitude, below int16's bound, and
+// so do the int16 sums of eight Q4_K pairs or two Q6_K pairs taken before
+// VPMADDWD widens them to int32 (by each row's scale in both words for
+// Q4_K, which gives scale(s)*sum exactly; by ones for Q6_K). AVX2 has 16
+// registers, so the accumulators and the rows' d live on the stack.
+
+// bcastConstY returns a YMM with the dword v in every lane.
+func bcastConstY(v uint32) reg.VecVirtual {
+	g := GP32()
+	MOVL(U32(v), g)
+	y := YMM()
+	VMOVD(g, y.AsX())
+	VPBROADCASTD(y.AsX(), y)
+	return y
+}
+
+// panelHeadAVX2 emits an AVX2 K-quant panel kernel's entry: the
+// accumulators (row c's half h at acc + 64c + 32h) zeroed on the stack, and
+// a stack slot of the same shape for the rows' d.
+func panelHeadAVX2(name, what string, C int) (nb, wp reg.GPVirtual, px *panelRowsX, acc, d Mem) {
+	// Not NOSPLIT: 128*C bytes of stack pass the nosplit limit for C > 6.
+	TEXT(fmt.Sprintf("%s_%d", name, C), 0, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
+	nb = param("nb")
+	wp = param("w")
+	px = newPanelRowsX(C)
+	acc = AllocLocal(64 * C)
+	d = AllocLocal(64 * C)
+	z := YMM()
+	VPXOR(z, z, z)
+	for i := range 2 * C {
+		VMOVDQU(z, acc.Offset(32*i))
+	}
+	return nb, wp, px, acc, d
+}
+
+// rowScalesAVX2 stores f16(w.d)*x_c.d for each activation row c and half h
+// at d + 64c + 32h, the panel's f16 values at w+off.
+func rowScalesAVX2(wp reg.GPVirtual, off int, px *panelRowsX, C int, d Mem) {
+	for h := range 2 {
+		wd := YMM()
+		VCVTPH2PS(Mem{Base: wp, Disp: off + 16*h}, wd)
+		for c := range C {
+			t := YMM()
+			VBROADCASTSS(px.m(c, 0), t)
+			VMULPS(wd, t, t)
+			VMOVUPS(t, d.Offset(64*c+32*h))
+		}
+	}
+}
+
+// fmaAcc does acc[c][h] = fma(v, d[c][h], acc[c][h]) on the stack slots;
+// neg subtracts the product instead.
+func fmaAcc(v reg.VecVirtual, dm Op, acc Mem, neg bool) {
+	a := YMM()
+	VMOVUPS(acc, a)
+	if neg {
+		VFNMADD231PS(dm, v, a)
+	} else {
+		VFMADD231PS(dm, v, a)
+	}
+	VMOVUPS(a, acc)
+}
+
+// storePanelAVX2 copies the stacked accumulators to out + c*os.
+func storePanelAVX2(C int, acc Mem) {
+	op := param("out")
+	os := param("os")
+	for c := range C {
+		for h := range 2 {
+			t := YMM()
+			VMOVUPS(acc.Offset(64*c+32*h), t)
+			VMOVUPS(t, Mem{Base: op, Disp: 32 * h})
+		}
+		if c+1 < C {
+			ADDQ(os, op)
+		}
+	}
+}
+
+// q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2.
+func q4KPanelAVX2(C int) {
+	nb, wp, px, acc, dm := panelHeadAVX2("q4KPanelAVX2", "Q4_K", C)
+	c0f := bcastConstY(0x0f0f0f0f)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	rowScalesAVX2(wp, 0, px, C, dm)
+	for s := range 8 {
+		for h := range 2 {
+			sc := YMM() // the rows' scale(s) in both words of their lane
+			VPMOVZXBD(Mem{Base: wp, Disp: 64 + 16*s + 8*h}, sc)
+			t := YMM()
+			VPSLLD(Imm(16), sc, t)
+			VPOR(t, sc, sc)
+			sum := make([]reg.VecVirtual, C)
+			for j := range 8 {
+				w := YMM()
+				m := Mem{Base: wp, Disp: 320 + 512*(s/2) + 64*j + 32*h}
+				if s%2 == 0 {
+					VPAND(m, c0f, w)
+				} else {
+					VMOVDQU(m, w)
+					VPSRLW(Imm(4), w, w)
+					VPAND(c0f, w, w)
+				}
+				for c := range C {
+					xb := YMM()
+					VPBROADCASTD(px.m(c, xKQuants+32*s+4*j), xb)
+					VPMADDUBSW(xb, w, xb)
+					if j == 0 {
+						sum[c] = xb
+					} else {
+						VPADDW(xb, sum[c], sum[c])
+					}
+				}
+			}
+			for c := range C {
+				VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
+				VCVTDQ2PS(sum[c], sum[c])
+				fmaAcc(sum[c], dm.Offset(64*c+32*h), acc.Offset(64*c+32*h), false)
+			}
+		}
+	}
+	for h := range 2 {
+		var mv [4]reg.VecVirtual
+		for k := range mv {
+			mv[k] = YMM()
+			VPMOVZXBW(Mem{Base: wp, Disp: 192 + 32*k + 16*h}, mv[k])
+		}
+		wdm := YMM()
+		VCVTPH2PS(Mem{Base: wp, Disp: 32 + 16*h}, wdm)
+		for c := range C {
+			var mins reg.VecVirtual
+			for k := range mv {
+				b := YMM()
+				VPBROADCASTD(px.m(c, xKSums+4*k), b)
+				VPMADDWD(mv[k], b, b)
+				if k == 0 {
+					mins = b
+				} else {
+					VPADDD(b, mins, mins)
+				}
+			}
+			VCVTDQ2PS(mins, mins)
+			dmin := YMM()
+			VBROADCASTSS(px.m(c, 0), dmin)
+			VMULPS(wdm, dmin, dmin)
+			fmaAcc(mins, dmin, acc.Offset(64*c+32*h), true)
+		}
+	}
+	ADDQ(U32(q4KPanelBytes), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanelAVX2(C, acc)
+	ret()
+}
+
+// q6KPanelAVX2 emits q6KPanelAVX2_C: q6KPanel's order with AVX2. Without
+// VPTERNLOGD each weight vector is (nibble & 0x0f) | (shifted high bits &
+// 0x30).
+func q6KPanelAVX2(C int) {
+	nb, wp, px, acc, dm := panelHeadAVX2("q6KPanelAVX2", "Q6_K", C)
+	m0f := bcastConstY(0x0f0f0f0f)
+	m30 := bcastConstY(0x30303030)
+	ones := bcastConstY(0x00010001)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	rowScalesAVX2(wp, 0, px, C, dm)
+	for g := range 16 {
+		for h := range 2 {
+			base := 288 + 192*g + 32*h
+			a, b, hb := YMM(), YMM(), YMM()
+			VMOVDQU(Mem{Base: wp, Disp: base}, a)
+			VMOVDQU(Mem{Base: wp, Disp: base + 64}, b)
+			VMOVDQU(Mem{Base: wp, Disp: base + 128}, hb)
+			join := func(lo reg.VecVirtual, shift int) reg.VecVirtual {
+				hi := YMM()
+				switch {
+				case shift > 0:
+					VPSLLW(Imm(uint64(shift)), hb, hi)
+					VPAND(m30, hi, hi)
+				case shift < 0:
+					VPSRLW(Imm(uint64(-shift)), hb, hi)
+					VPAND(m30, hi, hi)
+				default:
+					VPAND(m30, hb, hi)
+				}
+				VPOR(hi, lo, hi)
+				return hi
+			}
+			nib := func(src reg.VecVirtual, high bool) reg.VecVirtual {
+				v := YMM()
+				if high {
+					VPSRLW(Imm(4), src, v)
+					VPAND(m0f, v, v)
+				} else {
+					VPAND(m0f, src, v)
+				}
+				return v
+			}
+			w := [4]reg.VecVirtual{
+				join(nib(a, false), 4),
+				join(nib(a, true), 2),
+				join(nib(b, false), 0),
+				join(nib(b, true), -2),
+			}
+			sc := YMM()
+			VPMOVSXBD(Mem{Base: wp, Disp: 32 + 16*g + 8*h}, sc)
+			VCVTDQ2PS(sc, sc)
+			for c := range C {
+				var pair [2]reg.VecVirtual
+				for k := range w {
+					xb := YMM()
+					VPBROADCASTD(px.m(c, xKQuants+16*g+4*k), xb)
+					VPMADDUBSW(xb, w[k], xb)
+					if k%2 == 0 {
+						pair[k/2] = xb
+					} else {
+						VPADDW(xb, pair[k/2], pair[k/2])
+					}
+				}
+				VPMADDWD(ones, pair[0], pair[0])
+				VPMADDWD(ones, pair[1], pair[1])
+				VPADDD(pair[1], pair[0], pair[0])
+				cr := YMM()
+				VPBROADCASTD(px.m(c, xKCorr+4*g), cr)
+				VPADDD(cr, pair[0], pair[0])
+				VCVTDQ2PS(pair[0], pair[0])
+				VMULPS(sc, pair[0], pair[0])
+				fmaAcc(pair[0], dm.Offset(64*c+32*h), acc.Offset(64*c+32*h), false)
+			}
+		}
+	}
+	ADDQ(U32(q6KPanelBytes), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanelAVX2(C, acc)
+	ret()
+}

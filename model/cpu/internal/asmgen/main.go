@@ -114,6 +114,10 @@ func main() {
 		q6KPanel(C)
 	}
 	quantQ8KX()
+	for C := 1; C <= maxPanelC; C++ {
+		q4KPanelAVX2(C)
+		q6KPanelAVX2(C)
+	}
 	Generate()
 }
 
