@@ -552,6 +552,25 @@ func fmaAcc(v reg.VecVirtual, dm Op, acc Mem, neg bool) {
 	VMOVUPS(a, acc)
 }
 
+// halfLoop emits body once as a loop over the two halves of the panel's
+// rows: hr is 0, then 8, so that an operand 32h bytes on is
+// Mem{Index: hr, Scale: 4}, 16h bytes Scale 2 and 8h bytes Scale 1.
+func halfLoop(label string, body func(hr reg.GPVirtual)) {
+	hr := GP64()
+	XORQ(hr, hr)
+	Label(label)
+	body(hr)
+	ADDQ(Imm(8), hr)
+	CMPQ(hr, Imm(16))
+	JL(LabelRef(label))
+}
+
+// at returns m moved on by hr times scale bytes.
+func at(m Mem, hr reg.GPVirtual, scale uint8) Mem {
+	m.Index, m.Scale = hr, scale
+	return m
+}
+
 // storePanelAVX2 copies the stacked accumulators to out + c*os.
 func storePanelAVX2(C int, acc Mem) {
 	op := param("out")
@@ -577,16 +596,16 @@ func q4KPanelAVX2(C int) {
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
 	for s := range 8 {
-		for h := range 2 {
+		halfLoop(fmt.Sprintf("sub%d", s), func(hr reg.GPVirtual) {
 			sc := YMM() // the rows' scale(s) in both words of their lane
-			VPMOVZXBD(Mem{Base: wp, Disp: 64 + 16*s + 8*h}, sc)
+			VPMOVZXBD(at(Mem{Base: wp, Disp: 64 + 16*s}, hr, 1), sc)
 			t := YMM()
 			VPSLLD(Imm(16), sc, t)
 			VPOR(t, sc, sc)
 			sum := make([]reg.VecVirtual, C)
 			for j := range 8 {
 				w := YMM()
-				m := Mem{Base: wp, Disp: 320 + 512*(s/2) + 64*j + 32*h}
+				m := at(Mem{Base: wp, Disp: 320 + 512*(s/2) + 64*j}, hr, 4)
 				if s%2 == 0 {
 					VPAND(m, c0f, w)
 				} else {
@@ -608,9 +627,9 @@ func q4KPanelAVX2(C int) {
 			for c := range C {
 				VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
 				VCVTDQ2PS(sum[c], sum[c])
-				fmaAcc(sum[c], dm.Offset(64*c+32*h), acc.Offset(64*c+32*h), false)
+				fmaAcc(sum[c], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 			}
-		}
+		})
 	}
 	for h := range 2 {
 		var mv [4]reg.VecVirtual
@@ -661,12 +680,12 @@ func q6KPanelAVX2(C int) {
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
 	for g := range 16 {
-		for h := range 2 {
-			base := 288 + 192*g + 32*h
+		halfLoop(fmt.Sprintf("group%d", g), func(hr reg.GPVirtual) {
+			base := 288 + 192*g
 			a, b, hb := YMM(), YMM(), YMM()
-			VMOVDQU(Mem{Base: wp, Disp: base}, a)
-			VMOVDQU(Mem{Base: wp, Disp: base + 64}, b)
-			VMOVDQU(Mem{Base: wp, Disp: base + 128}, hb)
+			VMOVDQU(at(Mem{Base: wp, Disp: base}, hr, 4), a)
+			VMOVDQU(at(Mem{Base: wp, Disp: base + 64}, hr, 4), b)
+			VMOVDQU(at(Mem{Base: wp, Disp: base + 128}, hr, 4), hb)
 			join := func(lo reg.VecVirtual, shift int) reg.VecVirtual {
 				hi := YMM()
 				switch {
@@ -699,7 +718,7 @@ func q6KPanelAVX2(C int) {
 				join(nib(b, true), -2),
 			}
 			sc := YMM()
-			VPMOVSXBD(Mem{Base: wp, Disp: 32 + 16*g + 8*h}, sc)
+			VPMOVSXBD(at(Mem{Base: wp, Disp: 32 + 16*g}, hr, 1), sc)
 			VCVTDQ2PS(sc, sc)
 			for c := range C {
 				var pair [2]reg.VecVirtual
@@ -721,9 +740,9 @@ func q6KPanelAVX2(C int) {
 				VPADDD(cr, pair[0], pair[0])
 				VCVTDQ2PS(pair[0], pair[0])
 				VMULPS(sc, pair[0], pair[0])
-				fmaAcc(pair[0], dm.Offset(64*c+32*h), acc.Offset(64*c+32*h), false)
+				fmaAcc(pair[0], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 			}
-		}
+		})
 	}
 	ADDQ(U32(q6KPanelBytes), wp)
 	px.advance(xKBlock)
