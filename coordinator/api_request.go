@@ -483,13 +483,16 @@ func messageContent(name string, m fields) (string, *apiError) {
 func (s *Server) promptTokens(raw json.RawMessage) ([]int32, string, *apiError) {
 	tok := s.info.Tokenizer
 	encode := func(text string) ([]int32, string, *apiError) {
-		if text == "" {
-			return nil, "", invalid("prompt", "prompt must not be empty")
-		}
 		if err := s.fitsContext("prompt", text); err != nil {
 			return nil, "", err
 		}
-		return tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true}), text, nil
+		// An empty text is a prompt when the model adds BOS: generation
+		// starts from BOS alone, as in llama.cpp's server and vLLM.
+		toks := tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+		if len(toks) == 0 {
+			return nil, "", invalid("prompt", "prompt must not be empty (it encodes to no tokens, and this model adds no BOS)")
+		}
+		return toks, text, nil
 	}
 	switch kindOf(raw) {
 	case "string":

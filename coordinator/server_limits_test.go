@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -186,4 +187,26 @@ func TestAPIKeys(t *testing.T) {
 			t.Errorf("key %q: %d %s, want %d", key, resp.StatusCode, body, want)
 		}
 	}
+}
+
+// TestEmptyPromptIsBOS: an empty completions prompt, for a model that adds
+// BOS, generates from BOS alone (llama.cpp's server and vLLM do the same);
+// without BOS it is refused.
+func TestEmptyPromptIsBOS(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	if !h.info.Tokenizer.AddBOS() {
+		t.Fatal("the test vocabulary adds no BOS: this test needs one that does")
+	}
+	for _, prompt := range []any{"", []string{""}} {
+		resp, body := h.post("/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 3})
+		var r struct {
+			Usage struct {
+				PromptTokens int `json:"prompt_tokens"`
+			} `json:"usage"`
+		}
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &r) != nil || r.Usage.PromptTokens != 1 {
+			t.Errorf("prompt %q: %d %s, want 200 with a 1-token prompt (BOS)", prompt, resp.StatusCode, body)
+		}
+	}
+	h.waitIdle()
 }

@@ -412,7 +412,6 @@ func TestBadInput(t *testing.T) {
 		{"token out of vocab", "/v1/completions", `{"prompt": [1, 5, 99999]}`, 400, "prompt", []string{"prompt[2] must be a token ID in [0, ", "got 99999"}},
 		{"token negative", "/v1/completions", `{"prompt": [[1, -1]]}`, 400, "prompt[0]", []string{"got -1"}},
 		{"token not integer", "/v1/completions", `{"prompt": [1, "x"]}`, 400, "prompt[1]", []string{"integer"}},
-		{"empty prompt", "/v1/completions", `{"prompt": ""}`, 400, "prompt", []string{"must not be empty"}},
 		{"empty prompt array", "/v1/completions", `{"prompt": []}`, 400, "prompt", []string{"must not be empty"}},
 		{"no prompt", "/v1/completions", `{}`, 400, "prompt", []string{"prompt is required"}},
 		{"two prompts", "/v1/completions", `{"prompt": ["a", "b"]}`, 400, "prompt", []string{"one prompt", "got 2"}},
