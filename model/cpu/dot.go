@@ -34,7 +34,7 @@ func VecDotFor(t ggml.Type) (VecDot, error) {
 	case ggml.Q8_0:
 		return vecDotQ80, nil
 	case ggml.Q5_0:
-		return dotQ50Q80, nil
+		return vecDotQ50, nil
 	case ggml.Q5_1:
 		return dotQ51Q81, nil
 	case ggml.IQ4_NL:

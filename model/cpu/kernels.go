@@ -9,8 +9,9 @@ import (
 // tileFunc computes an R×C tile of dot products: out[c*os/4 + r] is the dot
 // product of weight row r (at w + r*ws) with activation row c (at x + c*xs),
 // for r < R and c < C; strides are in bytes. n counts elements for the float
-// types and 32-element blocks for Q8_0 and Q4_0. Each output is reduced in
-// exactly the order of the portable kernel of its type, whatever R and C.
+// types and 32-element blocks for Q8_0, Q4_0 and Q5_0. Each output is
+// reduced in exactly the order of the portable kernel of its type, whatever
+// R and C.
 type tileFunc func(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
 // maxTile bounds the rows and columns of a tile kernel.
@@ -119,6 +120,14 @@ func vecDotQ80(n int, w, x []byte) float32 {
 		return ts.dot1(n, w[:nb*q80Bytes], x[:nb*q80Bytes])
 	}
 	return dotQ80Q80(n, w, x)
+}
+
+func vecDotQ50(n int, w, x []byte) float32 {
+	if ts := tilesFor(ggml.Q5_0); ts != nil {
+		nb := n / ggml.QK
+		return ts.dot1(n, w[:nb*q50Bytes], x[:nb*q80Bytes])
+	}
+	return dotQ50Q80(n, w, x)
 }
 
 func vecDotQ40(n int, w, x []byte) float32 {

@@ -50,6 +50,10 @@ func archTiles(t ggml.Type) *tileSet {
 		if haveF16C {
 			return &q40AVX2
 		}
+	case ggml.Q5_0:
+		if haveF16C {
+			return &q50AVX2
+		}
 	}
 	return nil
 }
@@ -76,6 +80,8 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
+	case ggml.Q5_0:
+		return &q50Panels
 	case ggml.Q4_K:
 		return &q4KPanels
 	case ggml.Q6_K:
@@ -90,6 +96,10 @@ var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
 
 var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{
 	q40Panel_1, q40Panel_2, q40Panel_3, q40Panel_4, q40Panel_5, q40Panel_6, q40Panel_7, q40Panel_8,
+}}
+
+var q50Panels = panelSet{name: "q50VNNI", k: [maxPanelC]panelFunc{
+	q50Panel_1, q50Panel_2, q50Panel_3, q50Panel_4, q50Panel_5, q50Panel_6, q50Panel_7, q50Panel_8,
 }}
 
 var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
@@ -171,6 +181,17 @@ var q40AVX2 = tileSet{one: q40AVX21, name: "q40AVX2", unit: 32, maxR: 2, maxC: 2
 	{q40AVX2_1x1, q40AVX2_1x2},
 	{q40AVX2_2x1, q40AVX2_2x2},
 }}
+
+var q50AVX2 = tileSet{one: q50AVX21, name: "q50AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{q50AVX2_1x1, q50AVX2_1x2},
+	{q50AVX2_2x1, q50AVX2_2x2},
+}}
+
+func q50AVX21(n int, w, x *byte) float32 {
+	var out float32
+	q50AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
 
 func q80AVX21(n int, w, x *byte) float32 {
 	var out float32

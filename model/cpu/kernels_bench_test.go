@@ -48,7 +48,7 @@ func BenchmarkTile(b *testing.B) {
 // cache: GMAC/s is multiply-adds per second (16*C*n per call).
 func BenchmarkPanel(b *testing.B) {
 	r := rand.New(rand.NewPCG(45, 46))
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q4_K, ggml.Q6_K} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q4_K, ggml.Q6_K} {
 		ps := archPanels(typ)
 		if ps == nil {
 			continue

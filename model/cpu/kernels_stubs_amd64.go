@@ -618,3 +618,63 @@ func q4KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q6KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_1 computes a 16-row panel of Q5_0 weights against 1 activation rows.
+//
+//go:noescape
+func q50Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_2 computes a 16-row panel of Q5_0 weights against 2 activation rows.
+//
+//go:noescape
+func q50Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_3 computes a 16-row panel of Q5_0 weights against 3 activation rows.
+//
+//go:noescape
+func q50Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_4 computes a 16-row panel of Q5_0 weights against 4 activation rows.
+//
+//go:noescape
+func q50Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_5 computes a 16-row panel of Q5_0 weights against 5 activation rows.
+//
+//go:noescape
+func q50Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_6 computes a 16-row panel of Q5_0 weights against 6 activation rows.
+//
+//go:noescape
+func q50Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_7 computes a 16-row panel of Q5_0 weights against 7 activation rows.
+//
+//go:noescape
+func q50Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_8 computes a 16-row panel of Q5_0 weights against 8 activation rows.
+//
+//go:noescape
+func q50Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50AVX2_1x1 computes a 1×1 tile of q50AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q50AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q50AVX2_1x2 computes a 1×2 tile of q50AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q50AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q50AVX2_2x1 computes a 2×1 tile of q50AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q50AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q50AVX2_2x2 computes a 2×2 tile of q50AVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q50AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)

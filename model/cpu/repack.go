@@ -18,7 +18,9 @@ import (
 // so a repacked matrix is the stored one rounded up to whole panels (the
 // rows past the end have zero scales and zero weights). The layout lets one
 // instruction multiply four elements of 16 rows, and streams every panel
-// front to back.
+// front to back. Q5_0 (repack_q5.go) adds the quants' fifth bits to Q4_0's
+// layout; Q4_K and Q6_K (repack_kquant.go) have panels of 256-element
+// super-blocks.
 const panelRows = 16
 
 // panelBlockBytes is the bytes of one block of a panel of type t.
@@ -26,6 +28,8 @@ func panelBlockBytes(t ggml.Type) int {
 	switch t {
 	case ggml.Q4_0:
 		return panelRows * q40Bytes
+	case ggml.Q5_0:
+		return q50PanelBytes
 	case ggml.Q4_K:
 		return q4KPanelBytes
 	case ggml.Q6_K:
@@ -52,11 +56,15 @@ func expandedBlockBytes(t ggml.Type) int {
 	return xBlock
 }
 
-// repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, Q4_K or
-// Q6_K; see repack_kquant.go for the last two) in panels.
+// repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, Q5_0,
+// Q4_K or Q6_K; see repack_q5.go and repack_kquant.go for the last three)
+// in panels.
 func repack(t ggml.Type, rows, cols int, data []byte) []byte {
 	if isKPanel(t) {
 		return repackK(t, rows, cols, data)
+	}
+	if t == ggml.Q5_0 {
+		return repackQ50(rows, cols, data)
 	}
 	nb := cols / ggml.QK
 	bsz, pbb := q80Bytes, panelBlockBytes(t)
@@ -104,17 +112,21 @@ const xBlock = 40
 // expandRow writes the Q8_0 activation row q (nb blocks) to dst in the
 // panel kernels' layout for weights of type t. The correction is minus the
 // sum of the block's quants times 128 (Q8_0: the weights are stored plus
-// 128) or 8 (Q4_0: the nibbles are the weights plus 8), so that it starts
-// each block's integer sum at the exact value to subtract. For the
-// K-quants q is a Q8_K row of nb super-blocks (see expandRowK).
+// 128), 8 (Q4_0: the nibbles are the weights plus 8) or 16 (Q5_0: the
+// 5-bit quants are the weights plus 16), so that it starts each block's
+// integer sum at the exact value to subtract. For the K-quants q is a Q8_K
+// row of nb super-blocks (see expandRowK).
 func expandRow(t ggml.Type, nb int, q, dst []byte) {
 	if isKPanel(t) {
 		expandRowK(nb, q, dst)
 		return
 	}
 	cw := int32(128)
-	if t == ggml.Q4_0 {
+	switch t {
+	case ggml.Q4_0:
 		cw = 8
+	case ggml.Q5_0:
+		cw = 16
 	}
 	_, _ = q[nb*q80Bytes-1], dst[nb*xBlock-1]
 	for b := range nb {

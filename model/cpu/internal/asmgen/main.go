@@ -118,6 +118,18 @@ func main() {
 		q4KPanelAVX2(C)
 		q6KPanelAVX2(C)
 	}
+	for C := 1; C <= maxPanelC; C++ {
+		q50Panel(C)
+	}
+	for r := 1; r <= 2; r++ {
+		for c := 1; c <= 2; c++ {
+			TEXT(fmt.Sprintf("q50AVX2_%dx%d", r, c), NOSPLIT, signature)
+			Pragma("noescape")
+			Doc(fmt.Sprintf("q50AVX2_%dx%d computes a %d×%d tile of q50AVX2 dot products with AVX2 and FMA.", r, c, r, c))
+			q50AVX2(newTile(r, c))
+			ret()
+		}
+	}
 	Generate()
 }
 

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// q50PanelBytes is a Q5_0 panel block (repack_q5.go in package cpu): 16
+// f16 d, eight 64-bit masks of the quants' fifth bits, four vectors of
+// nibbles as Q4_0's panels hold them.
+const q50PanelBytes = 16 * 22
+
+// q50Panel emits q50Panel_C: panelKernel's Q4_0 kernel with the fifth bits
+// added: each nibble vector gets 16 added to the bytes its mask (KMOVQ)
+// selects, which makes the unsigned 5-bit quants, and the activation's
+// correction is -16 times its sum. The order is dotQ50Q80's (dotQ80Q80's)
+// for each row.
+func q50Panel(C int) {
+	TEXT(fmt.Sprintf("q50Panel_%d", C), NOSPLIT, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("q50Panel_%d computes a 16-row panel of Q5_0 weights against %d activation rows.", C, C))
+	nb := param("nb")
+	wp := param("w")
+	px := newPanelRowsX(C)
+	acc := make([]reg.VecVirtual, C)
+	for c := range acc {
+		acc[c] = ZMM()
+		VXORPS(acc[c], acc[c], acc[c])
+	}
+	c0f := bcastConst(0x0f0f0f0f)
+	c10 := bcastConst(0x10101010)
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	split := C <= 2 // two chains of VPDPBUSD per row, as panelKernel
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	dd := ZMM()
+	VCVTPH2PS(Mem{Base: wp}, dd)
+	s := make([]reg.VecVirtual, C)
+	s2 := make([]reg.VecVirtual, C)
+	for c := range s {
+		s[c] = ZMM()
+		VPBROADCASTD(px.m(c, 4), s[c])
+		if split {
+			s2[c] = ZMM()
+			VPXORD(zero, zero, s2[c])
+		}
+	}
+	for v := range 8 {
+		w := ZMM()
+		q := Mem{Base: wp, Disp: 96 + 64*(v%4)}
+		if v < 4 {
+			VPANDD(q, c0f, w)
+		} else {
+			VPSRLW(Imm(4), q, w)
+			VPANDD(c0f, w, w)
+		}
+		k := K()
+		KMOVQ(Mem{Base: wp, Disp: 32 + 8*v}, k)
+		VPADDB(c10, w, k, w)
+		xoff := 4 * v
+		if v >= 4 {
+			xoff = 16 + 4*(v-4)
+		}
+		for c := range s {
+			a := s[c]
+			if split && v%2 == 1 {
+				a = s2[c]
+			}
+			vpdpbusdBcst(px.m(c, 8+xoff), w, a)
+		}
+	}
+	for c := range s {
+		if split {
+			VPADDD(s2[c], s[c], s[c])
+		}
+		VCVTDQ2PS(s[c], s[c])
+		m := ZMM()
+		VMULPS_BCST(px.m(c, 0), dd, m)
+		VFMADD231PS(m, s[c], acc[c])
+	}
+	ADDQ(U32(q50PanelBytes), wp)
+	px.advance(xBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanel(acc)
+	ret()
+}
+
+// q50AVX2 is the Q5_0 tile kernel for AVX2 (blockAVX2's order, dotQ50Q80's):
+// the 16 bytes of a block widened to words give the low nibbles (elements
+// 0..15) and the high ones (16..31); each word j of qh's low or high half,
+// broadcast, is tested against bit j (q50Bits) and adds 16 where set; then
+// 16 is subtracted from every quant.
+func q50AVX2(t *tile) {
+	if q50Bits == nil {
+		m := GLOBL("q50Bits", RODATA|NOPTR)
+		for j := range 16 {
+			DATA(2*j, U16(uint16(1)<<j))
+		}
+		q50Bits = &m
+	}
+	c0f := bcastConstY(0x000f000f)
+	c10 := bcastConstY(0x00100010)
+	sel := YMM()
+	VMOVDQU(*q50Bits, sel)
+	t.blockAVX2(q50Bytes, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+		a, b := YMM(), YMM()
+		VPMOVZXBW(t.w(r, disp+6), a)
+		VPSRLW(Imm(4), a, b)
+		VPAND(c0f, a, a)
+		for i, v := range []reg.VecVirtual{a, b} {
+			h := YMM()
+			VPBROADCASTW(t.w(r, disp+2+2*i), h)
+			VPAND(sel, h, h)
+			VPCMPEQW(sel, h, h)
+			VPAND(c10, h, h)
+			VPADDW(h, v, v)
+			VPSUBW(c10, v, v)
+		}
+		return a, b
+	})
+}
+
+const q50Bytes = 22
+
+// q50Bits is 16 words, word j holding bit j, made by the first q50AVX2.
+var q50Bits *Mem

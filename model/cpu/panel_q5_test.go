@@ -1,0 +1,158 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// q50Weights returns rows Q5_0 rows of n elements: quantized random rows
+// or raw random blocks (every quant and fifth bit) with sane scales.
+func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
+	t.Helper()
+	var w []byte
+	for range rows {
+		w = append(w, weightsOf(t, r, ggml.Q5_0, n, r.IntN(2) == 0)...)
+	}
+	return w
+}
+
+// TestQ50PanelsEqualPortable checks the Q5_0 panel kernels (every C, odd
+// and even block counts, partial panels, extreme quants) on repacked
+// weights against the portable kernel on the stored rows, bit for bit.
+func TestQ50PanelsEqualPortable(t *testing.T) {
+	ps := archPanels(ggml.Q5_0)
+	if ps == nil {
+		t.Skip("Q5_0: no panel kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(75, 76))
+	for _, nb := range []int{1, 2, 3, 7, 24, 25} {
+		n := ggml.QK * nb
+		wrow := nb * q50Bytes
+		qrow := nb * q80Bytes
+		rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
+		w := q50Weights(t, r, rows, n)
+		packed := repack(ggml.Q5_0, rows, n, w)
+		pb := nb * panelBlockBytes(ggml.Q5_0)
+		if len(packed) != (rows+panelRows-1)/panelRows*pb {
+			t.Fatalf("repacked %d bytes for %d rows of %d blocks", len(packed), rows, nb)
+		}
+		for C := 1; C <= maxPanelC; C++ {
+			xs := nb*xBlock + 12
+			q := make([]byte, C*qrow)
+			x := make([]byte, C*xs)
+			for c := range C {
+				qc := q[c*qrow : (c+1)*qrow]
+				ConvertActivation(ggml.Q5_0, randBytesVec(r, n), qc)
+				if r.IntN(3) == 0 {
+					for b := range nb {
+						for i := 2; i < q80Bytes; i++ {
+							qc[b*q80Bytes+i] = byte(r.Uint32())
+						}
+					}
+				}
+				expandRow(ggml.Q5_0, nb, qc, x[c*xs:c*xs+nb*xBlock])
+			}
+			const os = panelRows + 3
+			for p := 0; p*panelRows < rows; p++ {
+				out := make([]float32, C*os)
+				ps.k[C-1](nb, &packed[p*pb], &x[0], xs, &out[0], 4*os)
+				for i := range min(panelRows, rows-p*panelRows) {
+					o := p*panelRows + i
+					for c := range C {
+						var want float32
+						withPortable(func() { want = dotQ50Q80(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+						if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+								ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
+						}
+					}
+				}
+				for c := range C {
+					for i := panelRows; i < os; i++ {
+						if out[c*os+i] != 0 {
+							t.Fatalf("%s_%d wrote out[%d][%d]", ps.name, C, i, c)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQ50TilesEqualPortable checks the AVX2 Q5_0 tile kernels (every R×C,
+// strided rows) against the portable kernel, bit for bit.
+func TestQ50TilesEqualPortable(t *testing.T) {
+	ts := archTiles(ggml.Q5_0)
+	if ts == nil {
+		t.Skip("Q5_0: no tile kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(79, 80))
+	for _, nb := range []int{1, 2, 3, 9, 24, 67} {
+		n := ggml.QK * nb
+		wrow, xrow := nb*q50Bytes, nb*q80Bytes
+		for R := 1; R <= ts.maxR; R++ {
+			for C := 1; C <= ts.maxC; C++ {
+				ws, xs := wrow+5, xrow+7
+				w := make([]byte, R*ws)
+				x := make([]byte, C*xs)
+				for i := range R {
+					copy(w[i*ws:], q50Weights(t, r, 1, n))
+				}
+				for c := range C {
+					ConvertActivation(ggml.Q5_0, randBytesVec(r, n), x[c*xs:c*xs+xrow])
+				}
+				const os = 3
+				out := make([]float32, C*os)
+				ts.k[R-1][C-1](nb, &w[0], ws, &x[0], xs, &out[0], 4*os)
+				for i := range R {
+					for c := range C {
+						want := dotQ50Q80(n, w[i*ws:i*ws+wrow], x[c*xs:c*xs+xrow])
+						if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s_%dx%d nb=%d out[%d][%d] = %g, portable %g", ts.name, R, C, nb, i, c, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestQ50MatMulEqualsPortable: MatMul of Q5_0 matrices (the VNNI panels,
+// then the AVX2 tiles) gives the portable kernel's bits whatever the
+// activation rows and workers.
+func TestQ50MatMulEqualsPortable(t *testing.T) {
+	testQ50MatMulEqualsPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testQ50MatMulEqualsPortable(t)
+}
+
+func testQ50MatMulEqualsPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(77, 78))
+	p1, p2 := NewPool(1), NewPool(2)
+	defer p1.Close()
+	defer p2.Close()
+	for _, shape := range [][2]int{{37, 96}, {64, 288}, {200, 64}} {
+		N, K := shape[0], shape[1]
+		w := &model.Weight{Name: "w", Type: ggml.Q5_0, Rows: N, Cols: K, Data: q50Weights(t, r, N, K)}
+		for _, R := range []int{1, 3, 8, 9, 19} {
+			t.Run(fmt.Sprintf("%dx%d/%d", N, K, R), func(t *testing.T) {
+				x := randBytesVec(r, R*K)
+				want := make([]float32, R*N)
+				withPortable(func() { NewBackend(p1).MatMul(w, x, R, want) })
+				for _, p := range []*Pool{p1, p2} {
+					got := make([]float32, R*N)
+					NewBackend(p).MatMul(w, x, R, got)
+					if !sameBits(got, want) {
+						t.Fatalf("%s (%d workers): MatMul differs from the portable kernel", ISA(ggml.Q5_0), p.Workers())
+					}
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package cpu
+
+import (
+	"encoding/binary"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// Repacked Q5_0. A panel block of q50PanelBytes holds, for one 32-element
+// block of 16 rows:
+//
+//	[0:32)     the 16 rows' d (f16)
+//	[32:96)    eight 64-bit masks of the fifth bits: mask v has bit 4i+k set
+//	           when the quant that byte k of lane i of weight vector v
+//	           stands for has its bit 4 set
+//	[96:352)   the quants as Q4_0's panels hold them: vector j has row i's
+//	           stored bytes qs[4j .. 4j+3] in lane i
+//
+// Weight vector v < 4 is the low nibbles of vector v (elements 4v..4v+3),
+// v >= 4 the high nibbles of vector v-4 (elements 16+4(v-4)..); the kernel
+// adds 16 to the bytes its mask selects (VPADDB under the mask), which
+// makes the unsigned 5-bit quants, and the activation's correction -16
+// times its sum takes the offset off. A panel takes as many bytes as its 16
+// rows did.
+const q50PanelBytes = panelRows * q50Bytes
+
+// repackQ50 returns the rows×cols Q5_0 matrix data in panels.
+func repackQ50(rows, cols int, data []byte) []byte {
+	nb := cols / ggml.QK
+	panels := (rows + panelRows - 1) / panelRows
+	out := make([]byte, panels*nb*q50PanelBytes)
+	for p := range panels {
+		for b := range nb {
+			dst := out[(p*nb+b)*q50PanelBytes : (p*nb+b+1)*q50PanelBytes]
+			var masks [8]uint64
+			for i := range min(panelRows, rows-p*panelRows) {
+				r := p*panelRows + i
+				src := data[(r*nb+b)*q50Bytes : (r*nb+b+1)*q50Bytes]
+				copy(dst[2*i:2*i+2], src[0:2])
+				qh := binary.LittleEndian.Uint32(src[2:])
+				for v := range 8 {
+					for k := range 4 {
+						e := 16*(v/4) + 4*(v%4) + k
+						masks[v] |= uint64(qh>>e&1) << (4*i + k)
+					}
+				}
+				for j := range 4 {
+					copy(dst[96+64*j+4*i:96+64*j+4*i+4], src[6+4*j:6+4*j+4])
+				}
+			}
+			for v, m := range masks {
+				binary.LittleEndian.PutUint64(dst[32+8*v:], m)
+			}
+		}
+	}
+	return out
+}
