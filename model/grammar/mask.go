@@ -186,6 +186,7 @@ type Matcher struct {
 	w       walker
 	chk     [2]config
 	scratch []frame
+	part    []uint64 // one stack's mask, when there are several
 }
 
 // NewMatcher returns a matcher at the start of a document, for tokens of
@@ -311,24 +312,52 @@ func (m *Matcher) Mask(dst []uint64) []uint64 {
 	}
 	for i := range m.cur.len() {
 		s := m.cur.stack(i)
+		out := dst
+		if i > 0 {
+			if len(m.part) != nw {
+				m.part = make([]uint64, nw)
+			}
+			out = m.part
+			clear(out)
+		}
 		k := m.g.key(s, m.v)
+		// A string with a bound on its characters, between characters:
+		// its window is the unbounded one, less the tokens that add more
+		// characters than it allows (exact: see Vocab.strChars).
+		room := int32(-1)
+		if top := &k.f[k.n-1]; top.st == sBody && top.b >= 0 {
+			if n := &m.g.nodes[top.node]; n.kind == kString && n.pat == nil {
+				room, top.b = top.b, -1
+			}
+		}
 		e := m.mc.get(k)
 		if e == nil {
 			e = m.g.walk(m.v, k.f[:k.n], &m.w)
 			m.mc.put(k, e)
 		}
 		if e.dense != nil {
-			for j, w := range e.dense {
-				dst[j] |= w
-			}
+			copy(out, e.dense)
 		} else {
 			for _, id := range e.ids {
-				dst[id>>6] |= 1 << (id & 63)
+				out[id>>6] |= 1 << (id & 63)
+			}
+		}
+		if room >= 0 {
+			for _, id := range m.v.longStr {
+				if m.v.strChars[id] <= room {
+					break
+				}
+				out[id>>6] &^= 1 << (id & 63)
 			}
 		}
 		for _, id := range e.unc {
-			if dst[id>>6]&(1<<(id&63)) == 0 && m.stackAllows(s, m.v.bytes(id)) {
-				dst[id>>6] |= 1 << (id & 63)
+			if out[id>>6]&(1<<(id&63)) == 0 && m.stackAllows(s, m.v.bytes(id)) {
+				out[id>>6] |= 1 << (id & 63)
+			}
+		}
+		if i > 0 {
+			for j, w := range out {
+				dst[j] |= w
 			}
 		}
 	}

@@ -343,8 +343,10 @@ func TestMaskAgreesWithAllows(t *testing.T) {
 	schemas := []string{
 		"",
 		`{"type":"array","items":{"type":"array","items":{"type":"array","items":{"type":"array","items":{"type":"integer"}}}}}`,
+		fixedSchemas[1],
 		fixedSchemas[2],
 		fixedSchemas[4],
+		`{"type":"array","items":{"type":"string","minLength":3,"maxLength":20}}`,
 	}
 	steps := 25
 	if testing.Short() {

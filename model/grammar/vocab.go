@@ -29,6 +29,13 @@ type Vocab struct {
 
 	eog []int32 // end-of-generation tokens, allowed when the document is whole
 	cap int32   // the longest token in bytes, plus one (see Grammar.norm)
+
+	// strChars[id] is how many characters token id adds to a string it
+	// continues (up to its closing quote, if any); longStr lists the tokens
+	// that add any, most first. A bounded string's mask is the unbounded
+	// one less the tokens that add more characters than the string allows.
+	strChars []int32
+	longStr  []int32
 }
 
 // NewVocab builds the trie of tok's vocabulary: each token's bytes are
@@ -93,7 +100,42 @@ func newVocab(n int, bytesOf func(int32) []byte, isEOG func(int32) bool) *Vocab 
 	}
 	v.tokStart = append(v.tokStart, int32(len(v.ids)))
 	v.cap = int32(v.maxDepth) + 1
+
+	v.strChars = make([]int32, n)
+	for id := range int32(n) {
+		if c := stringChars(v.bytes(id)); c > 0 {
+			v.strChars[id] = c
+			v.longStr = append(v.longStr, id)
+		}
+	}
+	slices.SortStableFunc(v.longStr, func(a, b int32) int { return int(v.strChars[b] - v.strChars[a]) })
 	return v
+}
+
+// stringChars counts the characters b adds to a JSON string when it
+// starts between characters: every byte that starts a character (not a
+// UTF-8 continuation, not the rest of an escape) up to an unescaped
+// quote. It matches what stepString counts wherever b is valid there.
+func stringChars(b []byte) int32 {
+	n := int32(0)
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c == '"':
+			return n
+		case c == '\\':
+			n++
+			if i+1 < len(b) && b[i+1] == 'u' {
+				i += 5
+			} else {
+				i++
+			}
+		case c&0xC0 == 0x80:
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // Size returns the number of token IDs: masks have this many bits.
