@@ -139,14 +139,13 @@ func TestRemotePendingTombstones(t *testing.T) {
 // placed in placement 1 of epoch 7, both READY, with no network.
 func loopCluster() *Cluster {
 	c := &Cluster{
-		log:      slog.New(slog.DiscardHandler),
-		start:    StartState{Epoch: 7},
-		pipe:     newRemote(7),
-		shards:   map[string]*shardState{},
-		suspects: map[string]time.Time{},
-		active:   &Placement{Version: 1, Stages: []Stage{{ShardID: "a"}, {ShardID: "b"}}},
-		ev:       make(chan any),
-		stopped:  make(chan struct{}),
+		log:     slog.New(slog.DiscardHandler),
+		start:   StartState{Epoch: 7},
+		pipe:    newRemote(7),
+		shards:  map[string]*shardState{},
+		active:  &Placement{Version: 1, Stages: []Stage{{ShardID: "a"}, {ShardID: "b"}}},
+		ev:      make(chan any),
+		stopped: make(chan struct{}),
 	}
 	c.cfg.Lease = 3 * time.Second
 	for _, id := range []string{"a", "b"} {

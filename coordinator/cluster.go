@@ -36,7 +36,9 @@ type ClusterConfig struct {
 	GRPCAdvertise string
 	// DataDir holds coordinator.db (bbolt).
 	DataDir string
-	// MinShards holds placement until this many shards are connected.
+	// MinShards holds the first placement until this many shards are
+	// connected. It gates nothing after that: a loss re-places at once onto
+	// the shards left, however few, when they can hold the model.
 	MinShards int
 	// ModelPath is the GGUF file Weights streams from; empty disables
 	// Weights (every shard must have the file).
@@ -50,9 +52,12 @@ type ClusterConfig struct {
 	Heartbeat time.Duration
 	// Lease is the sequence lease each heartbeat reply renews on a shard.
 	Lease time.Duration
-	// LossConfirm is how long a shard of the placement may stay without a
-	// control stream (or stage 0 without a stage stream) before it is
-	// declared lost, when membership has not confirmed it first.
+	// LossConfirm is how long stage 0 may stay without a stage stream
+	// while its control stream is up before it is declared lost, how long
+	// a restarted coordinator waits for the shards of its restored
+	// placement, and how recent a shard's last heartbeat (or stream open)
+	// must be for its control stream to outweigh a gossip death or leave.
+	// A placed shard whose control stream breaks is lost at once.
 	LossConfirm time.Duration
 	// PlacementWait is how long the cluster may stay without a pipeline
 	// before Ready reports it as an outage (ErrNoPipeline).
@@ -80,9 +85,9 @@ func DefaultClusterConfig() ClusterConfig {
 		// 15 s: many missed heartbeats before a shard frees on its own,
 		// longer than LossConfirm so a short partition frees nothing.
 		Lease: 15 * time.Second,
-		// 10 s: within memberlist's 5–25 s LAN death detection, so a real
-		// death is usually confirmed by gossip first, while a shard that
-		// only reconnects its stream (same incarnation) keeps its place.
+		// 10 s: ten missed heartbeats, so a shard whose heartbeats wait
+		// behind a long forward pass still counts as answering; and within
+		// memberlist's 5–25 s LAN death detection.
 		LossConfirm: 10 * time.Second,
 		// 60 s: the engine's default queue timeout; after it waiting
 		// requests cannot be served in time anyway.
@@ -115,9 +120,29 @@ func (c ClusterConfig) Validate() error {
 	return c.Shape.Validate()
 }
 
-// ErrNoPipeline is wrapped by Ready once no pipeline has been formed for
-// longer than PlacementWait.
-var ErrNoPipeline = errors.New("coordinator: no pipeline")
+// Errors Ready wraps.
+var (
+	// ErrNoPipeline: no pipeline has been ready for longer than
+	// PlacementWait; the engine fails every request and refuses new ones.
+	ErrNoPipeline = errors.New("coordinator: no pipeline")
+	// ErrPipelineDown: a pipeline formed before is down (re-placing,
+	// loading, or nothing left can hold the model); requests are still
+	// admitted and wait, up to their queue timeout, for the next one.
+	// With it, Ready wraps ErrNoFit when the shards left cannot hold the
+	// model: the engine then fails the requests it had dispatched.
+	ErrPipelineDown = errors.New("coordinator: pipeline down")
+)
+
+// notReadyError is Ready's answer before PlacementWait: the reason as
+// published, wrapping the sentinels that say what the engine and the API
+// make of it.
+type notReadyError struct {
+	why   string
+	kinds []error
+}
+
+func (e *notReadyError) Error() string   { return e.why }
+func (e *notReadyError) Unwrap() []error { return e.kinds }
 
 // seqReserve is how far ahead of the highest dispatched sequence ID the
 // persisted high-water mark is kept: the next start begins above it even
@@ -162,9 +187,11 @@ type Cluster struct {
 	opening     *link // link being dialed
 	linkRetryAt time.Time
 	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
-	suspects    map[string]time.Time
 	notReady    time.Time // since when no pipeline is ready
 	notReadyWhy string
+	lastLoss    string // the latest loss of a placed shard since the last placement, for reasons
+	cannotPlace bool   // a pipeline had formed, and the shards left cannot hold the model
+	overruled   uint64 // gossip deaths and leaves ignored: the shard's control stream was alive
 	reserved    uint64 // persisted sequence-ID high-water mark
 	rotatedAt   time.Time
 	started     time.Time
@@ -180,6 +207,7 @@ type shardState struct {
 	status   pb.Status_State
 	hb       *pb.Heartbeat
 	hbAt     time.Time
+	ctlAt    time.Time // when its current (or last) control stream opened
 	nextAck  uint64
 	unacked  []*pb.Tombstones // ack_id ascending
 	dropped  uint64           // backstop messages dropped past maxUnacked
@@ -231,7 +259,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		cfg: cfg, log: cfg.Log.With("component", "cluster"), store: store, start: st,
 		pipe: newRemote(st.Epoch), ln: ln,
 		ev: make(chan any), stopped: make(chan struct{}), firstReady: make(chan struct{}),
-		shards: map[string]*shardState{}, suspects: map[string]time.Time{},
+		shards:   map[string]*shardState{},
 		restored: restored, nextVersion: 1, reserved: reserved, started: now,
 		notReady: now, notReadyWhy: fmt.Sprintf("waiting for shards (0 of --min-shards %d connected)", cfg.MinShards),
 	}
@@ -313,6 +341,8 @@ func (c *Cluster) GossipAddr() string {
 
 // Ready reports nil when a full pipeline is loaded and dispatching, else
 // why not; past PlacementWait without one the error wraps ErrNoPipeline.
+// Before that, once a pipeline has formed, it wraps ErrPipelineDown, and
+// ErrNoFit too when the shards left cannot hold the model.
 func (c *Cluster) Ready() error {
 	v := c.view.Load()
 	if v.Ready {
@@ -321,7 +351,14 @@ func (c *Cluster) Ready() error {
 	if time.Since(v.NotReadySince) > c.cfg.PlacementWait {
 		return fmt.Errorf("%w for %v: %s", ErrNoPipeline, time.Since(v.NotReadySince).Round(time.Second), v.NotReadyReason)
 	}
-	return errors.New(v.NotReadyReason)
+	e := &notReadyError{why: v.NotReadyReason}
+	if v.Placement != 0 {
+		e.kinds = append(e.kinds, ErrPipelineDown)
+		if v.CannotPlace {
+			e.kinds = append(e.kinds, ErrNoFit)
+		}
+	}
+	return e
 }
 
 // WaitReady blocks until a pipeline is first ready or ctx ends. serve
@@ -499,7 +536,7 @@ func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, ser
 		case e := <-c.ev:
 			c.handle(ctx, e, now)
 		case m := <-members:
-			c.member(m)
+			c.member(m, now)
 		case <-c.pipe.tombKick:
 			c.fanOut(c.pipe.takeBackstop())
 		case <-tick.C:
@@ -520,7 +557,11 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 		rep, err := c.register(e.req, now)
 		e.reply <- registerReply{rep, err}
 	case evCtlOpen:
-		e.reply <- c.ctlOpen(e.hello, e.out)
+		err := c.ctlOpen(e.hello, e.out)
+		if err == nil {
+			c.shards[e.hello.GetShardId()].ctlAt = now
+		}
+		e.reply <- err
 	case evCtlClosed:
 		s := c.shards[e.shardID]
 		if s == nil || s.ctl != e.out {
@@ -528,7 +569,15 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 		}
 		s.ctl = nil
 		c.log.Warn("control stream closed", "shard_id", e.shardID, "err", e.err)
-		c.suspect(e.shardID, "control stream closed", now)
+		if c.active.stageOf(e.shardID) >= 0 {
+			// The stream is the truth (DESIGN.md, Membership and
+			// placement). A broken one is a loss now, not after a
+			// confirmation: waiting would keep every stream silent and
+			// save only the KV of the in-flight sequences, which
+			// recomputation restores token-identically. A stream that comes
+			// back is a rejoin (ctlOpen): the shard returns as a spare.
+			c.lose(s, fmt.Sprintf("control stream closed: %v", e.err), now)
+		}
 	case evCtlMsg:
 		s := c.shards[e.shardID]
 		if s == nil || s.ctl != e.out {
@@ -596,7 +645,8 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 
 // ctlOpen attaches a control stream to its shard, resends the unacked
 // backstop and, when the shard is placed and not READY for the current
-// version, its Assign.
+// version, its Assign; a shard that held a range of an older placement and
+// holds none now gets a spare Assign (it drops the old range and its KV).
 func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
 	s := c.shards[h.GetShardId()]
 	switch {
@@ -610,12 +660,14 @@ func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
 	}
 	s.ctl = out
 	s.lost = false // it is evidently alive; a placement it broke has moved on, so it returns as a spare
-	delete(c.suspects, s.rec.ShardID)
 	for _, t := range s.unacked {
 		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Tombstones{Tombstones: t}})
 	}
 	if i := c.active.stageOf(s.rec.ShardID); i >= 0 && s.ready != c.active.Version {
 		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: c.active.Assign(i, c.cfg.Shape)}})
+	} else if i < 0 && s.assigned && c.active != nil {
+		s.assigned = false
+		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: &pb.Assign{PlacementVersion: c.active.Version, ModelSha256: c.active.Model}}})
 	}
 	c.log.Info("control stream open", "shard_id", s.rec.ShardID, "unacked", len(s.unacked))
 	return nil
@@ -645,49 +697,6 @@ func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time)
 		}
 	case m.GetFailed() != nil:
 		c.pipe.batchFailed(m.GetFailed())
-	}
-}
-
-// member handles a membership event: a shard's death or leave confirms
-// its loss.
-func (c *Cluster) member(e membership.Event) {
-	if e.Member.MetaErr != nil || e.Member.Meta.Role != membership.RoleShard {
-		return
-	}
-	if e.Kind != membership.EventDead && e.Kind != membership.EventLeave {
-		c.log.Debug("member", "event", e.Kind.String(), "node", e.Member.Name)
-		return
-	}
-	for _, s := range c.shards {
-		if s.rec.NodeID == e.Member.Meta.NodeID && s.rec.Incarnation == e.Member.Meta.Incarnation {
-			c.lose(s, "membership: "+e.Kind.String(), time.Now())
-		}
-	}
-}
-
-// suspect pauses the pipeline on a fast failure signal from a placed shard;
-// reconcile declares it lost unless it comes back within LossConfirm.
-func (c *Cluster) suspect(id, why string, now time.Time) {
-	if c.active.stageOf(id) < 0 {
-		return
-	}
-	if _, ok := c.suspects[id]; !ok {
-		c.suspects[id] = now
-	}
-	c.pauseFor(fmt.Sprintf("shard %s: %s", id, why), now)
-}
-
-// lose declares s lost: it leaves placement until it registers again, and
-// a placement holding it is broken.
-func (c *Cluster) lose(s *shardState, why string, now time.Time) {
-	if s.lost {
-		return
-	}
-	s.lost = true
-	delete(c.suspects, s.rec.ShardID)
-	c.log.Warn("shard lost", "shard_id", s.rec.ShardID, "why", why)
-	if c.active.stageOf(s.rec.ShardID) >= 0 {
-		c.pauseFor(fmt.Sprintf("shard %s lost: %s", s.rec.ShardID, why), now)
 	}
 }
 
@@ -765,18 +774,11 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// reconcile moves the cluster toward a ready pipeline: it confirms
-// suspected losses, places when none is active or the active one lost a
-// shard, and opens the stage-0 link once every stage is READY.
+// reconcile moves the cluster toward a ready pipeline: it confirms the
+// loss of a stage 0 whose stage stream stays down, places when none is
+// active or the active one lost a shard, and opens the stage-0 link once
+// every stage is READY.
 func (c *Cluster) reconcile(ctx context.Context, now time.Time) {
-	for id, since := range c.suspects {
-		if now.Sub(since) >= c.cfg.LossConfirm {
-			if s := c.shards[id]; s != nil {
-				c.lose(s, fmt.Sprintf("no control stream for %v", c.cfg.LossConfirm), now)
-			}
-			delete(c.suspects, id)
-		}
-	}
 	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
 		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
 			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
@@ -787,7 +789,7 @@ func (c *Cluster) reconcile(ctx context.Context, now time.Time) {
 		c.place(now)
 		return
 	}
-	if c.pipe.ready() || c.opening != nil || now.Before(c.linkRetryAt) || len(c.suspects) > 0 {
+	if c.pipe.ready() || c.opening != nil || now.Before(c.linkRetryAt) {
 		return
 	}
 	waiting := 0
@@ -808,112 +810,6 @@ func (c *Cluster) reconcile(ctx context.Context, now time.Time) {
 	c.wg.Go(func() { c.runLink(ctx, lctx, l) })
 }
 
-// broken reports whether p names a shard that is gone.
-func (c *Cluster) broken(p *Placement) bool {
-	for _, st := range p.Stages {
-		s := c.shards[st.ShardID]
-		if s == nil || s.lost || s.failed != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// place makes a new placement: the restored one when all its shards came
-// back after a coordinator restart, else a fresh plan over the candidates
-// once there are MinShards of them.
-func (c *Cluster) place(now time.Time) {
-	cands := c.candidates()
-	var p *Placement
-	if c.restored != nil {
-		p = c.restore(cands)
-		if p == nil && now.Sub(c.started) < c.cfg.LossConfirm {
-			c.setNotReady(fmt.Sprintf("waiting for the shards of placement %d to return", c.restored.Version), now)
-			return
-		}
-		c.restored = nil
-	}
-	if p == nil {
-		if len(cands) < c.cfg.MinShards {
-			c.setNotReady(fmt.Sprintf("waiting for shards (%d of --min-shards %d connected)", len(cands), c.cfg.MinShards), now)
-			return
-		}
-		caps := make([]Capacity, len(cands))
-		for i, s := range cands {
-			kvm := int64(s.rec.KVMemory)
-			if c.cfg.KVMemory > 0 && (kvm == 0 || kvm > c.cfg.KVMemory) {
-				kvm = c.cfg.KVMemory
-			}
-			caps[i] = Capacity{ShardID: s.rec.ShardID, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation,
-				Addr: s.rec.GRPCAddr, Memory: int64(s.rec.MemoryBytes), KVMemory: kvm}
-		}
-		var err error
-		if p, err = Plan(c.cfg.Shape, caps, c.nextVersion, c.start.Epoch); err != nil {
-			c.setNotReady(fmt.Sprintf("cannot place the model on %d shards: %v", len(cands), err), now)
-			return
-		}
-	}
-	p.Version, p.Epoch = c.nextVersion, c.start.Epoch
-	c.activate(p, now)
-}
-
-// restore returns the restored placement under a new version if every one
-// of its stages' nodes is back and connected: the same process, or a new
-// incarnation of the same node ID (a restarted shard, whose weight cache
-// holds that range). After a coordinator restart no shard keeps KV of the
-// old epoch, so a new incarnation is as good as the old one.
-func (c *Cluster) restore(cands []*shardState) *Placement {
-	p := *c.restored
-	p.Stages = slices.Clone(p.Stages)
-	used := map[string]bool{}
-	for i, st := range p.Stages {
-		j := slices.IndexFunc(cands, func(s *shardState) bool {
-			return !used[s.rec.ShardID] && s.rec.NodeID == st.NodeID && s.rec.Incarnation == st.Incarnation
-		})
-		if j < 0 {
-			j = slices.IndexFunc(cands, func(s *shardState) bool { return !used[s.rec.ShardID] && s.rec.NodeID == st.NodeID })
-		}
-		if j < 0 {
-			return nil
-		}
-		s := cands[j]
-		used[s.rec.ShardID] = true
-		p.Stages[i].ShardID, p.Stages[i].Incarnation, p.Stages[i].Addr = s.rec.ShardID, s.rec.Incarnation, s.rec.GRPCAddr
-	}
-	return &p
-}
-
-// activate makes p the placement: persisted, the pipeline switched (paused
-// until every stage is READY), Assigns sent, and shards that held a range
-// and have none now made spares.
-func (c *Cluster) activate(p *Placement, now time.Time) {
-	c.pauseFor(fmt.Sprintf("placement %d: loading", p.Version), now)
-	if err := c.store.SavePlacement(p); err != nil {
-		c.log.Warn("persist placement", "placement", p.Version, "err", err)
-	}
-	c.nextVersion = p.Version + 1
-	c.active = p
-	c.linkDown = time.Time{}
-	clear(c.suspects)
-	c.pipe.setPlacement(p)
-	for i, st := range p.Stages {
-		s := c.shards[st.ShardID]
-		s.assigned = true
-		s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: p.Assign(i, c.cfg.Shape)}})
-	}
-	for _, s := range c.shards {
-		if s.assigned && p.stageOf(s.rec.ShardID) < 0 && s.connected() {
-			s.assigned = false
-			s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: &pb.Assign{PlacementVersion: p.Version, ModelSha256: p.Model}}})
-		}
-	}
-	var ranges []string
-	for _, st := range p.Stages {
-		ranges = append(ranges, fmt.Sprintf("%s[%d,%d)", st.ShardID, st.First, st.End))
-	}
-	c.log.Info("placement", "placement", p.Version, "stages", len(p.Stages), "kv_blocks", p.Blocks, "layers", ranges)
-}
-
 // fanOut queues ts on every placed shard's control stream with a new
 // ack_id, and keeps them until acked.
 func (c *Cluster) fanOut(ts []transport.Tombstone) {
@@ -922,8 +818,11 @@ func (c *Cluster) fanOut(ts []transport.Tombstone) {
 	}
 	pts := tombstonesToPB(ts)
 	for _, st := range c.active.Stages {
+		// Also a shard whose stream is down, which is lost: should it come
+		// back to this placement (nothing else could hold the model), the
+		// resend on reconnect reaches it.
 		s := c.shards[st.ShardID]
-		if s == nil || s.lost {
+		if s == nil {
 			continue
 		}
 		s.nextAck++

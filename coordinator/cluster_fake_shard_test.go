@@ -181,6 +181,10 @@ func (f *fakeShard) assign(a *pb.Assign) {
 		}
 		f.mu.Lock()
 		f.results = res
+		if f.nextConn != nil { // a former middle stage, now the last
+			f.nextConn.Close()
+			f.next, f.nextConn = nil, nil
+		}
 		f.mu.Unlock()
 	} else {
 		cc, err := transport.Dial(a.GetNextAddr())

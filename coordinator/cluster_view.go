@@ -18,8 +18,15 @@ type ClusterView struct {
 	// is dispatching (zero when Ready).
 	NotReadyReason string    `json:"not_ready_reason,omitempty"`
 	NotReadySince  time.Time `json:"not_ready_since,omitzero"`
-	KVBlocks       int       `json:"kv_blocks"`
-	BlockSize      int       `json:"block_size"`
+	// CannotPlace is set while, after a loss, the shards left cannot hold
+	// the model: requests dispatched before it were failed, new ones wait.
+	CannotPlace bool `json:"cannot_place,omitempty"`
+	// MembershipOverruled counts gossip deaths and leaves of shards whose
+	// control stream was alive and answering: ignored (DESIGN.md,
+	// Membership and placement). Forged or partitioned gossip shows here.
+	MembershipOverruled uint64 `json:"membership_overruled"`
+	KVBlocks            int    `json:"kv_blocks"`
+	BlockSize           int    `json:"block_size"`
 	// LiveSequences are the sequences the coordinator believes live on the
 	// shards (created by dispatched first rows, not yet tombstoned).
 	LiveSequences int         `json:"live_sequences"`
@@ -93,9 +100,10 @@ func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
 		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(),
+		MembershipOverruled: c.overruled,
 	}
 	if !v.Ready {
-		v.NotReadyReason, v.NotReadySince = c.notReadyWhy, c.notReady
+		v.NotReadyReason, v.NotReadySince, v.CannotPlace = c.notReadyWhy, c.notReady, c.cannotPlace
 		if v.NotReadySince.IsZero() {
 			v.NotReadySince = time.Now()
 		}

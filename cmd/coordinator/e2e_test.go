@@ -248,9 +248,10 @@ func metric(t *testing.T, addr, name string) (float64, bool) {
 
 // TestE2EShardProcesses: a coordinator and two `shard join` processes on
 // loopback give llama.cpp's greedy text; SIGKILL of one shard under eight
-// streaming requests leaves no request hanging and the coordinator up; a
-// replacement shard restores service with unchanged output, and the
-// survivors hold no KV blocks afterwards.
+// streaming requests leaves every request complete and the coordinator up,
+// the failed batches counted; the survivor serves unchanged output (a
+// replacement that joins is a spare), and the live shards hold no KV
+// blocks afterwards.
 func TestE2EShardProcesses(t *testing.T) {
 	c := startE2E(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -260,41 +261,20 @@ func TestE2EShardProcesses(t *testing.T) {
 		t.Fatalf("through two shard processes: %q, %v", text, err)
 	}
 
-	// Eight streams in flight, then SIGKILL shard 1.
-	type result struct {
-		text string
-		err  error
-	}
-	results := make(chan result, 8)
-	for range 8 {
-		go func() {
-			text, _, err := c.complete(ctx, "Once upon a time", 200, true)
-			results <- result{text, err}
-		}()
-	}
-	time.Sleep(300 * time.Millisecond)
-	c.shards[1].cmd.Process.Signal(syscall.SIGKILL)
-	<-c.shards[1].done
-	replacement := c.addShard()
-	_ = replacement
-	okCount := 0
-	for range 8 {
-		select {
-		case r := <-results:
-			switch {
-			case r.err == nil:
-				okCount++
-				if !strings.HasPrefix(r.text, onceUponATime) {
-					t.Errorf("recomputed stream differs from a no-fault run: %q", r.text)
-				}
-			default:
-				t.Logf("stream ended with a clear error: %v", r.err)
-			}
-		case <-ctx.Done():
-			t.Fatal("a request hung after the shard was killed")
+	// Eight streams in flight, then SIGKILL shard 1 (once every stream is
+	// under way: stories260K finishes 200 tokens in a fraction of a
+	// second, so a fixed wait could kill an idle pipeline). The streams
+	// complete on the survivor (TestE2EShardLossDegradedService checks
+	// their text and gaps).
+	for i, r := range c.streamAll(ctx, 40, func() {
+		c.shards[1].cmd.Process.Signal(syscall.SIGKILL)
+		<-c.shards[1].done
+	}) {
+		if r.err != nil {
+			t.Errorf("stream %d did not complete across the loss: %v", i, r.err)
 		}
 	}
-	t.Logf("%d of 8 streams completed across the loss", okCount)
+	c.addShard() // joins the healthy, degraded pipeline as a spare
 	if c.coord.exited() {
 		t.Fatal("the coordinator exited")
 	}

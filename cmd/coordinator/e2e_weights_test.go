@@ -59,8 +59,10 @@ func TestE2EWeightStreaming(t *testing.T) {
 	t.Logf("cached %s (%d bytes)", filepath.Base(cached[0]), st.Size())
 
 	// Restart everything on the same data dirs and addresses: the same
-	// placement comes back, and the cache serves it.
-	for _, p := range []*proc{without, with, coord} {
+	// placement comes back, and the cache serves it. The coordinator goes
+	// first: a shard killed under a running coordinator would be a loss,
+	// re-placed onto the other shard alone, and that placement restored.
+	for _, p := range []*proc{coord, without, with} {
 		p.kill()
 	}
 	_, _, without = run(2)

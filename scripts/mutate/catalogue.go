@@ -32,6 +32,9 @@ const (
 	// runCoordBackstop is the coordinator's backstop and reconcile unit
 	// tests, which need no network.
 	runCoordBackstop = `^Test(Backstop|Remote)`
+	// runCoordLoss is the coordinator's loss, placement and membership
+	// tests that turn the cluster's loop by hand: no shard, no network.
+	runCoordLoss = `^Test(Loss|MembershipIsAHint$)`
 )
 
 // The scheduler's fill loops, whole: the batching policy mutation swaps
@@ -326,7 +329,7 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "coord/backstop-skips-disconnected", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
-		Orig: "if s == nil || s.lost {\n\t\t\tcontinue", Repl: "if s == nil || s.lost || !s.connected() {\n\t\t\tcontinue",
+		Orig: "if s == nil {\n\t\t\tcontinue\n\t\t}\n\t\ts.nextAck++", Repl: "if s == nil || !s.connected() {\n\t\t\tcontinue\n\t\t}\n\t\ts.nextAck++",
 		Why: "a shard whose control stream is down gets no backstop, so nothing is resent on reconnect",
 	},
 	{
@@ -363,6 +366,27 @@ var catalogue = []mutation{
 		Name: "coord/link-full-drops-tombstones", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
 		Orig: "p.pending = append(b.Tombstones, p.pending...)", Repl: "_ = p.pending",
 		Why: "tombstones of a batch the full stage-0 link refused are lost",
+	},
+	// coordinator: losses, placement after them, and membership as a hint.
+	{
+		Name: "coord/gossip-outweighs-stream", File: "coordinator/cluster_loss.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Orig: "if s.connected() && c.answering(s, now) {", Repl: "if false {",
+		Why: "a gossip death or leave (forgeable) of a shard whose control stream is alive and answering is taken as its loss",
+	},
+	{
+		Name: "coord/min-shards-after-formation", File: "coordinator/cluster_loss.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Orig: "if c.active == nil && len(cands) < c.cfg.MinShards {", Repl: "if len(cands) < c.cfg.MinShards {",
+		Why: "--min-shards gates every re-placement: after a loss the streams stay silent though the survivors can hold the model",
+	},
+	{
+		Name: "coord/stream-break-not-a-loss", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Orig: `c.lose(s, fmt.Sprintf("control stream closed: %v", e.err), now)`, Repl: "_ = s",
+		Why: "a placed shard whose control stream broke stays placed: nothing re-places, the streams wait for a confirmation",
+	},
+	{
+		Name: "coord/lost-sticks-on-rejoin", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Orig: "s.lost = false // it is evidently alive", Repl: "_ = s.lost // it is evidently alive",
+		Why: "a lost shard whose control stream came back stays lost while the stream lives",
 	},
 	{
 		Name: "coord/reply-names-nothing", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordBackstop,
