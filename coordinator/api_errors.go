@@ -78,6 +78,13 @@ func errNotReady(err error) *apiError {
 		msg: "not ready: " + err.Error(), retryAfter: retryNotReady}
 }
 
+// errUnavailable answers a request no pipeline can serve (ErrUnavailable):
+// 503, saying why.
+func errUnavailable(err error) *apiError {
+	return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "service_unavailable",
+		msg: err.Error(), retryAfter: retryNotReady}
+}
+
 func errInternal(format string, args ...any) *apiError {
 	return &apiError{status: http.StatusInternalServerError, typ: "server_error", code: "internal_error", msg: fmt.Sprintf(format, args...)}
 }
@@ -100,6 +107,8 @@ func submitError(err error) *apiError {
 		return invalid("max_tokens", "the request can never run: %v", err)
 	case errors.Is(err, ErrNotReady):
 		return errNotReady(err)
+	case errors.Is(err, ErrUnavailable):
+		return errUnavailable(err)
 	case errors.Is(err, ErrStopped):
 		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "service_unavailable",
 			msg: "the server is not accepting requests (shutting down)", retryAfter: retryNotReady}

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"math"
 	"net/http"
@@ -33,7 +34,11 @@ func (s *Server) generate(c *call, parse func([]byte) (*genRequest, *apiError)) 
 		s.writeError(c, aerr)
 		return
 	}
-	if err := s.ready(); err != nil {
+	if err := s.ready(); err != nil && !errors.Is(err, ErrPipelineDown) {
+		// Not ready and not merely down: never formed, draining, given up
+		// or stuck. A pipeline that formed before and is re-forming (or
+		// waiting for shards that can hold the model) takes the request:
+		// it waits, up to its queue timeout, with keep-alives.
 		s.writeError(c, errNotReady(err))
 		return
 	}
@@ -163,8 +168,12 @@ func (g *genRun) end(reason FinishReason, err error) (string, *apiError) {
 		// in the queue: the cluster is overloaded (503). Otherwise its
 		// deadline passed (504).
 		if g.tokens == 0 && (g.p.Deadline.IsZero() || time.Now().Before(g.p.Deadline)) {
+			msg := "the request timed out waiting to be scheduled; the server is overloaded"
+			if rerr := g.s.ready(); rerr != nil {
+				msg = "the request timed out waiting for a pipeline: " + rerr.Error()
+			}
 			return "", &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "queue_timeout",
-				msg: "the request timed out waiting to be scheduled; the server is overloaded", retryAfter: retryNotReady}
+				msg: msg, retryAfter: retryNotReady}
 		}
 		return "", &apiError{status: http.StatusGatewayTimeout, typ: "server_error", code: "timeout",
 			msg: "the request did not finish before its deadline (request timeout " + g.s.cfg.RequestTimeout.String() + ")"}
@@ -180,6 +189,9 @@ func (g *genRun) end(reason FinishReason, err error) (string, *apiError) {
 		return "", &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "service_unavailable",
 			msg: "the server stopped before the request finished", retryAfter: retryNotReady}
 	default:
+	}
+	if errors.Is(err, ErrUnavailable) {
+		return "", errUnavailable(err)
 	}
 	msg := "the request failed"
 	if err != nil {
@@ -351,8 +363,30 @@ func (e *sse) raw(b []byte) {
 	}
 }
 
+// comment writes an SSE comment line (": text"), which clients ignore and
+// which keeps proxies and clients from timing the connection out.
+func (e *sse) comment(text string) {
+	if e.err != nil {
+		return
+	}
+	text = strings.NewReplacer("\r", " ", "\n", " ").Replace(text)
+	e.rc.SetWriteDeadline(time.Now().Add(e.timeout)) // ErrNotSupported only for exotic writers
+	if _, e.err = e.w.Write([]byte(": " + text + "\n\n")); e.err == nil {
+		e.err = e.rc.Flush()
+	}
+}
+
+// keepAlive is the comment a stream gets after KeepAlive without an event:
+// why it waits, as far as the server can tell.
+func (s *Server) keepAlive() string {
+	if err := s.ready(); err != nil {
+		return "waiting for a pipeline: " + err.Error()
+	}
+	return "waiting"
+}
+
 // streamResponse writes the request's tokens as server-sent events as they
-// come.
+// come, and a keep-alive comment after every KeepAlive without one.
 func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 	h := c.w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -405,8 +439,16 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 		ev.send(aerr.envelope())
 		ev.raw([]byte("[DONE]"))
 	}
+	idle := time.NewTimer(s.cfg.KeepAlive)
+	defer idle.Stop()
 	for g.finish == "" && ev.err == nil {
-		toks, done, reason, err := g.st.Next(ctx)
+		toks, done, reason, err, waited := g.st.next(ctx, idle.C)
+		if waited {
+			ev.comment(s.keepAlive())
+			idle.Reset(s.cfg.KeepAlive)
+			continue
+		}
+		idle.Reset(s.cfg.KeepAlive)
 		if !done && err != nil { // ctx ended: Next aborted the request
 			c.log.Debug("client gone", "err", err, "completion_tokens", g.tokens)
 			return

@@ -19,6 +19,10 @@ var (
 	ErrQueueFull = sched.ErrQueueFull                                // 429
 	ErrNeverFits = sched.ErrNeverFits                                // 400
 	ErrStopped   = errors.New("coordinator: not accepting requests") // 503
+	// ErrUnavailable ends a request (or refuses one) because no pipeline
+	// can serve it: the shards left after a loss cannot hold the model, or
+	// none has formed for the cluster's bounded wait. 503, with why.
+	ErrUnavailable = errors.New("coordinator: no pipeline can serve the request")
 )
 
 // EngineConfig configures the loop that owns the scheduler.
@@ -87,6 +91,10 @@ type live struct {
 	promptLen int
 	delivered int           // tokens pushed to the stream
 	logprobs  map[int]Token // output index → token with logprobs, until delivered
+	// dispatched: some batch carried a row of this request. failErr is
+	// why the loop failed it (it ends with FinishFailed and this error).
+	dispatched bool
+	failErr    error
 }
 
 type rowInfo struct {
@@ -242,7 +250,7 @@ func (e *Engine) add(sub submission, now time.Time) error {
 	// scheduler has not taken yet.
 	e.follow()
 	if e.noPipeline != nil {
-		return fmt.Errorf("%w: %v", ErrStopped, e.noPipeline)
+		return fmt.Errorf("%w: %v", ErrUnavailable, e.noPipeline)
 	}
 	if _, ok := e.pipe.(DynamicPipeline); ok && e.version == 0 {
 		// The scheduler holds a one-block placeholder until the first
@@ -304,8 +312,11 @@ func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
 }
 
 // follow keeps the scheduler in step with a DynamicPipeline: paused while
-// it cannot take batches, reset onto each new placement, and with every
-// request failed once the cluster gives up forming a pipeline.
+// it cannot take batches, reset onto each new placement (the old one's
+// sequences are tombstoned and their requests requeued, to be recomputed);
+// the requests it had dispatched failed at once when the shards left
+// cannot hold the model (waiting ones wait on, up to their queue timeout);
+// and every request failed once the cluster gives up forming a pipeline.
 func (e *Engine) follow() {
 	dp, ok := e.pipe.(DynamicPipeline)
 	if !ok {
@@ -327,15 +338,27 @@ func (e *Engine) follow() {
 		err = errors.New("no placement yet")
 	}
 	e.s.SetPaused(err != nil)
-	if errors.Is(err, ErrNoPipeline) {
-		for id := range e.reqs {
-			if aerr := e.s.Abort(id, sched.Failed); aerr != nil {
-				e.cfg.Log.Error("fail request", "request", id, "err", aerr)
-			}
-		}
+	e.noPipeline = nil
+	switch {
+	case errors.Is(err, ErrNoPipeline):
 		e.noPipeline = err
-	} else {
-		e.noPipeline = nil
+		e.failAll(func(*live) bool { return true }, err)
+	case errors.Is(err, ErrNoFit):
+		e.failAll(func(l *live) bool { return l.dispatched }, err)
+	}
+}
+
+// failAll ends every request that which picks, and has not been failed
+// yet, with FinishFailed and an error wrapping ErrUnavailable and why.
+func (e *Engine) failAll(which func(*live) bool, why error) {
+	for id, l := range e.reqs {
+		if l.failErr != nil || !which(l) {
+			continue
+		}
+		l.failErr = fmt.Errorf("%w: %v", ErrUnavailable, why)
+		if err := e.s.Abort(id, sched.Failed); err != nil {
+			e.cfg.Log.Error("fail request", "request", id, "err", err)
+		}
 	}
 }
 
@@ -364,6 +387,9 @@ func (e *Engine) step(now time.Time) {
 		info := make([]rowInfo, len(b.Rows))
 		for j, r := range b.Rows {
 			l := e.reqs[r.Request]
+			if l != nil {
+				l.dispatched = true
+			}
 			blocks := make([]int32, len(r.Blocks))
 			for k, bid := range r.Blocks {
 				blocks[k] = int32(bid)
@@ -420,8 +446,8 @@ func (e *Engine) update(u sched.Update) {
 	}
 	if u.Done {
 		err := finishErr(u.Reason)
-		if u.Reason == sched.Failed && e.noPipeline != nil {
-			err = fmt.Errorf("%w: %v", ErrStopped, e.noPipeline)
+		if u.Reason == sched.Failed && l.failErr != nil {
+			err = l.failErr
 		}
 		l.s.finish(finishReason(u.Reason), err)
 		delete(e.reqs, u.Request)

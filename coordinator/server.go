@@ -35,6 +35,12 @@ const DefaultBodyTimeout = 30 * time.Second
 // streams may last as long as their requests.
 const DefaultWriteTimeout = 30 * time.Second
 
+// DefaultKeepAlive is how long a stream may go without an event before it
+// gets an SSE comment saying what it waits for, when ServerConfig leaves
+// it 0: 10 s is well inside the idle timeouts of common proxies and
+// clients (60 s and more) and costs a few bytes.
+const DefaultKeepAlive = 10 * time.Second
+
 // ServerConfig configures the HTTP API.
 type ServerConfig struct {
 	// APIKey, when set, is a Bearer token every endpoint but /healthz,
@@ -52,6 +58,10 @@ type ServerConfig struct {
 	// WriteTimeout bounds each write of a response; 0 means
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+	// KeepAlive is how long a stream may go without an event (queued, its
+	// pipeline re-forming) before it gets an SSE comment; 0 means
+	// DefaultKeepAlive.
+	KeepAlive time.Duration
 	// RequestTimeout, when > 0, is each generation request's deadline,
 	// counted from its arrival; the engine ends it with FinishTimeout.
 	RequestTimeout time.Duration
@@ -111,6 +121,9 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.KeepAlive <= 0 {
+		cfg.KeepAlive = DefaultKeepAlive
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)

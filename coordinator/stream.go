@@ -91,19 +91,28 @@ func (s *Stream) wake() {
 // request and returns ctx's error with done false: done tells the request's
 // own failure (done true) from the caller's context (done false).
 func (s *Stream) Next(ctx context.Context) (toks []Token, done bool, reason FinishReason, err error) {
+	toks, done, reason, err, _ = s.next(ctx, nil)
+	return toks, done, reason, err
+}
+
+// next is Next that also returns, with waited true and nothing else, when
+// idle fires before any token or the end (a nil idle never fires).
+func (s *Stream) next(ctx context.Context, idle <-chan time.Time) (toks []Token, done bool, reason FinishReason, err error, waited bool) {
 	for {
 		s.mu.Lock()
 		toks, s.tokens = s.tokens, nil
 		done, reason, err = s.done, s.reason, s.err
 		s.mu.Unlock()
 		if len(toks) > 0 || done {
-			return toks, done, reason, err
+			return toks, done, reason, err, false
 		}
 		select {
 		case <-s.notify:
+		case <-idle:
+			return nil, false, "", nil, true
 		case <-ctx.Done():
 			s.Abort()
-			return nil, false, "", ctx.Err()
+			return nil, false, "", ctx.Err(), false
 		}
 	}
 }

@@ -284,6 +284,12 @@ func (m *Matcher) Allows(id int32) bool {
 
 // stackAllows reports whether stack s survives bytes b.
 func (m *Matcher) stackAllows(s []frame, b []byte) bool {
+	// A byte pops at most two frames (a number or literal, then the
+	// container that the byte closes), so the frames below the top
+	// 2·len(b)+1 are never reached: copy only those.
+	if k := 2*len(b) + 1; len(s) > k {
+		s = s[len(s)-k:]
+	}
 	a, z := &m.chk[0], &m.chk[1]
 	a.reset()
 	a.push(s)

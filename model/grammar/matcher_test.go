@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -192,33 +193,34 @@ func shortestCompletion(t *testing.T, m *Matcher) []byte {
 	if accepts(&start) {
 		return nil
 	}
-	queue := []item{{cfg: start}}
-	seen := map[string]bool{keyOf(&start): true}
-	var scratch []frame
-	var next config
-	for len(queue) > 0 && len(seen) < 500000 {
-		it := queue[0]
-		queue = queue[1:]
-		for c := range 256 {
-			if c == ' ' || c == '\t' || c == '\n' {
-				continue // a completion never needs whitespace
+	// Printable ASCII first (a completion rarely needs more), then every
+	// byte but whitespace.
+	for _, hi := range []int{0x7E, 0xFF} {
+		queue := []item{{cfg: start}}
+		seen := map[string]bool{keyOf(&start): true}
+		var scratch []frame
+		var next config
+		for len(queue) > 0 && len(seen) < 500000 {
+			it := queue[0]
+			queue = queue[1:]
+			for c := 0x21; c <= hi; c++ {
+				m.g.stepConfig(&it.cfg, byte(c), &next, &scratch, maxStacks)
+				if next.len() == 0 {
+					continue
+				}
+				path := append(slices.Clone(it.path), byte(c))
+				if accepts(&next) {
+					return path
+				}
+				k := keyOf(&next)
+				if seen[k] {
+					continue
+				}
+				seen[k] = true
+				var keep config
+				keep.copyFrom(&next)
+				queue = append(queue, item{keep, path})
 			}
-			m.g.stepConfig(&it.cfg, byte(c), &next, &scratch, maxStacks)
-			if next.len() == 0 {
-				continue
-			}
-			path := append(slices.Clone(it.path), byte(c))
-			if accepts(&next) {
-				return path
-			}
-			k := keyOf(&next)
-			if seen[k] {
-				continue
-			}
-			seen[k] = true
-			var keep config
-			keep.copyFrom(&next)
-			queue = append(queue, item{keep, path})
 		}
 	}
 	t.Fatalf("no completion found")
@@ -307,7 +309,7 @@ func TestRandomWalkValidates(t *testing.T) {
 	r := rand.New(rand.NewPCG(17, 1))
 	schemas := slices.Clone(fixedSchemas)
 	nRandom := 40
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		nRandom = 8
 	}
 	for range nRandom {
@@ -349,8 +351,8 @@ func TestMaskAgreesWithAllows(t *testing.T) {
 		`{"type":"array","items":{"type":"string","minLength":3,"maxLength":20}}`,
 	}
 	steps := 25
-	if testing.Short() {
-		steps = 6
+	if testing.Short() || raceEnabled {
+		steps = 8
 	}
 	for _, file := range walkVocabs {
 		tv := loadVocab(t, file)
@@ -500,5 +502,40 @@ func TestAdvanceRejects(t *testing.T) {
 	}
 	if !slices.Equal(before, m.Mask(nil)) {
 		t.Errorf("a rejected token changed the matcher")
+	}
+}
+
+// TestConcurrentMatchers runs matchers of one grammar on several
+// goroutines, sharing its mask cache (run with -race), and checks they
+// agree with a matcher run alone.
+func TestConcurrentMatchers(t *testing.T) {
+	tv := loadVocab(t, "ggml-vocab-gpt-2.gguf")
+	toks := tv.encode(`{"name": "Ann", "age": 42, "tags": ["a", "c"], "ok": true, "none": null, "score": 0.25}`)
+	masks := func(g *Grammar) [][]uint64 {
+		m := g.NewMatcher(tv.v)
+		var out [][]uint64
+		for _, id := range toks {
+			out = append(out, m.Mask(nil))
+			if err := m.Advance(id); err != nil {
+				t.Error(err)
+				return nil
+			}
+		}
+		return out
+	}
+	want := masks(mustSchema(t, fixedSchemas[1]))
+	shared := mustSchema(t, fixedSchemas[1])
+	var wg sync.WaitGroup
+	got := make([][][]uint64, 4)
+	for i := range got {
+		wg.Go(func() { got[i] = masks(shared) })
+	}
+	wg.Wait()
+	for i := range got {
+		for j := range want {
+			if j >= len(got[i]) || !slices.Equal(got[i][j], want[j]) {
+				t.Fatalf("goroutine %d: mask %d differs", i, j)
+			}
+		}
 	}
 }

@@ -1,8 +1,10 @@
 package grammar
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
+	"unicode/utf8"
 )
 
 // TestCompileRefuses checks that each unsupported schema is refused with
@@ -76,4 +78,54 @@ func TestCompileResponseFormat(t *testing.T) {
 	if !errors.As(err, &se) || se.Keyword != "maximum" {
 		t.Errorf("Compile(json_schema with maximum) = %v, want a SchemaError on maximum", err)
 	}
+}
+
+// fuzzDocs are documents every fuzzed grammar is run over.
+var fuzzDocs = []string{`{}`, `{"a":1}`, `[]`, `[1,"x",null]`, `"s"`, `12.5`, `true`, `null`, `{"a":{"b":[{}]}}`, ` "é" `}
+
+// FuzzCompileSchema checks that any schema text compiles or is refused
+// without panicking, and that a compiled grammar accepts only valid JSON.
+func FuzzCompileSchema(f *testing.F) {
+	for _, s := range fixedSchemas {
+		if s != "" {
+			f.Add(s)
+		}
+	}
+	f.Add(`{"type":"string","pattern":"^(a|b)*c{2,3}$"}`)
+	f.Add(`{"anyOf":[{"$ref":"#"},{"type":"null"}]}`)
+	f.Add(`{"enum":[1,12,"x",{"a":[]}]}`)
+	f.Fuzz(func(t *testing.T, schema string) {
+		g, err := CompileSchema([]byte(schema))
+		if err != nil {
+			var se *SchemaError
+			if !errors.As(err, &se) {
+				t.Fatalf("CompileSchema(%q) = %v, not a *SchemaError", schema, err)
+			}
+			return
+		}
+		for _, doc := range fuzzDocs {
+			if g.Match([]byte(doc)) && !json.Valid([]byte(doc)) {
+				t.Fatalf("schema %q accepts invalid JSON %q", schema, doc)
+			}
+		}
+	})
+}
+
+// FuzzMatchJSONObject checks that whatever the json_object grammar
+// accepts is one valid JSON object.
+func FuzzMatchJSONObject(f *testing.F) {
+	for _, d := range fuzzDocs {
+		f.Add([]byte(d))
+	}
+	f.Add([]byte("{\n  \"a\": \"\\u00e9\\n\",\n  \"b\": [-0.5e+10]\n}\n"))
+	g := JSONObject()
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		if !g.Match(doc) {
+			return
+		}
+		var v map[string]any
+		if err := json.Unmarshal(doc, &v); err != nil || !utf8.Valid(doc) {
+			t.Fatalf("json_object accepts %q: %v", doc, err)
+		}
+	})
 }

@@ -33,8 +33,10 @@ const (
 	// tests, which need no network.
 	runCoordBackstop = `^Test(Backstop|Remote)`
 	// runCoordLoss is the coordinator's loss, placement and membership
-	// tests that turn the cluster's loop by hand: no shard, no network.
-	runCoordLoss = `^Test(Loss|MembershipIsAHint$)`
+	// tests that turn the cluster's loop by hand, and the engine's and
+	// API's degraded-service tests over a fake pipeline: no shard, no
+	// network but httptest's.
+	runCoordLoss = `^Test(Loss|MembershipIsAHint$|EngineFailsDispatched|WaitingForAPipeline|StreamKeepAlive$)`
 )
 
 // The scheduler's fill loops, whole: the batching policy mutation swaps
@@ -387,6 +389,11 @@ var catalogue = []mutation{
 		Name: "coord/lost-sticks-on-rejoin", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordLoss,
 		Orig: "s.lost = false // it is evidently alive", Repl: "_ = s.lost // it is evidently alive",
 		Why: "a lost shard whose control stream came back stays lost while the stream lives",
+	},
+	{
+		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Orig: "case errors.Is(err, ErrNoFit):\n\t\te.failAll(", Repl: "case false:\n\t\te.failAll(",
+		Why: "when nothing left can hold the model, the requests in flight wait silently instead of ending with a 503",
 	},
 	{
 		Name: "coord/reply-names-nothing", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordBackstop,
