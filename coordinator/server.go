@@ -72,13 +72,18 @@ type ServerConfig struct {
 	// StageTimings, when set, returns each local shard's cumulative batches
 	// and busy time (strata_stage_latency_seconds).
 	StageTimings func() []StageTiming
-	Log          *slog.Logger
+	// History, when set, is where Run samples and where the cluster's
+	// events are recorded (serve shares it with the cluster's logger);
+	// nil: the server keeps its own, with no events.
+	History *History
+	Log     *slog.Logger
 }
 
 // Server is the OpenAI-compatible HTTP API over an Engine. Handlers validate
 // and tokenize requests, submit them to the engine, detokenize the tokens,
-// match stop strings and write JSON or server-sent events. A Server holds no
-// mutable state; its handler is safe for concurrent use.
+// match stop strings and write JSON or server-sent events. Its only mutable
+// state is the History, which Run fills; its handler is safe for
+// concurrent use.
 type Server struct {
 	cfg     ServerConfig
 	eng     *Engine
@@ -94,6 +99,7 @@ type Server struct {
 	routes        map[string]route
 	stops         map[int32]bool // info.Stop as a set
 	metrics       *metrics
+	hist          *History
 }
 
 type route struct {
@@ -138,6 +144,10 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 		stops: map[int32]bool{},
 	}
 	s.metrics = newMetrics(eng, s.clusterView, cfg.StageTimings)
+	s.hist = cfg.History
+	if s.hist == nil {
+		s.hist = NewHistory(0, 0)
+	}
 	for _, k := range append([]string{cfg.APIKey}, cfg.APIKeys...) {
 		if k != "" {
 			s.keySums = append(s.keySums, sha256.Sum256([]byte(k)))
@@ -162,6 +172,7 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 		"/readyz":              {http.MethodGet, s.handleReadyz},
 		"/metrics":             {http.MethodGet, s.handleMetrics},
 		"/v1/cluster":          {http.MethodGet, s.handleCluster},
+		"/v1/cluster/history":  {http.MethodGet, s.handleHistory},
 		"/":                    {http.MethodGet, s.handleStatus},
 	}
 	return s

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -25,8 +26,9 @@ type backend struct {
 
 // newBackend opens the cluster's store in dataDir, binds its listeners and
 // the local shards' (which load modelPath); run serves them. f and m are
-// modelPath opened.
-func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *model.Model, maxBatchTokens int) (*backend, error) {
+// modelPath opened. The cluster's lifecycle log records are also recorded
+// in hist (nil: not recorded).
+func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *model.Model, maxBatchTokens int, hist *coordinator.History) (*backend, error) {
 	sha, err := coordinator.FileSHA256(modelPath)
 	if err != nil {
 		return nil, err
@@ -42,6 +44,9 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 		cc.LeaveTimeout = 0 // nobody outside this process to tell
 	}
 	cc.Log = cfg.Log // the cluster adds its component
+	if hist != nil {
+		cc.Log = slog.New(hist.LogHandler(cfg.Log.Handler()))
+	}
 	c, err := coordinator.NewCluster(cc)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,7 @@ func startCluster(t *testing.T, path string, n int, kvMemory int64, tweak func(*
 	}
 	sc := serveConfig{LocalShards: n, MinShards: n, Gossip: "127.0.0.1:0", GRPC: "127.0.0.1:0", Private: true, Threads: 2,
 		KVMemory: kvMemory, KVType: ggml.F16, Log: slog.New(slog.DiscardHandler)}
-	be, err := newBackend(sc, t.TempDir(), path, f, m, cfg.Sched.MaxBatchTokens)
+	be, err := newBackend(sc, t.TempDir(), path, f, m, cfg.Sched.MaxBatchTokens, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -256,7 +256,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		return err
 	}
 	defer ln.Close() // hs.Serve closes it too; this covers the returns before
-	be, err := newBackend(cfg, dataDir, modelPath, f, m, ec.Sched.MaxBatchTokens)
+	// The status page's history: the server samples into it, the
+	// cluster's lifecycle log records land in it as events.
+	hist := coordinator.NewHistory(0, 0)
+	be, err := newBackend(cfg, dataDir, modelPath, f, m, ec.Sched.MaxBatchTokens, hist)
 	if err != nil {
 		return err
 	}
@@ -282,6 +285,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	}
 	sc := cfg.Server
 	sc.View, sc.StageTimings = be.views(eng)
+	sc.History = hist
 	srv := coordinator.NewServer(sc, eng, info, ready)
 	// No ReadTimeout or WriteTimeout: they would cut streams that last
 	// longer. The server bounds each body read and each response write
@@ -301,6 +305,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		}
 	})
 	wg.Go(func() { eng.Run(runCtx) })
+	wg.Go(func() { srv.Run(runCtx) })
 	wg.Go(func() { logThroughput(runCtx, log, eng, func() string { return kvBlocks(sc.View) }, cfg.LogEvery) })
 	serveErr := make(chan error, 1)
 	wg.Go(func() {
@@ -327,6 +332,7 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	// period, then fail the rest and stop.
 	eng.Drain()
 	log.Info("draining", "grace", cfg.Grace)
+	hist.Record(coordinator.Event{T: time.Now().UnixMilli(), Kind: "drain", Message: "draining, grace " + cfg.Grace.String()})
 	deadline := time.Now().Add(cfg.Grace)
 	for time.Now().Before(deadline) {
 		st := eng.Stats()
