@@ -250,12 +250,12 @@ func TestArchRefusals(t *testing.T) {
 		{"gemma2 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "general.architecture", "gemma2"), ts
 		}, `unsupported architecture "gemma2" (general.architecture)`},
-		{"qwen3moe architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
-			return setKV(kvs, "general.architecture", "qwen3moe"), ts
-		}, `"qwen3moe"`},
-		{"mixtral experts", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
-			return setKV(kvs, "llama.expert_count", uint32(8)), ts
-		}, "llama.expert_count = 8: mixture-of-experts"},
+		{"qwen2moe architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "general.architecture", "qwen2moe"), ts
+		}, `"qwen2moe"`},
+		{"qwen3 with experts", qwen3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "qwen3.expert_count", uint32(8)), ts
+		}, "qwen3.expert_count = 8: mixture-of-experts qwen3 files are not supported"},
 		{"value width differs from key width", qwen3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "qwen3.attention.value_length", uint32(8)), ts
 		}, "qwen3.attention.value_length = 8 differs from the key width 16"},

@@ -93,6 +93,23 @@ type Config struct {
 	RopeBaseSWA float32
 	// LogitSoftCap, when > 0, caps the logits: cap * tanh(logit / cap).
 	LogitSoftCap float32
+
+	// Mixture of experts: qwen3moe, and llama files with expert_count
+	// (Mixtral); see moe.go for the keys and numerics.
+
+	// Experts is the number of expert FFNs in each layer (expert_count);
+	// 0: every layer has one dense FFN.
+	Experts int
+	// ExpertsUsed is the experts each token's FFN output sums
+	// (expert_used_count).
+	ExpertsUsed int
+	// ExpertFF is each expert's hidden size: qwen3moe's
+	// expert_feed_forward_length, else FF.
+	ExpertFF int
+	// ExpertWeightsNorm: the chosen experts' router probabilities are
+	// divided by their sum (expert_weights_norm; true when absent, as
+	// llama.cpp's graphs for both architectures do).
+	ExpertWeightsNorm bool
 }
 
 // Window is the number of positions layer l attends to, its own included,
@@ -131,10 +148,12 @@ var archs = map[string]archInfo{
 	"phi3":    {rope: RopeNeoX, fusedGateUp: true, ropeFactors: true},
 	"smollm3": {rope: RopeNormal},
 	"gemma3":  {rope: RopeNeoX, qkNorm: true},
+	// qwen3moe is qwen3 with a mixture-of-experts FFN in every layer.
+	"qwen3moe": {rope: RopeNeoX, qkNorm: true},
 }
 
 // supportedArchs lists archs' keys for error messages.
-const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen3, smollm3"
+const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen3, qwen3moe, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
@@ -202,14 +221,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 			return Config{}, fmt.Errorf("model: %s = %d differs from the key width %d; unsupported", key("attention.value_length"), v, c.HeadDim)
 		}
 	}
-	if f.Has(key("expert_count")) {
-		v, err := f.Uint(key("expert_count"))
-		if err != nil {
-			return Config{}, err
-		}
-		if v > 0 {
-			return Config{}, fmt.Errorf("model: %s = %d: mixture-of-experts %s files are not supported", key("expert_count"), v, arch)
-		}
+	if err := moeConfig(f, &c); err != nil {
+		return Config{}, err
 	}
 	c.RopeDims = c.HeadDim
 	if f.Has(key("rope.dimension_count")) {

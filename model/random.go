@@ -3,6 +3,7 @@ package model
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -28,7 +29,12 @@ type RandomSpec struct {
 	// so that the long factors apply) or "gemma3" (per-head Q and K norms,
 	// post-attention and post-FFN norms, GELU gate, every sixth layer global
 	// and the others sliding over SlidingWindow positions, linear RoPE
-	// scaling 8 on the global layers, final logit soft-capping).
+	// scaling 8 on the global layers, final logit soft-capping) or
+	// "qwen3moe" (qwen3 with a mixture-of-experts FFN in every layer) or
+	// "mixtral" (a llama file with expert_count: Mixtral's layout). The
+	// MoE architectures write Experts experts of ExpertFF, ExpertsUsed of
+	// them chosen per token, and an F32 router (llama-quantize leaves
+	// ffn_gate_inp unquantized).
 	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
@@ -53,6 +59,27 @@ type RandomSpec struct {
 	// LogitSoftCap is gemma3's final_logit_softcapping; 0 means 30 (Gemma
 	// 2's cap), a negative value writes none.
 	LogitSoftCap float32
+
+	// Experts, ExpertsUsed and ExpertFF shape the MoE architectures' FFNs;
+	// 0 means 4 experts, 2 used, and FF (mixtral's experts are always FF
+	// wide, as llama files have no expert_feed_forward_length).
+	Experts, ExpertsUsed, ExpertFF int
+	// RawExpertWeights writes expert_weights_norm = false: the chosen
+	// experts' probabilities are not renormalised.
+	RawExpertWeights bool
+}
+
+// moe returns the expert count, the experts used per token and each
+// expert's width that s writes; 0s for a dense architecture.
+func (s RandomSpec) moe() (n, used, ff int) {
+	if s.Arch != "qwen3moe" && s.Arch != "mixtral" {
+		return 0, 0, 0
+	}
+	n, used, ff = cmp.Or(s.Experts, 4), cmp.Or(s.ExpertsUsed, 2), cmp.Or(s.ExpertFF, s.FF)
+	if s.Arch == "mixtral" {
+		ff = s.FF
+	}
+	return n, used, ff
 }
 
 // DemoSpec is the built-in demo model: small enough to generate in memory in
@@ -81,9 +108,15 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3":
+	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen3moe", "mixtral":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3 or gemma3, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3, gemma3, qwen3moe or mixtral, got %q", s.Arch)
+	}
+	if s.Experts < 0 || s.Experts > MaxExperts || s.ExpertsUsed < 0 || s.ExpertFF < 0 || s.ExpertFF > MaxExpertFF {
+		return fmt.Errorf("model: random spec Experts %d, ExpertsUsed %d, ExpertFF %d out of range", s.Experts, s.ExpertsUsed, s.ExpertFF)
+	}
+	if n, used, _ := s.moe(); used > n {
+		return fmt.Errorf("model: random spec ExpertsUsed %d exceeds Experts %d", used, n)
 	}
 	if s.SlidingWindow < 0 || s.SlidingWindow > MaxContext {
 		return fmt.Errorf("model: random spec SlidingWindow must be 0..%d, got %d", MaxContext, s.SlidingWindow)
@@ -125,11 +158,12 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	rng := rand.New(rand.NewPCG(s.Seed, 0x5eed))
 	toks, scores, types := syntheticVocab(s.Vocab)
 	arch := s.Arch
-	if arch == "" {
+	if arch == "" || arch == "mixtral" {
 		arch = "llama"
 	}
+	nExp, nUsed, expFF := s.moe()
 	base := float32(10000)
-	if arch == "qwen2" || arch == "qwen3" || arch == "gemma3" {
+	if arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" {
 		base = 1e6
 	}
 	hd := s.Embd / s.Heads
@@ -162,7 +196,18 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
 	}
-	if s.HeadDim != 0 || arch == "qwen3" || arch == "gemma3" {
+	if nExp > 0 {
+		kvs = append(kvs,
+			gguf.KV{Key: arch + ".expert_count", Value: uint32(nExp)},
+			gguf.KV{Key: arch + ".expert_used_count", Value: uint32(nUsed)})
+		if arch == "qwen3moe" {
+			kvs = append(kvs, gguf.KV{Key: arch + ".expert_feed_forward_length", Value: uint32(expFF)})
+		}
+		if s.RawExpertWeights {
+			kvs = append(kvs, gguf.KV{Key: arch + ".expert_weights_norm", Value: false})
+		}
+	}
+	if s.HeadDim != 0 || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" {
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".attention.key_length", Value: uint32(hd)},
 			gguf.KV{Key: arch + ".attention.value_length", Value: uint32(hd)})
@@ -214,6 +259,15 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			dims = dims[:1]
 		}
 		ts = append(ts, gguf.WriteTensor{Name: name, Type: t, Dims: dims, Data: data})
+		return nil
+	}
+	// add3 writes n matrices of rows×cols as one 3-D tensor, llama.cpp's
+	// layout of the experts' FFNs.
+	add3 := func(name string, t ggml.Type, n, rows, cols int, scale float32) error {
+		if err := add(name, t, n*rows, cols, scale); err != nil {
+			return err
+		}
+		ts[len(ts)-1].Dims = []uint64{uint64(cols), uint64(rows), uint64(n)}
 		return nil
 	}
 	vec := func(name string, n int, mean, scale float32) error {
@@ -288,7 +342,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 						return err
 					}
 					return vec(p+"attn_v.bias", kvDim, 0, 0.5)
-				case "qwen3", "gemma3":
+				case "qwen3", "gemma3", "qwen3moe":
 					if err := vec(p+"attn_q_norm.weight", hd, 1, 0.1); err != nil {
 						return err
 					}
@@ -303,6 +357,16 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			},
 			func() error { return norm(p + "ffn_norm.weight") },
 		)
+		if nExp > 0 {
+			steps = append(steps,
+				func() error { return add(p+"ffn_gate_inp.weight", ggml.F32, nExp, s.Embd, in) },
+				func() error { return add3(p+"ffn_gate_exps.weight", s.Type, nExp, expFF, s.Embd, in) },
+				func() error { return add3(p+"ffn_up_exps.weight", s.Type, nExp, expFF, s.Embd, in) },
+				func() error {
+					return add3(p+"ffn_down_exps.weight", s.Type, nExp, s.Embd, expFF, 1/float32(math.Sqrt(float64(expFF))))
+				})
+			continue
+		}
 		steps = append(steps, ffn...)
 		steps = append(steps, func() error {
 			return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))

@@ -73,6 +73,7 @@ type Stage struct {
 	pos                                                 []int     // position of each token
 	rowOf                                               []int     // row of each token
 	attnScratch                                         [][]float32
+	moe                                                 moeScratch // moe.go
 
 	// The batch and layer in progress, read by the per-token steps below;
 	// their method values are made once in NewStage so that a forward pass
@@ -86,6 +87,7 @@ type Stage struct {
 	norm          []float32 // weights of the norm in progress
 	steps         struct {
 		embed, rope, norm, postNorm, qkv, attend, swiGLU, softCap func(worker, t int)
+		route, gather, expertGLU, combine                         func(worker, i int) // moe.go
 	}
 }
 
@@ -103,6 +105,7 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
+	s.steps.route, s.steps.gather, s.steps.expertGLU, s.steps.combine = s.routeToken, s.gatherRow, s.expertGLURow, s.combineToken
 	for _, L := range m.LayerWeights[first:last] {
 		s.hasQKV = s.hasQKV || L.QKV != nil
 	}
@@ -365,6 +368,7 @@ func (s *Stage) grow(T int) {
 	if m.FusedGateUp {
 		g(&s.gateUp, T*2*m.FF)
 	}
+	s.growMoE(T)
 	if cap(s.pos) < T {
 		s.pos = make([]int, T)
 		s.rowOf = make([]int, T)
@@ -409,14 +413,19 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	s.norm = L.FFNNorm
 	s.be.Parallel(T, s.steps.norm)
 	gate, up := s.gate[:T*FF], s.up[:T*FF]
-	if L.GateUp != nil { // one product; swiGLUToken splits it
+	switch {
+	case L.Router != nil:
+		s.moeFFN(T)
+	case L.GateUp != nil: // one product; swiGLUToken splits it
 		s.be.MatMul(L.GateUp, h, T, s.gateUp[:T*2*FF])
-	} else {
+		s.be.Parallel(T, s.steps.swiGLU)
+		s.be.MatMul(L.Down, gate, T, out)
+	default:
 		s.be.MatMul(L.Gate, h, T, gate)
 		s.be.MatMul(L.Up, h, T, up)
+		s.be.Parallel(T, s.steps.swiGLU)
+		s.be.MatMul(L.Down, gate, T, out)
 	}
-	s.be.Parallel(T, s.steps.swiGLU)
-	s.be.MatMul(L.Down, gate, T, out)
 	if L.PostFFNNorm != nil {
 		s.norm = L.PostFFNNorm
 		s.be.Parallel(T, s.steps.postNorm)

@@ -40,15 +40,23 @@ type Layer struct {
 	// before the residual adds (post_attention_norm, post_ffw_norm); nil
 	// unless Config.PostNorms.
 	PostAttnNorm, PostFFNNorm []float32
+	// Router (ffn_gate_inp: Experts rows of Embd) and Experts replace Gate,
+	// Up and Down in a mixture-of-experts layer (Config.Experts > 0); nil
+	// otherwise.
+	Router  *Weight
+	Experts []Expert
 }
 
 // Matrices returns the layer's matrices that are present.
 func (l *Layer) Matrices() []*Weight {
 	var ws []*Weight
-	for _, w := range []*Weight{l.Q, l.K, l.V, l.QKV, l.O, l.Gate, l.Up, l.GateUp, l.Down} {
+	for _, w := range []*Weight{l.Q, l.K, l.V, l.QKV, l.O, l.Gate, l.Up, l.GateUp, l.Down, l.Router} {
 		if w != nil {
 			ws = append(ws, w)
 		}
+	}
+	for _, e := range l.Experts {
+		ws = append(ws, e.Gate, e.Up, e.Down)
 	}
 	return ws
 }
@@ -110,7 +118,6 @@ func Load(f *gguf.File) (*Model, error) {
 		}
 		mats := []mat{
 			{&l.O, "attn_output.weight", cfg.Embd, qDim},
-			{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF},
 		}
 		// A file may fuse Q, K and V into one matrix, as llama.cpp's loader
 		// accepts for every architecture.
@@ -125,12 +132,20 @@ func Load(f *gguf.File) (*Model, error) {
 				mat{&l.K, "attn_k.weight", kvDim, cfg.Embd},
 				mat{&l.V, "attn_v.weight", kvDim, cfg.Embd})
 		}
-		if cfg.FusedGateUp {
-			mats = append(mats, mat{&l.GateUp, "ffn_up.weight", 2 * cfg.FF, cfg.Embd})
-		} else {
+		switch {
+		case cfg.Experts > 0:
+			if err := m.loadExperts(f, l, i); err != nil {
+				return nil, err
+			}
+		case cfg.FusedGateUp:
+			mats = append(mats,
+				mat{&l.GateUp, "ffn_up.weight", 2 * cfg.FF, cfg.Embd},
+				mat{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF})
+		default:
 			mats = append(mats,
 				mat{&l.Gate, "ffn_gate.weight", cfg.FF, cfg.Embd},
-				mat{&l.Up, "ffn_up.weight", cfg.FF, cfg.Embd})
+				mat{&l.Up, "ffn_up.weight", cfg.FF, cfg.Embd},
+				mat{&l.Down, "ffn_down.weight", cfg.Embd, cfg.FF})
 		}
 		for _, t := range mats {
 			if *t.dst, err = matrix(f, name(t.name), t.rows, t.cols); err != nil {

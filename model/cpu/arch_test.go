@@ -26,10 +26,21 @@ var archSpecs = []model.RandomSpec{
 	// sliding one: prompts of 24 and more positions cross the window.
 	{Arch: "gemma3", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 28, HeadDim: 32},
 	{Arch: "gemma3", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 1, FF: 96, Vocab: 300, Context: 256, Seed: 29, Tied: true, SlidingWindow: 13, LogitSoftCap: 5},
+	// Mixtures of experts: 4 experts, 2 per token (qwen3moe's 48 wide);
+	// 6 experts, 3 per token, without renormalised weights.
+	{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 30, HeadDim: 32, ExpertFF: 48},
+	{Arch: "mixtral", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 31},
+	{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 4, FF: 96, Vocab: 300, Context: 256, Seed: 32, Tied: true, Experts: 6, ExpertsUsed: 3, ExpertFF: 64, RawExpertWeights: true},
 }
+
+// moeSpec reports whether s is a mixture-of-experts architecture.
+func moeSpec(s model.RandomSpec) bool { return s.Arch == "qwen3moe" || s.Arch == "mixtral" }
 
 func specName(s model.RandomSpec) string {
 	n := fmt.Sprintf("%s-hd%d-kv%d", s.Arch, s.HeadDim, s.HeadsKV)
+	if moeSpec(s) {
+		n += fmt.Sprintf("-e%d", s.Experts)
+	}
 	if s.Tied {
 		n += "-tied"
 	}
@@ -47,6 +58,11 @@ type gguf64 struct {
 	eps, base, mscale, scale  float64   // scale: linear RoPE scaling (1: none)
 	factors                   []float64 // nil: none
 	neox, qkNorm, fusedGateUp bool
+
+	// Mixture of experts: experts per layer (0: dense), chosen per token,
+	// whether their weights are renormalised.
+	experts, used int
+	normW         bool
 
 	// gemma3: the window of the sliding layers (layer l slides when
 	// l%6 < 5; 0: none), their RoPE base, the logit cap (0: none).
@@ -94,7 +110,15 @@ func newGGUF64(t *testing.T, f *gguf.File) *gguf64 {
 		}
 	}
 	r.neox = arch != "llama"
-	r.qkNorm = arch == "qwen3" || arch == "gemma3"
+	r.qkNorm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe"
+	if f.Has(arch + ".expert_count") {
+		r.experts, r.used, r.normW = u("expert_count"), u("expert_used_count"), true
+		if f.Has(arch + ".expert_weights_norm") {
+			if r.normW, err = f.Bool(arch + ".expert_weights_norm"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	r.fusedGateUp = arch == "phi3"
 	if arch == "gemma3" {
 		r.gemma = true
@@ -204,6 +228,65 @@ func gelu64(x float64) float64 {
 	return float64(ggml.F16ToF32(ggml.F32ToF16(float32(y))))
 }
 
+// moe64 is layer l's mixture-of-experts FFN of h: the softmax of the
+// router's logits, the used most probable experts (ties to the lower ID),
+// their probabilities divided by their sum when normW, and the weighted sum
+// of those experts' SwiGLU FFNs, each expert read from its slice of the
+// 3-D ffn_*_exps tensors.
+func (r *gguf64) moe64(l int, h []float64) []float64 {
+	name := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+	logits := mv64(r.mat(name("ffn_gate_inp.weight")), h)
+	mx := math.Inf(-1)
+	for _, v := range logits {
+		mx = max(mx, v)
+	}
+	var sum float64
+	p := make([]float64, len(logits))
+	for i, v := range logits {
+		p[i] = math.Exp(v - mx)
+		sum += p[i]
+	}
+	for i := range p {
+		p[i] /= sum
+	}
+	order := make([]int, len(p))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case p[a] > p[b]:
+			return -1
+		case p[a] < p[b]:
+			return 1
+		}
+		return 0
+	})
+	chosen := order[:r.used]
+	var wsum float64
+	for _, e := range chosen {
+		wsum += p[e]
+	}
+	gate, up, down := r.mat(name("ffn_gate_exps.weight")), r.mat(name("ffn_up_exps.weight")), r.mat(name("ffn_down_exps.weight"))
+	ff := len(gate) / r.experts
+	out := make([]float64, len(h))
+	for _, e := range chosen {
+		w := p[e]
+		if r.normW {
+			w /= wsum
+		}
+		g, u := mv64(gate[e*ff:(e+1)*ff], h), mv64(up[e*ff:(e+1)*ff], h)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		d := mv64(down[e*r.embd:(e+1)*r.embd], g)
+		for i := range out {
+			out[i] += w * d[i]
+		}
+	}
+	return out
+}
+
 // logits runs tokens (positions 0..n-1) and returns every position's logits.
 func (r *gguf64) logits(tokens []int32) [][]float64 {
 	embd := r.mat("token_embd.weight")
@@ -304,15 +387,20 @@ func (r *gguf64) logits(tokens []int32) [][]float64 {
 				x[p][i] += o[i]
 			}
 			h := rms64(x[p], fn, r.eps)
-			g, u := mv64(wg, h), mv64(wu, h)
-			for i := range g {
-				if r.gemma {
-					g[i] = gelu64(g[i]) * u[i]
-				} else {
-					g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			var d []float64
+			if r.experts > 0 {
+				d = r.moe64(l, h)
+			} else {
+				g, u := mv64(wg, h), mv64(wu, h)
+				for i := range g {
+					if r.gemma {
+						g[i] = gelu64(g[i]) * u[i]
+					} else {
+						g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+					}
 				}
+				d = mv64(wd, g)
 			}
-			d := mv64(wd, g)
 			if pfn != nil {
 				d = rms64(d, pfn, r.eps)
 			}
@@ -397,7 +485,7 @@ func TestArchsAgainstFloat64(t *testing.T) {
 // its sliding layers start attention at keys that move with each position.
 func TestArchsLogitsBatchInvariant(t *testing.T) {
 	for _, spec := range archSpecs {
-		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" {
+		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" && !moeSpec(spec) {
 			continue
 		}
 		for _, typ := range []ggml.Type{ggml.F32, ggml.Q8_0} {
@@ -452,7 +540,7 @@ func TestArchsLogitsBatchInvariant(t *testing.T) {
 // prompt crosses the window.
 func TestArchsPipelineSplitIdentical(t *testing.T) {
 	for _, spec := range archSpecs {
-		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" {
+		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" && !moeSpec(spec) {
 			continue
 		}
 		t.Run(specName(spec), func(t *testing.T) {
