@@ -18,6 +18,10 @@ var archE2ESpecs = []model.RandomSpec{
 	{Arch: "phi3", Layers: 4, Embd: 128, Heads: 4, HeadsKV: 4, FF: 256, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
 	// Sliding layers 0-4 and 6 over 8 positions, layer 5 global.
 	{Arch: "gemma3", Layers: 7, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
+	// Mixtures of experts: 8 experts of 64, 2 per token; Mixtral's layout
+	// with 4 experts of FF.
+	{Arch: "qwen3moe", Layers: 4, Embd: 128, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Experts: 8, ExpertsUsed: 2, ExpertFF: 64, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
+	{Arch: "mixtral", Layers: 4, Embd: 128, Heads: 4, HeadsKV: 2, FF: 128, Experts: 4, ExpertsUsed: 2, Vocab: 600, Context: 512, Type: ggml.Q8_0, Seed: 42},
 }
 
 func writeSpec(t *testing.T, spec model.RandomSpec) string {
@@ -47,8 +51,8 @@ func TestGenerateArchs(t *testing.T) {
 	}
 }
 
-// TestE2EArchsThreeShards: greedy output of generated qwen3, phi3 and
-// gemma3 models through three `shard join` processes (for the 4-layer
+// TestE2EArchsThreeShards: greedy output of generated qwen3, phi3,
+// gemma3, qwen3moe and Mixtral-style models through three `shard join` processes (for the 4-layer
 // models the split falls between every pair of layers but one) equals the
 // single-process output of `coordinator generate`.
 func TestE2EArchsThreeShards(t *testing.T) {
