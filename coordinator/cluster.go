@@ -619,7 +619,7 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		}
 	}
 	rec := ShardRecord{
-		NodeID: req.GetNodeId(), ShardID: id, Incarnation: req.GetIncarnation(), GRPCAddr: req.GetGrpcAddr(),
+		NodeID: req.GetNodeId(), ShardID: id, Name: shardName(req.GetName()), Incarnation: req.GetIncarnation(), GRPCAddr: req.GetGrpcAddr(),
 		Device: req.GetDevices().GetDevice(), CPUCores: req.GetDevices().GetCpuCores(),
 		MemoryBytes: req.GetDevices().GetMemoryBytes(), KVMemory: req.GetKvMemoryBytes(), Registered: now,
 	}
@@ -630,7 +630,7 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 	if s == nil {
 		s = &shardState{}
 		c.shards[id] = s
-		c.log.Info("shard registered", "shard_id", id, "addr", rec.GRPCAddr, "device", rec.Device, "memory", rec.MemoryBytes)
+		c.log.Info("shard registered", "shard_id", id, "name", rec.Name, "addr", rec.GRPCAddr, "device", rec.Device, "memory", rec.MemoryBytes)
 	} else {
 		rec.Registered = s.rec.Registered
 		s.lost, s.failed = false, ""

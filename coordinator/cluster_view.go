@@ -38,7 +38,11 @@ type ClusterView struct {
 
 // ShardView is one shard in a ClusterView.
 type ShardView struct {
-	ShardID     string `json:"shard_id"`
+	ShardID string `json:"shard_id"`
+	// Name is what people call the shard (shard join --name, default the
+	// host name and a short ID; local-N for --local-shards); empty for a
+	// shard that registered none.
+	Name        string `json:"name"`
 	NodeID      string `json:"node_id"`
 	Incarnation uint64 `json:"incarnation"`
 	Addr        string `json:"addr"`
@@ -116,7 +120,7 @@ func (c *Cluster) publish() {
 	}
 	for _, s := range c.shards {
 		sv := ShardView{
-			ShardID: s.rec.ShardID, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation, Addr: s.rec.GRPCAddr,
+			ShardID: s.rec.ShardID, Name: s.rec.Name, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation, Addr: s.rec.GRPCAddr,
 			Device: s.rec.Device, CPUCores: s.rec.CPUCores, MemoryBytes: s.rec.MemoryBytes,
 			Stage: c.active.stageOf(s.rec.ShardID), Connected: s.connected(),
 			TombstonesUnacked: s.unackedCount(), BackstopDropped: s.dropped, LastHeartbeat: s.hbAt,

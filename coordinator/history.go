@@ -25,9 +25,9 @@ const HistorySamples = 900
 // bound when a flapping shard logs one every few seconds.
 const HistoryEvents = 256
 
-// historyShards bounds the per-shard KV entries of one sample (the
-// registry holds at most maxShards, so this is a second fence).
-const historyShards = maxShards
+// historyShards bounds the per-shard KV entries of one sample: as many as
+// the registry holds, a second fence in case it grows.
+const historyShards = 256
 
 // Sample is one second of the coordinator as GET /v1/cluster/history
 // reports it. Latencies are percentiles of the requests' tokens observed in

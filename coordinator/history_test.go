@@ -9,6 +9,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/pb"
 )
 
 // TestHistoryRingBounded: the rings keep the newest samples and events, in
@@ -178,5 +181,29 @@ func TestHistoryEventsFromClusterLog(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "shard lost") || strings.Contains(logged.String(), "shard registered") {
 		t.Errorf("the log at warn got:\n%s", logged.String())
+	}
+}
+
+// TestShardNameInView: the name a shard registers is its title in
+// /v1/cluster, clamped and made printable; none leaves it empty.
+func TestShardNameInView(t *testing.T) {
+	h := newHandCluster(t, 1)
+	for i, name := range []string{"gpu-box-1", "bad\x1b[2Jname" + strings.Repeat("x", 80), ""} {
+		reply := make(chan registerReply, 1)
+		h.turn(evRegister{req: &pb.RegisterRequest{NodeId: fmt.Sprintf("node-%d", i), Name: name, Incarnation: 1, GrpcAddr: "127.0.0.1:1",
+			ProtocolVersion: transport.ProtocolVersion, Devices: &pb.Devices{CpuCores: 2, MemoryBytes: 1 << 20, Device: "cpu"}}, reply: reply})
+		if r := <-reply; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	names := map[string]string{}
+	for _, s := range h.View().Shards {
+		names[s.NodeID] = s.Name
+	}
+	if names["node-0"] != "gpu-box-1" || names["node-2"] != "" {
+		t.Errorf("names %q", names)
+	}
+	if n := names["node-1"]; len(n) > maxShardName || !strings.HasPrefix(n, "bad\uFFFD[2Jname") {
+		t.Errorf("clamped name %q (%d bytes)", n, len(n))
 	}
 }

@@ -3,6 +3,9 @@ package coordinator
 import (
 	"embed"
 	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // statusFS holds the status page: one HTML file with its CSS and JS inline,
@@ -29,6 +32,27 @@ type kvSummary struct {
 	Free          int     `json:"blocks_free"`
 	Sequences     int     `json:"sequences"`
 	PrefixHitRate float64 `json:"prefix_hit_rate"`
+}
+
+// maxShardName bounds a shard's name as the coordinator keeps and shows it
+// (shard.MaxNameLen, which a shard checks its --name against).
+const maxShardName = 64
+
+// shardName is a registered name as the registry keeps it: at most
+// maxShardName bytes of whole runes, anything unprintable (or invalid
+// UTF-8) replaced by U+FFFD, since it is shown to people as is.
+func shardName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			r = utf8.RuneError
+		}
+		if b.Len()+utf8.RuneLen(r) > maxShardName {
+			break
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // clusterView returns the configured view, or an empty one.

@@ -57,6 +57,7 @@ type StartState struct {
 type ShardRecord struct {
 	NodeID      string    `json:"node_id"`
 	ShardID     string    `json:"shard_id"`
+	Name        string    `json:"name,omitempty"` // what people call it (shard join --name), shardName-clamped
 	Incarnation uint64    `json:"incarnation"`
 	GRPCAddr    string    `json:"grpc_addr"`
 	Device      string    `json:"device"`

@@ -31,6 +31,10 @@ import (
 type Config struct {
 	// Coordinator is the coordinator's gossip address, host:port.
 	Coordinator string
+	// Name is what people call this shard (the status page's title for
+	// it), at most MaxNameLen bytes of printable UTF-8; empty means the
+	// host name and a short ID.
+	Name string
 	// Model is a local GGUF file; empty means stream the assigned range
 	// from the coordinator (Coordinator.Weights) and cache it in DataDir.
 	Model string
@@ -126,6 +130,9 @@ func (c Config) Validate() error {
 	case c.MaxBackoff <= 0 || c.LeaseTick <= 0:
 		return errors.New("MaxBackoff and LeaseTick must be > 0")
 	}
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
 	if _, _, err := splitHostPort("--coordinator", c.Coordinator); err != nil {
 		return err
 	}
@@ -172,6 +179,7 @@ type Node struct {
 	log         *slog.Logger
 	store       *store
 	nodeID      string
+	name        string // Config.Name, or the default from the node ID
 	incarnation uint64
 	devices     Devices
 	localSHA    string // SHA-256 of --model, set by Run before the control loop starts
@@ -255,6 +263,9 @@ func New(cfg Config) (*Node, error) {
 		n.store.Close()
 		return nil, err
 	}
+	if n.name = cfg.Name; n.name == "" {
+		n.name = defaultName(n.nodeID)
+	}
 	n.log = log.With("component", "shard", "node", n.nodeID)
 	if n.grpcLn, err = transport.Listen(cfg.GRPC); err != nil {
 		n.store.Close()
@@ -309,6 +320,10 @@ func (n *Node) advertiseHost(bind string) (string, error) {
 
 // NodeID returns the node's persistent identity.
 func (n *Node) NodeID() string { return n.nodeID }
+
+// Name returns the name the node registers under (Config.Name or its
+// default).
+func (n *Node) Name() string { return n.name }
 
 // Incarnation returns this process's random incarnation.
 func (n *Node) Incarnation() uint64 { return n.incarnation }

@@ -154,6 +154,7 @@ func (n *Node) register(ctx context.Context, cc *grpc.ClientConn, addr string, l
 	defer cancel()
 	req := &pb.RegisterRequest{
 		NodeId:          n.nodeID,
+		Name:            n.name,
 		Incarnation:     n.incarnation,
 		GrpcAddr:        n.grpcAddr,
 		ProtocolVersion: transport.ProtocolVersion,

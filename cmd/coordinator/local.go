@@ -56,6 +56,7 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		sc.Gossip, sc.GRPC = net.JoinHostPort(cfg.Host, "0"), net.JoinHostPort(cfg.Host, "0")
 		sc.Advertise = advertise
 		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
+		sc.Name = fmt.Sprintf("local-%d", i)
 		sc.Pool, sc.KVMemory = l.pool, cfg.KVMemory
 		// No gossip leave: the shards stop when the coordinator in this
 		// process does, and announcing it to a cluster that is going away

@@ -65,6 +65,7 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	fs := flag.NewFlagSet("shard join", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "the coordinator's gossip address, HOST:PORT (required)")
+	fs.StringVar(&cfg.Name, "name", "", "what people call this shard, shown on the coordinator's status page (default: the host name and a short ID)")
 	fs.StringVar(&cfg.Model, "model", "", "local GGUF model file; without it the assigned layers are streamed from the coordinator and cached under --data-dir/weights")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "compute device: cpu")
 	fs.StringVar(&cfg.Gossip, "gossip", cfg.Gossip, "gossip (memberlist) bind address")

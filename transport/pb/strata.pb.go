@@ -1713,6 +1713,11 @@ type RegisterRequest struct {
 	// kv_memory_bytes is the budget the shard offers for its KV pool (its
 	// --kv-memory); 0 means "what fits after weights".
 	KvMemoryBytes uint64 `protobuf:"varint,7,opt,name=kv_memory_bytes,json=kvMemoryBytes,proto3" json:"kv_memory_bytes,omitempty"`
+	// name is what people call the shard (its --name; default the host name
+	// and a short ID): the status page's title for it. Free text, at most
+	// 64 bytes of printable UTF-8; the coordinator shows the shard ID when it
+	// is empty.
+	Name          string `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1794,6 +1799,13 @@ func (x *RegisterRequest) GetKvMemoryBytes() uint64 {
 		return x.KvMemoryBytes
 	}
 	return 0
+}
+
+func (x *RegisterRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 type RegisterReply struct {
@@ -3104,7 +3116,7 @@ const file_strata_proto_rawDesc = "" +
 	"\tModelFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"\x98\x02\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\xac\x02\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x1b\n" +
@@ -3112,7 +3124,8 @@ const file_strata_proto_rawDesc = "" +
 	"\x10protocol_version\x18\x04 \x01(\rR\x0fprotocolVersion\x12,\n" +
 	"\adevices\x18\x05 \x01(\v2\x12.strata.v1.DevicesR\adevices\x12,\n" +
 	"\x06models\x18\x06 \x03(\v2\x14.strata.v1.ModelFileR\x06models\x12&\n" +
-	"\x0fkv_memory_bytes\x18\a \x01(\x04R\rkvMemoryBytes\"\xa9\x01\n" +
+	"\x0fkv_memory_bytes\x18\a \x01(\x04R\rkvMemoryBytes\x12\x12\n" +
+	"\x04name\x18\b \x01(\tR\x04name\"\xa9\x01\n" +
 	"\rRegisterReply\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
 	"\bshard_id\x18\x02 \x01(\tR\ashardId\x12)\n" +
