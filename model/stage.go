@@ -355,8 +355,10 @@ func (s *Stage) grow(T int) {
 	g(&s.k, T*KVD)
 	g(&s.v, T*KVD)
 	g(&s.att, T*QD)
-	g(&s.gate, T*m.FF)
-	g(&s.up, T*m.FF)
+	if m.Experts == 0 { // MoE layers use s.moe's
+		g(&s.gate, T*m.FF)
+		g(&s.up, T*m.FF)
+	}
 	g(&s.out, T*E)
 	g(&s.ropeCS, T*m.RopeDims)
 	if s.swaRope {
@@ -412,15 +414,15 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 
 	s.norm = L.FFNNorm
 	s.be.Parallel(T, s.steps.norm)
-	gate, up := s.gate[:T*FF], s.up[:T*FF]
 	switch {
 	case L.Router != nil:
 		s.moeFFN(T)
 	case L.GateUp != nil: // one product; swiGLUToken splits it
 		s.be.MatMul(L.GateUp, h, T, s.gateUp[:T*2*FF])
 		s.be.Parallel(T, s.steps.swiGLU)
-		s.be.MatMul(L.Down, gate, T, out)
+		s.be.MatMul(L.Down, s.gate[:T*FF], T, out)
 	default:
+		gate, up := s.gate[:T*FF], s.up[:T*FF]
 		s.be.MatMul(L.Gate, h, T, gate)
 		s.be.MatMul(L.Up, h, T, up)
 		s.be.Parallel(T, s.steps.swiGLU)

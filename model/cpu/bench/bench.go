@@ -219,7 +219,8 @@ func median(ctx context.Context, reps int, f func() error) (time.Duration, error
 
 // sizes returns the parameters of m and the bytes of the matrices one
 // generated token streams (every layer matrix and the output head; one row
-// of the embedding).
+// of the embedding). Of a mixture-of-experts layer's experts a token streams
+// only the ExpertsUsed it is routed to: ExpertsUsed/Experts of their bytes.
 func sizes(m *model.Model) (params, streamed int64) {
 	add := func(w *model.Weight) {
 		params += int64(w.Rows) * int64(w.Cols)
@@ -227,8 +228,17 @@ func sizes(m *model.Model) (params, streamed int64) {
 	}
 	for i := range m.LayerWeights {
 		L := &m.LayerWeights[i]
+		var experts int64
+		for _, e := range L.Experts {
+			for _, w := range []*model.Weight{e.Gate, e.Up, e.Down} {
+				experts += int64(len(w.Data))
+			}
+		}
 		for _, w := range L.Matrices() {
 			add(w)
+		}
+		if experts > 0 {
+			streamed -= experts - experts*int64(m.ExpertsUsed)/int64(m.Experts)
 		}
 	}
 	add(m.Output)
