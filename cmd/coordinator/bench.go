@@ -19,7 +19,7 @@ import (
 // benchConfig is `coordinator generate --bench`: the CPU speed table of
 // issue 7 on generated models.
 type benchConfig struct {
-	Sizes   []string     // 15M, 110M, 1B
+	Sizes   []string     // 15M, 110M, 1B, moe1B
 	Types   []bench.Kind // F32, Q8_0, Q4_K_M, ...
 	Threads []int
 	Batches []int // batched decode sequence counts
@@ -46,10 +46,10 @@ func parseBenchConfig(sizes, types, threads, batches string, reps int) (benchCon
 	var err error
 	if cfg.Sizes, err = parseList(sizes, func(s string) (string, error) {
 		switch s {
-		case "15M", "110M", "1B":
+		case "15M", "110M", "1B", "moe1B":
 			return s, nil
 		}
-		return "", fmt.Errorf("--bench-sizes: want 15M, 110M or 1B, got %q", s)
+		return "", fmt.Errorf("--bench-sizes: want 15M, 110M, 1B or moe1B, got %q", s)
 	}); err != nil {
 		return cfg, err
 	}
@@ -90,7 +90,7 @@ func parseBenchConfig(sizes, types, threads, batches string, reps int) (benchCon
 // costs what it should not (issue 11: a dirty AVX state made the sampler's
 // scalar code 10× slower on Intel) and is flagged in the table.
 func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
-	specs := map[string]func(ggml.Type) model.RandomSpec{"15M": bench.Spec15M, "110M": bench.Spec110M, "1B": bench.Spec1B}
+	specs := map[string]func(ggml.Type) model.RandomSpec{"15M": bench.Spec15M, "110M": bench.Spec110M, "1B": bench.Spec1B, "moe1B": bench.SpecMoE1B}
 	fmt.Fprintf(out, "CPU: %s\n\n", bench.CPU())
 	bw := map[int]float64{}
 	for _, th := range cfg.Threads {

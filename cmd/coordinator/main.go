@@ -84,7 +84,7 @@ func generate(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
 	verbose := fs.Bool("v", false, "log what the command does")
 	benchMode := fs.Bool("bench", false, "measure CPU speed on generated models instead (pp128, tg64, batched decode, bandwidth)")
-	benchSizes := fs.String("bench-sizes", "15M,110M", "with --bench: model sizes among 15M, 110M, 1B")
+	benchSizes := fs.String("bench-sizes", "15M,110M", "with --bench: model sizes among 15M, 110M, 1B, moe1B (8 experts, 2 per token)")
 	benchTypes := fs.String("bench-types", "F32,Q8_0,Q4_0", "with --bench: weight types (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, IQ4_NL, Q2_K..Q6_K, IQ4_XS) or mixtures (Q4_K_M, Q5_K_M)")
 	benchThreads := fs.String("bench-threads", "1,2", "with --bench: thread counts")
 	benchBatches := fs.String("bench-batches", "1,4,8,16", "with --bench: sequence counts of batched decode")

@@ -40,6 +40,13 @@ func Spec1B(t ggml.Type) model.RandomSpec {
 	return model.RandomSpec{Layers: 22, Embd: 2048, Heads: 32, HeadsKV: 4, FF: 5632, Vocab: 32000, Context: 2048, Type: t, Seed: 1}
 }
 
+// SpecMoE1B is a Qwen3-MoE-like model of about 1.1 B parameters of which
+// about 0.35 B are used per token: 16 layers of 8 experts of 2560, 2 per
+// token.
+func SpecMoE1B(t ggml.Type) model.RandomSpec {
+	return model.RandomSpec{Arch: "qwen3moe", Layers: 16, Embd: 1024, Heads: 16, HeadsKV: 4, HeadDim: 64, FF: 2560, Experts: 8, ExpertsUsed: 2, ExpertFF: 2560, Vocab: 32000, Context: 2048, Type: t, Seed: 1}
+}
+
 // Config is one measurement.
 type Config struct {
 	Spec model.RandomSpec

@@ -59,6 +59,9 @@ func kMix(base ggml.Type, spec model.RandomSpec) model.RandomSpec {
 		if i < n/8 || i >= 7*n/8 || (i-n/8)%3 == 2 {
 			spec.Types[fmt.Sprintf("blk.%d.attn_v.weight", i)] = ggml.Q6_K
 			spec.Types[fmt.Sprintf("blk.%d.ffn_down.weight", i)] = ggml.Q6_K
+			if spec.Experts > 0 || spec.Arch == "qwen3moe" || spec.Arch == "mixtral" {
+				spec.Types[fmt.Sprintf("blk.%d.ffn_down_exps.weight", i)] = ggml.Q6_K // the rule matches "ffn_down"
+			}
 		}
 	}
 	return spec

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/model"
@@ -30,5 +32,37 @@ func TestSizesMoE(t *testing.T) {
 	}
 	if streamed != want {
 		t.Fatalf("streamed %d bytes per token, want %d", streamed, want)
+	}
+}
+
+// TestRunMoE measures a small mixture-of-experts model in a Q4_K_M-like
+// mixture, its experts' down projections in Q6_K where the rule says.
+func TestRunMoE(t *testing.T) {
+	k, err := ParseKind("Q4_K_M")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := k.Mix(model.RandomSpec{Arch: "qwen3moe", Layers: 2, Embd: 256, Heads: 4, HeadsKV: 2, HeadDim: 64, FF: 256, Experts: 4, ExpertsUsed: 2, ExpertFF: 256, Vocab: 300, Context: 256, Seed: 1})
+	if spec.Types["blk.1.ffn_down_exps.weight"] != ggml.Q6_K {
+		t.Fatalf("mixture %v", spec.Types)
+	}
+	res, err := Run(context.Background(), Config{Spec: spec, Threads: 2, Prompt: 16, Gen: 4, Batches: []int{3}, Reps: 1, KVType: ggml.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PP <= 0 || res.TG <= 0 || len(res.Batched) != 1 || res.WeightBytes <= 0 || !strings.Contains(strings.ReplaceAll(strings.ToLower(res.ISA), "_", ""), "q6k") {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+// TestSpecMoE1B: the bench's MoE shape has about 1.1 B parameters.
+func TestSpecMoE1B(t *testing.T) {
+	s := SpecMoE1B(ggml.Q8_0)
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	layer := int64(s.Experts*3*s.Embd*s.ExpertFF + s.Experts*s.Embd + 2*s.Embd*s.Heads*s.HeadDim + 2*s.Embd*s.HeadsKV*s.HeadDim)
+	if p := int64(s.Layers)*layer + 2*int64(s.Vocab*s.Embd); p < 1.0e9 || p > 1.2e9 {
+		t.Fatalf("%d parameters", p)
 	}
 }
