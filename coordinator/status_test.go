@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +78,7 @@ func TestStatusPageServed(t *testing.T) {
 		t.Errorf("HEAD /: %d, %d bytes", resp.StatusCode, len(out))
 	}
 	// The page is open; its data and the metrics need the key.
-	for _, p := range []string{"/v1/cluster", "/metrics"} {
+	for _, p := range []string{"/v1/cluster", "/v1/cluster/history", "/metrics"} {
 		if resp, _ := h.do("GET", p, nil); resp.StatusCode != 401 {
 			t.Errorf("GET %s without key: %d, want 401", p, resp.StatusCode)
 		}
@@ -117,85 +119,171 @@ func runChromium(t *testing.T, bin, url string, args ...string) []byte {
 	return stdout.Bytes()
 }
 
-// TestStatusPageChromium loads the status page in headless Chromium over a
-// three-shard view: after the page's scripts ran, the DOM has one element per
-// shard with its layer range, and the screenshot shows the KV bars.
+// statusFixture is a loaded three-stage cluster as the status page sees
+// it: the placed shards listed out of stage order (the view sorts by shard
+// ID), a spare and a lost shard, and 15 minutes of history with events.
+func statusFixture(now time.Time) (ClusterView, *History) {
+	view := ClusterView{Epoch: 7, Placement: 3, Ready: true, BatchFailed: map[string]uint64{}, KVBlocks: 200, BlockSize: 16}
+	type sh struct {
+		id, name   string
+		stage      int
+		first, end int
+		state      string
+	}
+	for i, x := range []sh{
+		{"0a7f", "gpu-box-2", 2, 8, 12, "ready"}, {"3c21", "gpu-box-0", 0, 0, 4, "ready"}, {"5e90", "cpu-box-1", 1, 4, 8, "ready"},
+		{"8d13", "spare-box", -1, 0, 0, "idle"}, {"b4e2", "old-box", -1, 0, 0, "lost"},
+	} {
+		id := x.id + strings.Repeat("0", 28) + "-00000000000000" + fmt.Sprint(i+1)
+		s := ShardView{
+			ShardID: id, Name: x.name, NodeID: x.id, Addr: fmt.Sprintf("10.0.0.%d:7071", i+2), Device: "cpu", CPUCores: 16, MemoryBytes: 32 << 30,
+			Stage: x.stage, First: x.first, End: x.end, Embed: x.stage == 0, Head: x.stage == 2, State: x.state, Connected: x.state != "lost",
+			KVTotal: 200, Sequences: 3, InvariantOK: true,
+		}
+		if x.stage >= 0 {
+			s.KVUsed = uint64(40 * (x.stage + 1))
+		}
+		view.Shards = append(view.Shards, s)
+	}
+	hist := NewHistory(0, 0)
+	start := now.Add(-15 * time.Minute)
+	for i := range HistorySamples {
+		t := start.Add(time.Duration(i+1) * time.Second)
+		w := math.Sin(float64(i)/60) + 1
+		s := Sample{T: t.UnixMilli(), TokS: 40 + 30*w, Running: 4 + int(3*w), Waiting: int(4 * w * w), KVUsed: 60 + int(40*w), KVTotal: 200}
+		if i%7 != 0 { // some seconds see no first token
+			p50, p99 := 120+40*w, 300+200*w
+			s.TTFTp50, s.TTFTp99 = &p50, &p99
+		}
+		i50, i99 := 18+4*w, 35+20*w
+		s.ITLp50, s.ITLp99 = &i50, &i99
+		for _, v := range view.Shards {
+			if v.State == "lost" && i > 600 || v.Stage < 0 && v.State != "lost" && i < 720 {
+				continue
+			}
+			s.ShardsKV = append(s.ShardsKV, ShardKV{ShardID: v.ShardID, Stage: v.Stage, Used: uint64(10*(v.Stage+2)) + uint64(20*w), Total: 200})
+		}
+		hist.addSample(s)
+	}
+	ev := func(sec int, kind string, shard int, msg string) {
+		e := Event{T: start.Add(time.Duration(sec) * time.Second).UnixMilli(), Kind: kind, Message: msg}
+		if shard >= 0 {
+			e.ShardID = view.Shards[shard].ShardID
+		}
+		hist.Record(e)
+	}
+	ev(30, "joined", 1, "shard registered")
+	ev(31, "joined", 2, "shard registered")
+	ev(32, "joined", 4, "shard registered")
+	ev(33, "placement", -1, "placement placement=2 stages=3")
+	ev(600, "lost", 4, "shard lost why=control stream closed")
+	ev(601, "placement", -1, "placement placement=3 stages=3")
+	ev(610, "joined", 0, "shard registered")
+	ev(720, "joined", 3, "shard registered")
+	return view, hist
+}
+
+// TestStatusPageChromium loads the status page in headless Chromium over
+// statusFixture: after the page's scripts ran, the pipeline is drawn in
+// stage order (coordinator, stage 0, 1, 2, back to the coordinator) with
+// each shard titled by its name, the spare and the lost shard apart, every
+// chart has points and the timeline has the events. With
+// STRATA_SCREENSHOT_DIR set it leaves screenshots there, wide and narrow.
 func TestStatusPageChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a browser")
 	}
 	bin := chromium(t)
-	view := ClusterView{Epoch: 7, Placement: 3, Ready: true, BatchFailed: map[string]uint64{}}
-	for i, r := range [][2]int{{0, 4}, {4, 8}, {8, 12}} {
-		view.Shards = append(view.Shards, ShardView{
-			ShardID: fmt.Sprintf("local-%d", i), NodeID: fmt.Sprintf("node-%d", i), Addr: "127.0.0.1:7071", Local: true, Device: "cpu", CPUCores: 2,
-			Stage: i, First: r[0], End: r[1], Embed: i == 0, Head: i == 2, State: "ready", Connected: true,
-			KVUsed: uint64(50 * (i + 1)), KVTotal: 200, Sequences: 3, InvariantOK: true,
-		})
-	}
-	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: func() ClusterView { return view }}})
+	view, hist := statusFixture(time.Now())
+	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: func() ClusterView { return view }, History: hist}})
 
 	dom := string(runChromium(t, bin, h.http.URL+"/", "--dump-dom"))
-	if n := strings.Count(dom, `class="node shard"`); n != 3 {
-		t.Fatalf("DOM has %d shard elements, want 3:\n%s", n, dom)
-	}
-	for _, want := range []string{"local-0", "layers 0–3", "layers 4–7", "layers 8–11", "KV 150 / 200 blocks", "embed", "head", `id="epoch">7<`} {
-		if !strings.Contains(dom, want) {
-			t.Errorf("DOM lacks %q", want)
+	pipe := section(t, dom, `id="pipeline"`, `id="spares-box"`)
+	var order []string
+	for _, m := range regexp.MustCompile(`data-stage="(-?\d+)"|node back`).FindAllStringSubmatch(pipe, -1) {
+		if m[1] == "" {
+			m[1] = "back"
 		}
+		order = append(order, m[1])
+	}
+	if got := strings.Join(order, " "); !strings.HasPrefix(pipe, `id="pipeline"><div class="node coordinator">`) || got != "0 1 2 back" {
+		t.Errorf("pipeline drawn as coordinator? %v then %q, want stages 0 1 2 and back", strings.HasPrefix(pipe, `id="pipeline"><div class="node coordinator">`), got)
+	}
+	for _, want := range []string{"gpu-box-0", "cpu-box-1", "gpu-box-2", "10.0.0.3:7071", "stage 0 · layers 0–3", "stage 2 · layers 8–11", "KV 120 / 200 blocks", "16 threads · 32 GiB"} {
+		if !strings.Contains(pipe, want) {
+			t.Errorf("pipeline lacks %q", want)
+		}
+	}
+	if sp := section(t, dom, `id="spares-box"`, `id="lost-box"`); !strings.Contains(sp, "spare-box") || strings.Contains(sp, " hidden") || strings.Contains(sp, "old-box") {
+		t.Errorf("spares: %s", sp)
+	}
+	if lost := section(t, dom, `id="lost-box"`, `id="charts"`); !strings.Contains(lost, "old-box") || !strings.Contains(lost, "state-lost") {
+		t.Errorf("lost: %s", lost)
+	}
+	charts := section(t, dom, `id="charts"`, `id="events"`)
+	for _, c := range []string{"toks", "requests", "ttft", "itl", "kv"} {
+		box := section(t, charts, `id="chart-`+c+`"`, `</svg>`)
+		pts := regexp.MustCompile(`data-points="(\d+)"`).FindAllStringSubmatch(box, -1)
+		if len(pts) == 0 {
+			t.Errorf("chart %s has no series", c)
+		}
+		for _, p := range pts {
+			if p[1] == "0" {
+				t.Errorf("chart %s has a series without points", c)
+			}
+		}
+		if n := strings.Count(box, `class="event ev-`); n != 8 {
+			t.Errorf("chart %s marks %d events, want 8", c, n)
+		}
+	}
+	if kv := section(t, charts, `id="chart-kv"`, `</svg>`); strings.Count(kv, `class="series"`) != 5 || !strings.Contains(kv, "old-box") {
+		t.Errorf("KV chart: want 5 shards' series, old-box among them")
+	}
+	evs := section(t, dom, `id="events"`, `id="error"`)
+	if !strings.Contains(evs, `<span class="kind">lost</span><span class="who">old-box</span>`) || strings.Count(evs, `class="ev ev-`) != 8 {
+		t.Errorf("events: %s", evs)
 	}
 
-	shot := filepath.Join(t.TempDir(), "status.png")
-	runChromium(t, bin, h.http.URL+"/", "--screenshot="+shot)
-	f, err := os.Open(shot)
-	if err != nil {
-		t.Fatalf("no screenshot: %v", err)
+	dir := os.Getenv("STRATA_SCREENSHOT_DIR")
+	if dir == "" {
+		dir = t.TempDir()
 	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	b := img.Bounds()
-	if b.Dx() < 400 || b.Dy() < 200 {
-		t.Fatalf("screenshot is %v", b)
-	}
-	// The KV bars' fill colour (#3d6fd9) must be on the page in three
-	// separate columns (one bar per shard), and the page must not be blank.
-	colours := map[uint32]bool{}
-	var barCols []int
-	for x := b.Min.X; x < b.Max.X; x++ {
-		bar := false
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			r, g, bl, _ := img.At(x, y).RGBA()
-			colours[(r>>11)<<10|(g>>11)<<5|bl>>11] = true
-			bar = bar || near(r>>8, 0x3d) && near(g>>8, 0x6f) && near(bl>>8, 0xd9)
+	for _, size := range []string{"1280,1000", "480,1400"} {
+		shot := filepath.Join(dir, "status-"+strings.Replace(size, ",", "x", 1)+".png")
+		runChromium(t, bin, h.http.URL+"/", "--screenshot="+shot, "--window-size="+size)
+		f, err := os.Open(shot)
+		if err != nil {
+			t.Fatalf("no screenshot: %v", err)
 		}
-		if bar {
-			barCols = append(barCols, x)
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
 		}
-	}
-	if len(colours) < 16 {
-		t.Errorf("screenshot has %d colours: blank?", len(colours))
-	}
-	if n := countRuns(barCols); n != 3 {
-		t.Errorf("screenshot shows %d KV bars, want 3", n)
-		if dir := os.Getenv("STRATA_SCREENSHOT_DIR"); dir != "" {
-			data, _ := os.ReadFile(shot)
-			os.WriteFile(filepath.Join(dir, "status.png"), data, 0o644)
+		colours := map[uint32]bool{}
+		b := img.Bounds()
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			for y := b.Min.Y; y < b.Max.Y; y += 2 {
+				r, g, bl, _ := img.At(x, y).RGBA()
+				colours[(r>>11)<<10|(g>>11)<<5|bl>>11] = true
+			}
+		}
+		if len(colours) < 16 {
+			t.Errorf("%s screenshot has %d colours: blank?", size, len(colours))
 		}
 	}
 }
 
-func near(v, want uint32) bool { return v+12 >= want && v <= want+12 }
-
-// countRuns counts runs of consecutive values in ascending xs.
-func countRuns(xs []int) int {
-	n := 0
-	for i, x := range xs {
-		if i == 0 || x != xs[i-1]+1 {
-			n++
-		}
+// section returns dom from the first from up to the next to after it.
+func section(t *testing.T, dom, from, to string) string {
+	t.Helper()
+	i := strings.Index(dom, from)
+	if i < 0 {
+		t.Fatalf("DOM lacks %s:\n%s", from, dom)
 	}
-	return n
+	j := strings.Index(dom[i+len(from):], to)
+	if j < 0 {
+		return dom[i:]
+	}
+	return dom[i : i+len(from)+j]
 }
