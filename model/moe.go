@@ -15,7 +15,8 @@ import (
 // expert_used_count (ExpertsUsed, 1..Experts), expert_feed_forward_length
 // (qwen3moe's ExpertFF; FF/ExpertsUsed when absent, as llama.cpp's loader;
 // a llama file's experts are FF wide), expert_weights_norm (true when
-// absent), expert_gating_func (absent, 0 or 1: softmax; sigmoid and the
+// absent; llama.cpp's graphs for both architectures renormalise whatever
+// the key says, strata follows the file), expert_gating_func (absent, 0 or 1: softmax; sigmoid and the
 // others are refused), expert_weights_scale (absent, 0 or 1; others
 // refused), expert_shared_count and expert_shared_feed_forward_length
 // (shared experts are refused when > 0).
@@ -150,6 +151,11 @@ func (m *Model) loadExperts(f *gguf.File, l *Layer, i int) error {
 	for _, s := range []string{"ffn_gate_inp_shexp.weight", "ffn_up_shexp.weight", "ffn_gate_shexp.weight", "ffn_down_shexp.weight", "exp_probs_b.bias"} {
 		if _, err := f.Tensor(name(s)); err == nil {
 			return fmt.Errorf("model: tensor %s: shared experts and expert biases are not supported", name(s))
+		}
+	}
+	if _, err := f.Tensor(name("ffn_gate_exps.weight")); err != nil {
+		if _, err := f.Tensor(name("ffn_gate.0.weight")); err == nil {
+			return fmt.Errorf("model: tensor %s: experts stored as separate 2-D tensors (an old Mixtral conversion) are not supported; reconvert with llama.cpp's convert_hf_to_gguf.py", name("ffn_gate.0.weight"))
 		}
 	}
 	var err error

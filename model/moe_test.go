@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,6 +124,15 @@ func TestMoERefusals(t *testing.T) {
 		{"gate-less experts", mix, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return kvs, slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return t.Name == "blk.0.ffn_gate_exps.weight" })
 		}, "blk.0.ffn_gate_exps.weight"},
+		{"experts as separate tensors", mix, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			ts = slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return strings.Contains(t.Name, "_exps") })
+			for e := range 4 {
+				for _, n := range []string{"gate", "up"} {
+					ts = append(ts, tensor("blk.0.ffn_"+n+"."+strconv.Itoa(e)+".weight", []uint64{64, 64}))
+				}
+			}
+			return kvs, ts
+		}, "tensor blk.0.ffn_gate.0.weight: experts stored as separate 2-D tensors (an old Mixtral conversion) are not supported"},
 		{"router of the wrong width", q, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			ts = slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return t.Name == "blk.0.ffn_gate_inp.weight" })
 			return kvs, append(ts, tensor("blk.0.ffn_gate_inp.weight", []uint64{64, 5}))
