@@ -20,7 +20,10 @@
 //   - Server is the OpenAI-compatible HTTP API over an Engine: validation at
 //     the edge with errors in OpenAI's envelope, streaming, stop strings,
 //     logprobs, /tokenize, /detokenize, /metrics, /v1/cluster and the status
-//     page.
+//     page. Its Run (its only goroutine, the caller waits for it) samples
+//     the engine and the cluster once a second into a History: 900 samples
+//     and 256 events (the cluster's lifecycle log records, through
+//     History.LogHandler on its logger), served as /v1/cluster/history.
 //   - Generate runs one prompt through the whole model in this process.
 //
 // Engine, Server and Cluster are safe for concurrent use through their
