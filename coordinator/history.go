@@ -53,6 +53,10 @@ type ShardKV struct {
 	Stage   int    `json:"stage"` // -1: spare
 	Used    uint64 `json:"used"`
 	Total   uint64 `json:"total"`
+	// MSPerBatch is the shard's compute time per batch in that second:
+	// known for in-process shards (ServerConfig.StageTimings), null for
+	// remote ones and in seconds without batches.
+	MSPerBatch *float64 `json:"ms_per_batch"`
 }
 
 // Event is a cluster event on the status page's timeline: the cluster's
@@ -279,6 +283,7 @@ type sampler struct {
 	prevAt    time.Time
 	prevTok   uint64
 	ttft, itl histSnap
+	stages    map[string]StageTiming // the previous sample's, by shard ID
 }
 
 func (sp *sampler) sample(now time.Time) Sample {
@@ -294,14 +299,28 @@ func (sp *sampler) sample(now time.Time) Sample {
 		out.ITLp50, out.ITLp99 = quantileMS(sp.itl, itl, 0.5), quantileMS(sp.itl, itl, 0.99)
 	}
 	sp.prevAt, sp.prevTok, sp.ttft, sp.itl = now, st.GeneratedTokens, ttft, itl
+	stages := map[string]StageTiming{}
+	if s.cfg.StageTimings != nil {
+		for _, t := range s.cfg.StageTimings() {
+			stages[t.Shard] = t
+		}
+	}
 	if s.cfg.View != nil {
 		for _, sh := range s.cfg.View().Shards {
 			if len(out.ShardsKV) == historyShards {
 				break
 			}
-			out.ShardsKV = append(out.ShardsKV, ShardKV{ShardID: sh.ShardID, Stage: sh.Stage, Used: sh.KVUsed, Total: sh.KVTotal})
+			k := ShardKV{ShardID: sh.ShardID, Stage: sh.Stage, Used: sh.KVUsed, Total: sh.KVTotal}
+			cur, ok := stages[sh.ShardID]
+			prev, had := sp.stages[sh.ShardID]
+			if ok && had && cur.Batches > prev.Batches && cur.Busy >= prev.Busy {
+				ms := float64(cur.Busy-prev.Busy) / float64(time.Millisecond) / float64(cur.Batches-prev.Batches)
+				k.MSPerBatch = &ms
+			}
+			out.ShardsKV = append(out.ShardsKV, k)
 		}
 	}
+	sp.stages = stages
 	return out
 }
 

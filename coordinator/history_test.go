@@ -51,7 +51,16 @@ func TestHistoryRingBounded(t *testing.T) {
 // context ends.
 func TestHistorySampledEverySecond(t *testing.T) {
 	view := ClusterView{Shards: []ShardView{{ShardID: "b", Stage: 1, KVUsed: 5, KVTotal: 10}, {ShardID: "a", Stage: 0, KVUsed: 7, KVTotal: 10}}}
-	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: func() ClusterView { return view }}})
+	// Shard a (in-process) does 4 batches of 2.5 ms a second; b is remote.
+	var timingsMu sync.Mutex
+	var aBatches uint64
+	timings := func() []StageTiming {
+		timingsMu.Lock()
+		defer timingsMu.Unlock()
+		aBatches += 4
+		return []StageTiming{{Shard: "a", Batches: aBatches, Busy: time.Duration(aBatches) * 2500 * time.Microsecond}}
+	}
+	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: func() ClusterView { return view }, StageTimings: timings}})
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
@@ -87,6 +96,9 @@ func TestHistorySampledEverySecond(t *testing.T) {
 	}
 	if got := ss[4].ShardsKV; len(got) != 2 || got[0].ShardID != "b" || got[0].Used != 5 || got[1].Stage != 0 || got[1].Total != 10 {
 		t.Errorf("shards %+v", got)
+	}
+	if b, a := ss[4].ShardsKV[0].MSPerBatch, ss[4].ShardsKV[1].MSPerBatch; b != nil || a == nil || *a != 2.5 {
+		t.Errorf("ms per batch: b %v, a %v, want none and 2.5", b, a)
 	}
 	if ss[4].KVTotal != 256 || ss[4].TokS != 0 {
 		t.Errorf("sample %+v", ss[4])

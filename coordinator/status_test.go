@@ -161,7 +161,12 @@ func statusFixture(now time.Time) (ClusterView, *History) {
 			if v.State == "lost" && i > 600 || v.Stage < 0 && v.State != "lost" && i < 720 {
 				continue
 			}
-			s.ShardsKV = append(s.ShardsKV, ShardKV{ShardID: v.ShardID, Stage: v.Stage, Used: uint64(10*(v.Stage+2)) + uint64(20*w), Total: 200})
+			k := ShardKV{ShardID: v.ShardID, Stage: v.Stage, Used: uint64(10*(v.Stage+2)) + uint64(20*w), Total: 200}
+			if v.Stage >= 0 {
+				ms := 3 + float64(v.Stage) + w
+				k.MSPerBatch = &ms
+			}
+			s.ShardsKV = append(s.ShardsKV, k)
 		}
 		hist.addSample(s)
 	}
@@ -209,7 +214,7 @@ func TestStatusPageChromium(t *testing.T) {
 	if got := strings.Join(order, " "); !strings.HasPrefix(pipe, `id="pipeline"><div class="node coordinator">`) || got != "0 1 2 back" {
 		t.Errorf("pipeline drawn as coordinator? %v then %q, want stages 0 1 2 and back", strings.HasPrefix(pipe, `id="pipeline"><div class="node coordinator">`), got)
 	}
-	for _, want := range []string{"gpu-box-0", "cpu-box-1", "gpu-box-2", "10.0.0.3:7071", "stage 0 · layers 0–3", "stage 2 · layers 8–11", "KV 120 / 200 blocks", "16 threads · 32 GiB"} {
+	for _, want := range []string{"gpu-box-0", "cpu-box-1", "gpu-box-2", "10.0.0.3:7071", "stage 0 · layers 0–3", "stage 2 · layers 8–11", "KV 120 / 200 blocks", "16 threads · 32 GiB", "ms per batch"} {
 		if !strings.Contains(pipe, want) {
 			t.Errorf("pipeline lacks %q", want)
 		}
@@ -221,7 +226,7 @@ func TestStatusPageChromium(t *testing.T) {
 		t.Errorf("lost: %s", lost)
 	}
 	charts := section(t, dom, `id="charts"`, `id="events"`)
-	for _, c := range []string{"toks", "requests", "ttft", "itl", "kv"} {
+	for _, c := range []string{"toks", "requests", "ttft", "itl", "kv", "stage"} {
 		box := section(t, charts, `id="chart-`+c+`"`, `</svg>`)
 		pts := regexp.MustCompile(`data-points="(\d+)"`).FindAllStringSubmatch(box, -1)
 		if len(pts) == 0 {
