@@ -26,7 +26,7 @@ import (
 // to a link whose queue holds depth batches.
 func readyRemote(t *testing.T, depth int) (*remote, *link) {
 	t.Helper()
-	p := newRemote(7)
+	p := newRemote(7, 0, &transport.Refusals{})
 	p.setPlacement(&Placement{Version: 1, Stages: []Stage{{ShardID: "a"}}, Blocks: 16, BlockSize: 16})
 	l := &link{version: 1, queue: make(chan *pb.BatchHeader, depth)}
 	if !p.resume(l) {
@@ -46,7 +46,7 @@ func creates(seqs ...uint64) []transport.Row {
 func tombs(seqs ...uint64) []transport.Tombstone {
 	var ts []transport.Tombstone
 	for _, s := range seqs {
-		ts = append(ts, transport.Tombstone{Epoch: 7, Seq: s, Reason: "aborted"})
+		ts = append(ts, transport.Tombstone{Epoch: 7, Seq: s, Reason: transport.ReasonAborted})
 	}
 	return ts
 }
@@ -141,7 +141,7 @@ func loopCluster() *Cluster {
 	c := &Cluster{
 		log:     slog.New(slog.DiscardHandler),
 		start:   StartState{Epoch: 7},
-		pipe:    newRemote(7),
+		pipe:    newRemote(7, 0, &transport.Refusals{}),
 		shards:  map[string]*shardState{},
 		active:  &Placement{Version: 1, Stages: []Stage{{ShardID: "a"}, {ShardID: "b"}}},
 		ev:      make(chan any),

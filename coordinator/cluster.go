@@ -178,6 +178,10 @@ type Cluster struct {
 	view       atomic.Pointer[ClusterView]
 	streams    sync.WaitGroup // control-stream receivers (see Control)
 	wg         sync.WaitGroup // links; waited by Run
+	// refused counts the shards' messages refused before use (out of
+	// range, over a limit, outside an enum, from the wrong stream; a
+	// recovered panic): strata_wire_refused_total.
+	refused transport.Refusals
 
 	// Loop-owned.
 	shards      map[string]*shardState // by shard ID
@@ -256,13 +260,13 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{
-		cfg: cfg, log: cfg.Log.With("component", "cluster"), store: store, start: st,
-		pipe: newRemote(st.Epoch), ln: ln,
+		cfg: cfg, log: cfg.Log.With("component", "cluster"), store: store, start: st, ln: ln,
 		ev: make(chan any), stopped: make(chan struct{}), firstReady: make(chan struct{}),
 		shards:   map[string]*shardState{},
 		restored: restored, nextVersion: 1, reserved: reserved, started: now,
 		notReady: now, notReadyWhy: fmt.Sprintf("waiting for shards (0 of --min-shards %d connected)", cfg.MinShards),
 	}
+	c.pipe = newRemote(st.Epoch, cfg.Shape.Vocab, &c.refused)
 	if restored != nil {
 		c.nextVersion = restored.Version + 1
 	}
@@ -271,7 +275,8 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		store.Close()
 		return nil, err
 	}
-	c.srv = transport.NewServer(append([]grpc.ServerOption{grpc.WaitForHandlers(true)}, cfg.ServerOptions...)...)
+	opts := append(transport.RecoverOptions(c.log, &c.refused), grpc.WaitForHandlers(true))
+	c.srv = transport.NewServer(append(opts, cfg.ServerOptions...)...)
 	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
 	c.publish()
 	c.log.Info("cluster store opened", "cluster_id", st.ClusterID, "epoch", st.Epoch, "prev_epoch", st.PrevEpoch,
@@ -519,8 +524,8 @@ const downstreamBackoff = time.Second
 
 // downstreamDown reports whether a stage's BatchFailed reason says the
 // pipeline beyond it is broken, rather than something about the batch.
-func downstreamDown(reason string) bool {
-	return reason == "downstream_unavailable" || reason == "results_unavailable"
+func downstreamDown(reason transport.Code) bool {
+	return reason == transport.CodeDownstreamUnavailable || reason == transport.CodeResultsUnavailable
 }
 
 func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, serveErr <-chan error) error {
@@ -541,6 +546,7 @@ func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, ser
 			c.fanOut(c.pipe.takeBackstop())
 		case <-tick.C:
 			c.persistSeqHWM()
+			c.expireShards(now)
 			if now.Sub(c.rotatedAt) >= 5*c.cfg.Heartbeat {
 				c.pipe.rotateEnded()
 				c.rotatedAt = now
@@ -627,6 +633,13 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		rec.Models = append(rec.Models, m.GetSha256())
 	}
 	s := c.shards[id]
+	if s == nil && len(c.shards) >= maxShards {
+		c.expireShards(now)
+		if len(c.shards) >= maxShards {
+			c.refused.Add(transport.CodeRegistryFull)
+			return nil, fmt.Errorf("%w: the registry holds its limit of %d shards", errRegistryFull, maxShards)
+		}
+	}
 	if s == nil {
 		s = &shardState{}
 		c.shards[id] = s
@@ -651,7 +664,7 @@ func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
 	s := c.shards[h.GetShardId()]
 	switch {
 	case h.GetEpoch() != c.start.Epoch:
-		return fmt.Errorf("%w: epoch %d, coordinator's is %d: register again", errStale, h.GetEpoch(), c.start.Epoch)
+		return fmt.Errorf("%w: another epoch's stream: register again", errStale)
 	case s == nil || s.rec.Incarnation != h.GetIncarnation():
 		return fmt.Errorf("%w: shard %q (incarnation %d) is not registered", errStale, h.GetShardId(), h.GetIncarnation())
 	}
@@ -696,7 +709,7 @@ func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time)
 			c.lose(s, "load failed: "+st.GetError(), now)
 		}
 	case m.GetFailed() != nil:
-		c.pipe.batchFailed(m.GetFailed())
+		c.pipe.batchFailed(m.GetFailed(), fromControl(s.rec.ShardID))
 	}
 }
 
@@ -816,7 +829,16 @@ func (c *Cluster) fanOut(ts []transport.Tombstone) {
 	if len(ts) == 0 || c.active == nil {
 		return
 	}
-	pts := tombstonesToPB(ts)
+	if len(ts) > transport.MaxBatchTombstones { // more than one message may carry
+		c.fanOut(ts[:transport.MaxBatchTombstones])
+		c.fanOut(ts[transport.MaxBatchTombstones:])
+		return
+	}
+	pts, err := transport.TombstonesToWire(ts)
+	if err != nil {
+		c.log.Error("backstop tombstones not sent", "err", err) // a bug: the engine emits the coordinator's reasons only
+		return
+	}
 	for _, st := range c.active.Stages {
 		// Also a shard whose stream is down, which is lost: should it come
 		// back to this placement (nothing else could hold the model), the

@@ -34,14 +34,23 @@ var _ pb.CoordinatorServer = (*coordinatorService)(nil)
 
 var errStopping = status.Error(codes.Unavailable, "coordinator: stopping")
 
-// Register implements pb.CoordinatorServer.
+// Register implements pb.CoordinatorServer. The request is checked here
+// (transport.CheckRegister: bounded strings and counts) before the loop
+// sees it; the loop bounds the registry (maxShards).
 func (s *coordinatorService) Register(ctx context.Context, req *pb.RegisterRequest) (*pb.RegisterReply, error) {
+	if err := transport.CheckRegister(req); err != nil {
+		s.c.refused.Count(err)
+		return nil, status.Errorf(codes.InvalidArgument, "coordinator: register: %v", err)
+	}
 	reply := make(chan registerReply, 1)
 	if !s.c.post(ctx, evRegister{req: req, reply: reply}) {
 		return nil, errStopping
 	}
 	r := <-reply
-	if r.err != nil {
+	switch {
+	case errors.Is(r.err, errRegistryFull):
+		return nil, status.Errorf(codes.ResourceExhausted, "coordinator: register %q: %v", req.GetNodeId(), r.err)
+	case r.err != nil:
 		return nil, status.Errorf(codes.InvalidArgument, "coordinator: register %q: %v", req.GetNodeId(), r.err)
 	}
 	return r.rep, nil
@@ -59,7 +68,12 @@ func (s *coordinatorService) Control(stream pb.Coordinator_ControlServer) error 
 	}
 	h := m.GetHello()
 	if h == nil {
+		c.refused.Add(transport.CodeBadField)
 		return status.Error(codes.InvalidArgument, "coordinator: the first Control message must be hello")
+	}
+	if err := transport.CheckHello(h); err != nil {
+		c.refused.Count(err)
+		return status.Errorf(codes.InvalidArgument, "coordinator: %v", err)
 	}
 	out := newOutbox()
 	reply := make(chan error, 1)
@@ -90,6 +104,11 @@ func (s *coordinatorService) recvControl(ctx context.Context, stream pb.Coordina
 		m, err := stream.Recv()
 		if err != nil {
 			return err
+		}
+		if err := transport.CheckFromShard(m, c.start.Epoch); err != nil {
+			c.refused.Count(err)
+			c.log.Warn("refused a control message", "shard_id", id, "err", err)
+			continue
 		}
 		if hb := m.GetHeartbeat(); hb != nil {
 			out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{
@@ -191,6 +210,10 @@ func (o *outbox) take() ([]*pb.CoordinatorToShard, bool) {
 
 // Results implements pb.CoordinatorServer: the last stage's results and
 // failures go to the pipeline, which answers each in-flight batch once.
+// Each message is checked before use: a result or failure is taken only
+// for a batch in flight whose placement names the hello's shard as its
+// last stage (remote.deliver, remote.batchFailed); anything else is
+// refused and counted, and the stream goes on.
 func (s *coordinatorService) Results(stream pb.Coordinator_ResultsServer) error {
 	c := s.c
 	m, err := stream.Recv()
@@ -198,12 +221,15 @@ func (s *coordinatorService) Results(stream pb.Coordinator_ResultsServer) error 
 		return err
 	}
 	h := m.GetHello()
-	switch {
-	case h == nil:
-		return status.Error(codes.InvalidArgument, "coordinator: the first Results message must be hello")
-	case h.GetEpoch() != c.start.Epoch:
-		return status.Errorf(codes.FailedPrecondition, "coordinator: epoch %d, coordinator's is %d: register again", h.GetEpoch(), c.start.Epoch)
+	if err := transport.CheckHello(h); err != nil {
+		c.refused.Count(err)
+		return status.Errorf(codes.InvalidArgument, "coordinator: the first Results message must be a valid hello: %v", err)
 	}
+	if h.GetEpoch() != c.start.Epoch {
+		c.refused.Add(transport.CodeStaleEpoch)
+		return status.Error(codes.FailedPrecondition, "coordinator: a stream of another epoch: register again")
+	}
+	from := h.GetShardId()
 	var n uint64
 	for {
 		m, err := stream.Recv()
@@ -213,11 +239,15 @@ func (s *coordinatorService) Results(stream pb.Coordinator_ResultsServer) error 
 		if err != nil {
 			return err
 		}
-		if r := m.GetResult(); r != nil {
-			c.pipe.deliver(r)
-			n++
-		} else if f := m.GetFailed(); f != nil {
-			c.pipe.batchFailed(f)
+		switch {
+		case m.GetResult() != nil:
+			if c.pipe.deliver(m.GetResult(), from) == nil {
+				n++
+			}
+		case m.GetFailed() != nil:
+			c.pipe.batchFailed(m.GetFailed(), fromResults(from))
+		default:
+			c.refused.Add(transport.CodeBadField)
 		}
 	}
 }
@@ -233,7 +263,7 @@ func (s *coordinatorService) Weights(req *pb.WeightsRequest, stream pb.Coordinat
 	case c.cfg.ModelPath == "":
 		return status.Error(codes.Unavailable, "coordinator: no model file to stream (built-in model): start the shard with --model")
 	case req.GetModelSha256() != c.cfg.Shape.SHA256:
-		return status.Errorf(codes.NotFound, "coordinator: model %q is not served here (serving %q)", req.GetModelSha256(), c.cfg.Shape.SHA256)
+		return status.Error(codes.NotFound, "coordinator: the model asked for is not served here")
 	case req.GetFirstLayer() > req.GetEndLayer() || int(req.GetEndLayer()) > c.cfg.Shape.Layers:
 		return status.Errorf(codes.InvalidArgument, "coordinator: layers [%d, %d) outside the model's %d", req.GetFirstLayer(), req.GetEndLayer(), c.cfg.Shape.Layers)
 	}

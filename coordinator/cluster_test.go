@@ -175,7 +175,7 @@ func TestClusterTombstoneBackstopResend(t *testing.T) {
 		t.Fatal(err)
 	}
 	nextResult(t, p)
-	tomb := transport.Tombstone{Epoch: c.Epoch(), Seq: 3, Reason: "aborted"}
+	tomb := transport.Tombstone{Epoch: c.Epoch(), Seq: 3, Reason: transport.ReasonAborted}
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), Tombstones: []transport.Tombstone{tomb}}); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ type ClusterView struct {
 	// BatchFailed counts failed batches by reason (BatchFailed reports,
 	// and pipeline_lost for in-flight batches failed by a loss).
 	BatchFailed map[string]uint64 `json:"batch_failed"`
+	// WireRefused counts the shards' messages refused before use, by
+	// reason (a transport.Code name): strata_wire_refused_total.
+	WireRefused map[string]uint64 `json:"wire_refused"`
 }
 
 // ShardView is one shard in a ClusterView.
@@ -82,6 +85,7 @@ func (c *Cluster) View() ClusterView {
 	v := *c.view.Load()
 	v.Shards = slices.Clone(v.Shards)
 	v.BatchFailed = maps.Clone(v.BatchFailed)
+	v.WireRefused = maps.Clone(v.WireRefused)
 	return v
 }
 
@@ -103,7 +107,7 @@ func (c *Cluster) BatchFailedByReason() map[string]uint64 { return c.pipe.failed
 func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
-		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(),
+		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
 		MembershipOverruled: c.overruled,
 	}
 	if !v.Ready {

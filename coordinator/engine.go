@@ -289,7 +289,7 @@ func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
 		for i, d := range r.Dropped {
 			seqs[i] = sched.SeqID(d.Seq)
 		}
-		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Seqs: seqs, Reason: r.Dropped[0].Reason})
+		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Seqs: seqs, Reason: r.Dropped[0].Reason.String()})
 	}
 	samples := make([]sched.Sample, len(r.Samples))
 	for i, sm := range r.Samples {
@@ -459,7 +459,7 @@ func (e *Engine) publish() {
 	tombs := map[string]uint64{}
 	for r, n := range st.Tombstones {
 		if n > 0 {
-			tombs[wireReason(sched.Reason(r))] += n
+			tombs[wireReason(sched.Reason(r)).String()] += n
 		}
 	}
 	e.stats.Store(&EngineStats{
@@ -470,13 +470,19 @@ func (e *Engine) publish() {
 }
 
 // wireReason is a tombstone's reason on the wire: natural ends are
-// "finished".
-func wireReason(r sched.Reason) string {
+// finished; an ending sched has no name for (a lost batch's) is failed.
+func wireReason(r sched.Reason) transport.Reason {
 	switch r {
 	case sched.Stop, sched.Length:
-		return "finished"
+		return transport.ReasonFinished
+	case sched.Aborted:
+		return transport.ReasonAborted
+	case sched.Timeout:
+		return transport.ReasonTimeout
+	case sched.Preempted:
+		return transport.ReasonPreempted
 	}
-	return r.String()
+	return transport.ReasonFailed
 }
 
 func finishReason(r sched.Reason) FinishReason {

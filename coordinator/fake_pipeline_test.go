@@ -98,7 +98,7 @@ func (f *fakePipeline) run(ctx context.Context) {
 		f.mu.Lock()
 		for _, t := range b.Tombstones {
 			delete(f.live, t.Seq)
-			f.tombs[t.Reason]++
+			f.tombs[t.Reason.String()]++
 		}
 		hold, delay := f.hold, f.delay
 		f.mu.Unlock()

@@ -96,7 +96,7 @@ type collector struct {
 	promptTokens, genTokens                                *prometheus.Desc
 	allocBlocks, allocSeqs, prefixQueried, prefixHit       *prometheus.Desc
 	blocksUsed, blocksTotal, sequences, invariantOK, stage *prometheus.Desc
-	unacked, batchFailed                                   *prometheus.Desc
+	unacked, batchFailed, wireRefused                      *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -127,6 +127,8 @@ func newCollector(eng *Engine, view func() ClusterView, stages func() []StageTim
 			"Backstop tombstones sent on a shard's control stream and not yet acked (Cluster.UnackedTombstones); resent when the stream reconnects.", "shard"),
 		batchFailed: d("strata_batch_failed_total",
 			"Batches (or rows) the cluster reported failed, by reason: BatchFailed reports from shards, and pipeline_lost for in-flight batches failed by a loss (Cluster.BatchFailedByReason).", "reason"),
+		wireRefused: d("strata_wire_refused_total",
+			"Shard messages the coordinator refused before use (out of range, over a limit, outside an enum, from a stream that does not carry them, past the registry's limit; a recovered panic), by reason.", "reason"),
 		stage: d("strata_stage_latency_seconds",
 			"Time an in-process shard spent on a batch: count and sum only (remote shards export buckets on their own /metrics).", "shard"),
 	}
@@ -137,7 +139,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.running, c.waiting, c.inFlight, c.preemptions, c.tombstones, c.promptTokens, c.genTokens,
 		c.allocBlocks, c.allocSeqs, c.prefixQueried, c.prefixHit,
-		c.blocksUsed, c.blocksTotal, c.sequences, c.invariantOK, c.stage, c.unacked, c.batchFailed,
+		c.blocksUsed, c.blocksTotal, c.sequences, c.invariantOK, c.stage, c.unacked, c.batchFailed, c.wireRefused,
 	} {
 		ch <- d
 	}
@@ -178,6 +180,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		v := c.view()
 		for r, n := range v.BatchFailed {
 			cnt(c.batchFailed, n, r)
+		}
+		for r, n := range v.WireRefused {
+			cnt(c.wireRefused, n, r)
 		}
 		for _, s := range v.Shards {
 			g(c.unacked, float64(s.TombstonesUnacked), s.ShardID)

@@ -37,6 +37,9 @@ type ModelShape struct {
 	HiddenDim int
 	// MaxBatchTokens bounds one batch's tokens (Assign.max_batch_tokens).
 	MaxBatchTokens int
+	// Vocab is the model's vocabulary: a token the last stage samples
+	// outside [0, Vocab) is refused. 0 checks none.
+	Vocab int
 }
 
 // FileSHA256 returns the lower-case hex SHA-256 of the file at path
@@ -64,7 +67,7 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 	s := ModelShape{
 		SHA256: sha, Layers: m.Layers, LayerBytes: make([]int64, m.Layers),
 		KVBytesPerBlockLayer: 2 * int64(blockSize) * int64(m.HeadsKV*m.HeadDim) * int64(kvType.TypeSize()),
-		BlockSize:            blockSize, HiddenDim: m.Embd, MaxBatchTokens: maxBatchTokens,
+		BlockSize:            blockSize, HiddenDim: m.Embd, MaxBatchTokens: maxBatchTokens, Vocab: m.Vocab,
 	}
 	if kvType == ggml.F32 {
 		s.KVType = pb.KVType_KV_TYPE_F32

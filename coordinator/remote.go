@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/strata-llm/strata/transport"
@@ -36,6 +37,8 @@ const linkQueue = 64
 // is held, except the non-blocking notifications after Unlock.
 type remote struct {
 	epoch    uint64
+	vocab    int                         // the model's vocabulary; sampled tokens lie in [0, vocab)
+	refused  *transport.Refusals         // the cluster's: messages refused before use
 	results  chan *transport.BatchResult // unbuffered: the forwarder goroutine sends
 	resKick  chan struct{}               // size 1: results queued
 	tombKick chan struct{}               // size 1: backstop tombstones queued for the cluster loop
@@ -44,8 +47,9 @@ type remote struct {
 	stages    int
 	blocks    int
 	blockSize int
-	version   uint64 // the placement version batches are stamped with
-	link      *link  // nil while not ready
+	version   uint64   // the placement version batches are stamped with
+	stageIDs  []string // the current placement's shards, stage order; never mutated (replaced)
+	link      *link    // nil while not ready
 	inflight  map[uint64]*flight
 	live      map[uint64]struct{} // sequences created by dispatched first rows and not yet tombstoned
 	// ended and endedOld hold sequences tombstoned in the current and the
@@ -58,20 +62,32 @@ type remote struct {
 	pending  []transport.Tombstone // in-band tombstones waiting for the next batch
 	backstop []transport.Tombstone // for the cluster loop to fan out on control streams
 	queue    []*transport.BatchResult
-	failed   map[string]uint64 // BatchFailed (and losses) by reason
+	failed   map[transport.Code]uint64 // batches failed (BatchFailed and losses) by code
 }
 
-// flight is a dispatched batch awaiting its answer.
+// flight is a dispatched batch awaiting its answer, and what answers it
+// may name: the batch's rows, sent under placement version, whose stages
+// are stages (the last one returns the result).
 type flight struct {
 	version uint64
+	stages  []string
+	rows    map[uint64]bool     // sequence → whether its row asked for a sample
 	dropped []transport.Dropped // rows named by BatchFailed reports so far
 }
 
 var _ Pipeline = (*remote)(nil)
 
-func newRemote(epoch uint64) *remote {
+// newRemote returns the remote pipeline of a coordinator start of epoch,
+// for a model of vocab tokens (0: sampled tokens are not checked against a
+// vocabulary), counting the answers it refuses on refused.
+func newRemote(epoch uint64, vocab int, refused *transport.Refusals) *remote {
+	if vocab <= 0 {
+		vocab = math.MaxInt32
+	}
 	return &remote{
 		epoch:    epoch,
+		vocab:    vocab,
+		refused:  refused,
 		results:  make(chan *transport.BatchResult),
 		resKick:  make(chan struct{}, 1),
 		tombKick: make(chan struct{}, 1),
@@ -79,7 +95,7 @@ func newRemote(epoch uint64) *remote {
 		live:     map[uint64]struct{}{},
 		ended:    map[uint64]struct{}{},
 		endedOld: map[uint64]struct{}{},
-		failed:   map[string]uint64{},
+		failed:   map[transport.Code]uint64{},
 	}
 }
 
@@ -140,10 +156,34 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 		}
 		return ErrNotReady
 	}
-	if b.ID != 0 {
-		p.inflight[b.ID] = &flight{version: l.version}
+	if over := len(b.Tombstones) - transport.MaxBatchTombstones; over > 0 {
+		// More than one header may carry: the rest ride in the next batch.
+		p.pending = slices.Clone(b.Tombstones[transport.MaxBatchTombstones:])
+		b.Tombstones = b.Tombstones[:transport.MaxBatchTombstones:transport.MaxBatchTombstones]
 	}
-	h := headerFromBatch(b, l.version, 0)
+	var fl *flight
+	if b.ID != 0 {
+		fl = &flight{version: l.version, stages: p.stageIDs, rows: make(map[uint64]bool, len(b.Rows))}
+		p.inflight[b.ID] = fl
+	}
+	for i := range b.Rows {
+		// Every first row asks for logprobs: the engine decides per request
+		// whether to pass them on, as it does with the in-process pipeline,
+		// which always reports the sampled token's.
+		b.Rows[i].Logprobs = b.Rows[i].First
+		if fl != nil {
+			fl.rows[b.Rows[i].Seq] = fl.rows[b.Rows[i].Seq] || b.Rows[i].Sample
+		}
+	}
+	b.Placement = l.version
+	h, err := transport.HeaderToWire(b, pb.HiddenType_HIDDEN_TYPE_F32)
+	if err != nil {
+		delete(p.inflight, b.ID)
+		p.pending = slices.Concat(b.Tombstones, p.pending)
+		p.mu.Unlock()
+		p.kick(kickTombs)
+		return fmt.Errorf("coordinator: batch %d: %w", b.ID, err)
+	}
 	p.mu.Unlock()
 	p.kick(kickTombs)
 
@@ -228,11 +268,15 @@ func (p *remote) highestSeq() uint64 {
 	return p.maxSeq
 }
 
-// failedByReason returns a copy of the BatchFailed counters.
+// failedByReason returns the failed batches by code name.
 func (p *remote) failedByReason() map[string]uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return maps.Clone(p.failed)
+	out := make(map[string]uint64, len(p.failed))
+	for c, n := range p.failed {
+		out[c.String()] = n
+	}
+	return out
 }
 
 // setPlacement switches to a new placement version (not ready until
@@ -241,6 +285,10 @@ func (p *remote) failedByReason() map[string]uint64 {
 func (p *remote) setPlacement(pl *Placement) {
 	p.mu.Lock()
 	p.stages, p.blocks, p.blockSize, p.version = len(pl.Stages), pl.Blocks, pl.BlockSize, pl.Version
+	p.stageIDs = make([]string, len(pl.Stages))
+	for i, st := range pl.Stages {
+		p.stageIDs[i] = st.ShardID
+	}
 	clear(p.live)
 	p.pending = nil
 	p.mu.Unlock()
@@ -271,7 +319,7 @@ func (p *remote) pause(reason string) *link {
 	}
 	clear(p.inflight)
 	if n > 0 {
-		p.failed["pipeline_lost"] += uint64(n)
+		p.failed[transport.CodePipelineLost] += uint64(n)
 	}
 	p.mu.Unlock()
 	p.kickResults()
@@ -292,53 +340,171 @@ func (p *remote) ready() bool {
 	return p.link != nil
 }
 
-// batchFailed takes a BatchFailed from a stage reply stream or a control
-// stream: without seqs the batch is lost, with seqs those rows are noted
-// and reported with the batch's result.
-func (p *remote) batchFailed(f *pb.BatchFailed) {
-	if f.GetEpoch() != 0 && f.GetEpoch() != p.epoch {
-		return
+// source is where an answer about a batch came from: the stage-0 link it
+// was sent on (whose replies relay every stage's failures), or the Results
+// or control stream of the shard shard.
+type source struct {
+	link    *link
+	results bool
+	shard   string
+}
+
+func fromLink(l *link) source         { return source{link: l} }
+func fromResults(shard string) source { return source{results: true, shard: shard} }
+func fromControl(shard string) source { return source{shard: shard} }
+func (s source) String() string {
+	switch {
+	case s.link != nil:
+		return "stage-0 link to " + s.link.shardID
+	case s.results:
+		return "results stream of " + s.shard
 	}
+	return "control stream of " + s.shard
+}
+
+// admits reports whether an answer about fl may come from src: on the
+// link of fl's placement version, from the last stage of fl's placement on
+// Results, or from any of its stages on Control; claimed is the shard the
+// message names (a relayed failure names the stage that failed it).
+func (src source) admits(fl *flight, claimed string) bool {
+	switch {
+	case src.link != nil:
+		return src.link.version == fl.version && (claimed == "" || slices.Contains(fl.stages, claimed))
+	case src.results:
+		return len(fl.stages) > 0 && src.shard == fl.stages[len(fl.stages)-1] && (claimed == "" || claimed == src.shard)
+	}
+	return slices.Contains(fl.stages, src.shard) && (claimed == "" || claimed == src.shard)
+}
+
+// batchFailed takes a BatchFailed from src after checking it: well formed
+// (transport.FailedFromWire: its reason a Code, its epoch this start's), for
+// a batch in flight that src may answer for, naming only that batch's rows.
+// Without seqs the batch is lost; with seqs those rows are noted and
+// reported with the batch's result. It returns the failure it took, or the
+// refusal (counted) of one it did not.
+func (p *remote) batchFailed(w *pb.BatchFailed, src source) (*transport.Failure, error) {
+	f, err := transport.FailedFromWire(w, p.epoch)
+	if err == nil {
+		err = p.takeFailure(f, src)
+	}
+	if err != nil {
+		p.refused.Count(err)
+		return nil, err
+	}
+	return f, nil
+}
+
+func (p *remote) takeFailure(f *transport.Failure, src source) error {
 	p.mu.Lock()
-	fl := p.inflight[f.GetBatchId()]
-	reason := f.GetReason()
-	if reason == "" {
-		reason = "unspecified"
-	}
-	p.failed[reason]++
-	if fl == nil {
+	fl := p.inflight[f.Batch]
+	switch {
+	case fl == nil:
 		p.mu.Unlock()
-		return
+		return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("failure of batch %d, not in flight", f.Batch)}
+	case !src.admits(fl, f.Shard):
+		p.mu.Unlock()
+		return &transport.RefusedError{Code: transport.CodeWrongSender, Detail: fmt.Sprintf("failure of batch %d on the %v, which does not carry it", f.Batch, src)}
 	}
-	if len(f.GetSeqs()) > 0 {
-		for _, s := range f.GetSeqs() {
-			fl.dropped = append(fl.dropped, transport.Dropped{Seq: s, Reason: reason})
+	for _, s := range f.Seqs {
+		if _, ok := fl.rows[s]; !ok {
+			p.mu.Unlock()
+			return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("failure of batch %d names sequence %d, not one of its rows", f.Batch, s)}
+		}
+	}
+	p.failed[f.Code]++
+	if len(f.Seqs) > 0 {
+		for _, s := range f.Seqs {
+			if !slices.ContainsFunc(fl.dropped, func(d transport.Dropped) bool { return d.Seq == s }) {
+				fl.dropped = append(fl.dropped, transport.Dropped{Seq: s, Reason: rowCode(f.Code), Shard: f.Shard})
+			}
 		}
 		p.mu.Unlock()
+		return nil
+	}
+	delete(p.inflight, f.Batch)
+	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: f.Batch, Lost: true,
+		Reason: fmt.Sprintf("shard %s: %s", f.Shard, f.Code)})
+	p.mu.Unlock()
+	p.kickResults()
+	return nil
+}
+
+// rowCode is the row code a BatchFailed naming rows reports them with:
+// its own when it is one, else compute_error (the stage could not compute
+// them).
+func rowCode(c transport.Code) transport.Code {
+	if c.Row() {
+		return c
+	}
+	return transport.CodeComputeError
+}
+
+// failOwn fails in-flight batch id whole for code: the coordinator's own
+// verdict (its link refused to send it).
+func (p *remote) failOwn(id uint64, code transport.Code) {
+	p.mu.Lock()
+	if _, ok := p.inflight[id]; !ok {
+		p.mu.Unlock()
 		return
 	}
-	delete(p.inflight, f.GetBatchId())
-	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: f.GetBatchId(), Lost: true,
-		Reason: fmt.Sprintf("shard %s: %s", f.GetShardId(), reason)})
+	delete(p.inflight, id)
+	p.failed[code]++
+	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: id, Lost: true, Reason: "coordinator: " + code.String()})
 	p.mu.Unlock()
 	p.kickResults()
 }
 
-// deliver takes the last stage's result for a batch still in flight.
-func (p *remote) deliver(r *pb.BatchResult) {
-	if r.GetEpoch() != p.epoch {
-		return
+// deliver takes the last stage's result for a batch still in flight, from
+// the Results stream of shard, after checking it: well formed
+// (transport.ResultFromWire: its epoch, counts, tokens inside the
+// vocabulary), from the last stage of the batch's placement, of that
+// placement version, sampling only rows that asked and dropping only the
+// batch's rows, each once. A result refused is counted and returned; the
+// batch stays in flight (its reclaim deadline fails it if no good answer
+// comes).
+func (p *remote) deliver(w *pb.BatchResult, shard string) error {
+	r, err := transport.ResultFromWire(w, transport.ResultLimits{Epoch: p.epoch, Vocab: p.vocab})
+	if err == nil {
+		err = p.takeResult(r, fromResults(shard))
 	}
+	if err != nil {
+		p.refused.Count(err)
+	}
+	return err
+}
+
+func (p *remote) takeResult(r *transport.BatchResult, src source) error {
 	p.mu.Lock()
-	fl := p.inflight[r.GetBatchId()]
-	if fl == nil || fl.version != r.GetPlacementVersion() {
-		p.mu.Unlock()
-		return
+	defer p.mu.Unlock()
+	fl := p.inflight[r.ID]
+	switch {
+	case fl == nil || fl.version != r.Placement:
+		return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("result of batch %d (placement %d), not in flight", r.ID, r.Placement)}
+	case !src.admits(fl, ""):
+		return &transport.RefusedError{Code: transport.CodeWrongSender, Detail: fmt.Sprintf("result of batch %d on the %v, which does not return it", r.ID, src)}
 	}
-	delete(p.inflight, r.GetBatchId())
-	p.queue = append(p.queue, resultFromPB(r, fl.dropped))
-	p.mu.Unlock()
+	seen := make(map[uint64]bool, len(r.Samples)+len(r.Dropped))
+	for _, s := range r.Samples {
+		if sample, ok := fl.rows[s.Seq]; !ok || !sample || seen[s.Seq] {
+			return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("result of batch %d samples sequence %d, not a row of it that asked once", r.ID, s.Seq)}
+		}
+		seen[s.Seq] = true
+	}
+	for _, d := range r.Dropped {
+		if _, ok := fl.rows[d.Seq]; !ok || seen[d.Seq] {
+			return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("result of batch %d drops sequence %d, not a row of it, or twice", r.ID, d.Seq)}
+		}
+		seen[d.Seq] = true
+	}
+	delete(p.inflight, r.ID)
+	for _, d := range fl.dropped {
+		if !seen[d.Seq] {
+			r.Dropped = append(r.Dropped, d)
+		}
+	}
+	p.queue = append(p.queue, r)
 	p.kickResults()
+	return nil
 }
 
 func (p *remote) kickResults() {
@@ -409,10 +575,11 @@ func (c *Cluster) runLink(runCtx, ctx context.Context, l *link) {
 				recvErr <- err
 				return
 			}
-			if f := rep.GetFailed(); f != nil {
-				c.pipe.batchFailed(f)
-				if len(f.GetSeqs()) == 0 && downstreamDown(f.GetReason()) {
-					c.post(runCtx, evDownstream{version: l.version, shardID: f.GetShardId(), reason: f.GetReason()})
+			if w := rep.GetFailed(); w != nil {
+				var f *transport.Failure
+				transport.Recover(c.log, &c.refused, "stage-0 reply", func() { f, _ = c.pipe.batchFailed(w, fromLink(l)) })
+				if f != nil && len(f.Seqs) == 0 && downstreamDown(f.Code) {
+					c.post(runCtx, evDownstream{version: l.version, shardID: f.Shard, reason: f.Code.String()})
 				}
 			}
 		}
@@ -435,9 +602,8 @@ func (c *Cluster) sendLoop(ctx context.Context, l *link, stream pb.Stage_StreamC
 			return fmt.Errorf("stage stream to %s: %w", l.addr, err)
 		case h := <-l.queue:
 			err := transport.SendBatch(stream, h, nil)
-			var be *transport.BatchError
-			if errors.As(err, &be) {
-				c.pipe.batchFailed(be.BatchFailed("coordinator"))
+			if be, ok := errors.AsType[*transport.BatchError](err); ok {
+				c.pipe.failOwn(be.BatchID, be.Reason)
 				continue
 			}
 			if err != nil {

@@ -176,6 +176,23 @@ func (s *Store) PutShard(r ShardRecord) error {
 	})
 }
 
+// DeleteShard removes node ID nodeID's record if it is shard shardID's (a
+// newer incarnation's record stays).
+func (s *Store) DeleteShard(nodeID, shardID string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketShards)
+		v := b.Get([]byte(nodeID))
+		if v == nil {
+			return nil
+		}
+		var r ShardRecord
+		if err := json.Unmarshal(v, &r); err == nil && r.ShardID != shardID {
+			return nil
+		}
+		return b.Delete([]byte(nodeID))
+	})
+}
+
 // Shards returns the registry in node-ID order.
 func (s *Store) Shards() ([]ShardRecord, error) {
 	var out []ShardRecord

@@ -27,5 +27,8 @@
 // and metrics scrapes — and nothing sends on a channel or the network while
 // holding it. Each downstream link (next stage or Coordinator.Results) has
 // one sender goroutine behind a bounded queue; a full queue fails the batch
-// upstream. wire.go is the only file that converts wire types.
+// upstream. Package transport converts every wire message and checks it
+// before the node uses it (transport.BatchFromWire against the placement's
+// limits and the epoch the control stream set); a refused batch is failed
+// whole with the refusal's code and counted (strata_wire_refused_total).
 package shard

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strata-llm/strata/transport"
 )
 
 // counters are the node's cumulative event counts that no Table keeps:
@@ -15,8 +17,8 @@ type counters struct {
 	batches uint64
 	tokens  uint64
 	busy    time.Duration
-	failed  map[string]uint64 // batches this shard failed, by reason
-	lost    uint64            // failure reports dropped: no upstream and control outbox full
+	failed  map[transport.Code]uint64 // batches this shard failed, by reason
+	lost    uint64                    // failure reports dropped: no upstream and control outbox full
 }
 
 func (c *counters) batch(tokens int, took time.Duration) {
@@ -27,10 +29,10 @@ func (c *counters) batch(tokens int, took time.Duration) {
 	c.mu.Unlock()
 }
 
-func (c *counters) fail(reason string) {
+func (c *counters) fail(reason transport.Code) {
 	c.mu.Lock()
 	if c.failed == nil {
-		c.failed = map[string]uint64{}
+		c.failed = map[transport.Code]uint64{}
 	}
 	c.failed[reason]++
 	c.mu.Unlock()
@@ -45,13 +47,13 @@ func (c *counters) lose() {
 type countersSnapshot struct {
 	batches, tokens, lost uint64
 	busy                  time.Duration
-	failed                map[string]uint64
+	failed                map[transport.Code]uint64
 }
 
 func (c *counters) snapshot() countersSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := countersSnapshot{batches: c.batches, tokens: c.tokens, lost: c.lost, busy: c.busy, failed: make(map[string]uint64, len(c.failed))}
+	s := countersSnapshot{batches: c.batches, tokens: c.tokens, lost: c.lost, busy: c.busy, failed: make(map[transport.Code]uint64, len(c.failed))}
 	for k, v := range c.failed {
 		s.failed[k] = v
 	}
@@ -68,6 +70,7 @@ type collector struct {
 	blocksUsed, blocksTotal, sequences, invariantOK *prometheus.Desc
 	tombstones, freed, unknownRows, dropped         *prometheus.Desc
 	batches, tokens, failed, lost, placement, ready *prometheus.Desc
+	wireRefused, early, earlyRefused                *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*collector)(nil)
@@ -98,6 +101,10 @@ func newCollector(n *Node) *collector {
 		lost:        d("strata_batch_failures_unreported_total", "Batch failures that could not be reported (no upstream stream and the control outbox full)."),
 		placement:   d("strata_shard_placement_version", "Placement version of the range this shard serves (0: none)."),
 		ready:       d("strata_shard_ready", "1 while this shard serves a loaded range."),
+		wireRefused: d("strata_wire_refused_total", "Messages this shard refused before use (out of range, over a limit, outside an enum, a recovered panic), by reason.", "reason"),
+		early:       d("strata_tombstones_early", "Tombstones kept for sequences above the high-water mark (not yet created here); at most shard.MaxEarlyTombstones."),
+		earlyRefused: d("strata_tombstones_refused_total",
+			"Tombstones for sequences not yet created that were refused past shard.MaxEarlyTombstones (too many, or too far above the high-water mark)."),
 	}
 }
 
@@ -134,15 +141,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			cnt(c.tombstones, st.Freed[r], r.String())
 		}
 	}
-	cnt(c.unknownRows, st.Refused["unknown_sequence"])
+	cnt(c.unknownRows, st.Refused[transport.CodeUnknownSequence])
 	for code, v := range st.Refused {
-		cnt(c.dropped, v, code)
+		cnt(c.dropped, v, code.String())
 	}
 	cnt(c.batches, cs.batches)
 	cnt(c.tokens, cs.tokens)
 	for reason, v := range cs.failed {
-		cnt(c.failed, v, reason)
+		cnt(c.failed, v, reason.String())
 	}
+	for reason, v := range c.n.refused.Snapshot() {
+		cnt(c.wireRefused, v, reason)
+	}
+	g(c.early, float64(st.Early))
+	cnt(c.earlyRefused, st.EarlyRefused)
 	cnt(c.lost, cs.lost)
 	g(c.placement, float64(st.Placement))
 	ready := 0.0

@@ -194,12 +194,16 @@ type Node struct {
 	ownPool   bool
 
 	counters counters
+	// refused counts the messages this node refused (transport's checks,
+	// recovered panics): strata_wire_refused_total.
+	refused transport.Refusals
 
 	mu          sync.Mutex // guards the fields below (the Runner's owner)
 	p           *placement
 	epoch       uint64 // the coordinator epoch of the current registration
-	baseFreed   [numReasons]uint64
-	baseRefused map[string]uint64
+	baseFreed   [transport.NumReasons]uint64
+	baseRefused map[transport.Code]uint64
+	baseEarly   uint64 // early tombstones refused by replaced runners
 
 	regMu     sync.Mutex // guards the registration
 	shardID   string
@@ -245,7 +249,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{
 		cfg:         cfg,
 		devices:     ProbeDevices(),
-		baseRefused: map[string]uint64{},
+		baseRefused: map[transport.Code]uint64{},
 		status:      &pb.Status{State: pb.Status_IDLE},
 		statusCh:    make(chan struct{}, 1),
 		ctlOut:      make(chan *pb.BatchFailed, 64),
@@ -285,7 +289,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 	}
-	n.grpcSrv = transport.NewServer()
+	n.grpcSrv = transport.NewServer(transport.RecoverOptions(n.log, &n.refused)...)
 	pb.RegisterStageServer(n.grpcSrv, stageServer{n: n})
 	n.registry = prometheus.NewRegistry()
 	n.collector = newCollector(n)
@@ -567,8 +571,12 @@ type nodeStats struct {
 	Sequences   int
 	InvariantOK bool
 	Live        []uint64
-	Freed       [numReasons]uint64
-	Refused     map[string]uint64
+	Freed       [transport.NumReasons]uint64
+	Refused     map[transport.Code]uint64
+	// Early is the current table's tombstones above its high-water mark;
+	// EarlyRefused those refused past MaxEarlyTombstones, by every runner.
+	Early        int
+	EarlyRefused uint64
 }
 
 // stats snapshots the replica under mu; live also lists live sequences (for
@@ -576,7 +584,7 @@ type nodeStats struct {
 func (n *Node) stats(live bool) nodeStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s := nodeStats{Freed: n.baseFreed, Refused: make(map[string]uint64, len(n.baseRefused)), InvariantOK: true}
+	s := nodeStats{Freed: n.baseFreed, Refused: make(map[transport.Code]uint64, len(n.baseRefused)), InvariantOK: true, EarlyRefused: n.baseEarly}
 	for k, v := range n.baseRefused {
 		s.Refused[k] = v
 	}
@@ -597,6 +605,7 @@ func (n *Node) stats(live bool) nodeStats {
 	for k, v := range t.refused {
 		s.Refused[k] += v
 	}
+	s.Early, s.EarlyRefused = t.Early(), s.EarlyRefused+t.EarlyRefused()
 	if live {
 		s.Live = t.Live()
 		for seq := range p.logprobs {
@@ -636,7 +645,7 @@ func (n *Node) Stats() Stats {
 	out := Stats{
 		ShardID:    n.ShardID(),
 		BlocksUsed: st.BlocksUsed, BlocksTotal: st.BlocksTotal, Sequences: st.Sequences, InvariantOK: st.InvariantOK,
-		Freed: make(map[string]uint64, numReasons), Batches: cs.batches, Busy: cs.busy,
+		Freed: make(map[string]uint64, transport.NumReasons), Batches: cs.batches, Busy: cs.busy,
 	}
 	for _, r := range Reasons() {
 		out.Freed[r.String()] = st.Freed[r]
@@ -659,4 +668,5 @@ func (n *Node) retireLocked(p *placement) {
 	for k, v := range t.refused {
 		n.baseRefused[k] += v
 	}
+	n.baseEarly += t.EarlyRefused()
 }

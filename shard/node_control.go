@@ -184,6 +184,16 @@ func (n *Node) register(ctx context.Context, cc *grpc.ClientConn, addr string, l
 	return nil
 }
 
+// devicesToPB converts the probed devices for Register, inside the limits
+// the coordinator checks (transport.CheckRegister).
+func devicesToPB(d Devices, device string) *pb.Devices {
+	out := &pb.Devices{CpuCores: uint32(d.CPUCores), MemoryBytes: d.MemoryBytes, Device: device}
+	for _, g := range d.GPUs[:min(len(d.GPUs), transport.MaxGPUs)] {
+		out.Gpus = append(out.Gpus, &pb.Gpu{Index: uint32(g.Index), Name: transport.Truncate(g.Name, transport.MaxNameLen), MemoryTotal: g.MemoryTotal, MemoryFree: g.MemoryFree})
+	}
+	return out
+}
+
 // heartbeatPeriod is the coordinator's heartbeat_ms, or 1 s when unset.
 func heartbeatPeriod(ms int64) time.Duration {
 	if ms <= 0 {
@@ -258,6 +268,11 @@ func (n *Node) session(ctx context.Context, cc *grpc.ClientConn) (got bool, err 
 			return got, err
 		case m := <-in:
 			got = true
+			if err := transport.CheckFromCoordinator(m); err != nil {
+				n.refused.Count(err)
+				n.log.Warn("refused a control message", "err", err)
+				continue
+			}
 			reply, err := n.handleControl(ctx, m, epoch)
 			if err != nil {
 				return got, err
@@ -306,10 +321,18 @@ func (n *Node) handleControl(ctx context.Context, m *pb.CoordinatorToShard, epoc
 	return nil, nil
 }
 
-// applyTombstones applies the control stream's backstop tombstones: one of
-// a newer epoch first moves the runner there (freeing everything older),
-// one of an older epoch names a sequence that epoch change already freed.
-func (n *Node) applyTombstones(ts []*pb.Tombstone) {
+// applyTombstones applies the control stream's backstop tombstones
+// (checked by transport.CheckFromCoordinator): one of a newer epoch first
+// moves the runner there (freeing everything older) — the control stream
+// is the one place a newer epoch is adopted from — and one of an older
+// epoch names a sequence that epoch change already freed.
+func (n *Node) applyTombstones(wire []*pb.Tombstone) {
+	ts, err := transport.TombstonesFromWire(wire)
+	if err != nil {
+		n.refused.Count(err)
+		n.log.Warn("refused backstop tombstones", "err", err)
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.p == nil {
@@ -317,14 +340,14 @@ func (n *Node) applyTombstones(ts []*pb.Tombstone) {
 	}
 	r := n.p.runner
 	for _, t := range ts {
-		e := t.GetEpoch()
+		e := t.Epoch
 		switch cur := r.Table().Epoch(); {
 		case e > cur:
 			r.SetEpoch(e)
 		case e != 0 && e < cur:
 			continue
 		}
-		r.Tombstone(Tombstone{Seq: t.GetSeq(), Reason: reasonFromPB(t.GetReason())})
+		r.Tombstone(t)
 	}
 }
 
@@ -334,7 +357,7 @@ func (n *Node) heartbeat(epoch uint64) *pb.Heartbeat {
 	cs := n.counters.snapshot()
 	c := &pb.Counters{
 		TombstonesApplied:   map[string]uint64{},
-		UnknownSequenceRows: s.Refused["unknown_sequence"],
+		UnknownSequenceRows: s.Refused[transport.CodeUnknownSequence],
 		FreedLease:          s.Freed[Lease],
 		FreedReconcile:      s.Freed[Reconcile],
 		FreedEpoch:          s.Freed[Epoch],
@@ -343,7 +366,7 @@ func (n *Node) heartbeat(epoch uint64) *pb.Heartbeat {
 	}
 	for _, r := range []Reason{Finished, Aborted, Timeout, Preempted, Failed} {
 		if v := s.Freed[r]; v > 0 {
-			c.TombstonesApplied[transport.ReasonLabel(tombstoneReasonPB(r))] = v
+			c.TombstonesApplied[r.String()] = v
 		}
 	}
 	for _, v := range cs.failed {
@@ -420,7 +443,7 @@ func (n *Node) load(runCtx, lctx context.Context, a *pb.Assign) {
 			return // superseded or shutting down
 		}
 		n.log.Error("load assigned range", "placement", v, "err", err)
-		n.setStatus(pb.Status_FAILED, v, err.Error())
+		n.setStatus(pb.Status_FAILED, v, transport.Truncate(err.Error(), transport.MaxTextLen))
 		return
 	}
 	if lctx.Err() != nil {

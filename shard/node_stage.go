@@ -35,6 +35,17 @@ type placement struct {
 	hiddenType pb.HiddenType
 	maxHidden  int64           // RecvBatch's limit, bytes
 	logprobs   map[uint64]bool // sequences that asked for logprobs (last stage)
+	// limits is what BatchFromWire checks a batch against, but for the
+	// epoch, which is the runner's (batchLimits).
+	limits transport.BatchLimits
+}
+
+// batchLimits returns what a batch for p must satisfy now: p's shapes and
+// the epoch its runner was moved to by the control stream.
+func (p *placement) batchLimits() transport.BatchLimits {
+	l := p.limits
+	l.Epoch = p.runner.Table().Epoch()
+	return l
 }
 
 // close stops the link (waiting for its goroutine) and releases the model.
@@ -113,6 +124,10 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 	}
 	if t := int64(a.GetMaxBatchTokens()); t > 0 {
 		p.maxHidden = t * int64(m.Embd) * 4
+	}
+	p.limits = transport.BatchLimits{Placement: p.version, Context: m.Context, Vocab: m.Vocab, Blocks: blocks, BlockSize: bs, MaxTokens: int(a.GetMaxBatchTokens())}
+	if !a.GetEmbed() {
+		p.limits.Hidden = m.Embd
 	}
 	p.link = n.startLink(runCtx, a.GetNextAddr())
 	return p, nil
@@ -194,13 +209,14 @@ func (s stageServer) Stream(stream pb.Stage_StreamServer) error {
 		if err != nil {
 			if be, ok := errors.AsType[*transport.BatchError](err); ok {
 				n.counters.fail(be.Reason)
+				n.refused.Count(err)
 				last = be.BatchFailed(n.ShardID())
 				n.log.Warn("malformed batch; closing stage stream", "err", err)
 				return status.Error(codes.InvalidArgument, err.Error())
 			}
 			return err
 		}
-		n.handle(b)
+		n.handle(b, up)
 	}
 }
 
@@ -231,112 +247,151 @@ func (m *outMsg) batchHeader() *pb.BatchHeader {
 	return &pb.BatchHeader{BatchId: r.GetBatchId(), Epoch: r.GetEpoch(), PlacementVersion: r.GetPlacementVersion()}
 }
 
-// handle runs one batch: refuses it whole for another placement version or
-// an older epoch, otherwise lets the Runner apply its tombstones, place or
-// drop its rows and compute, then queues what it produced downstream.
-func (n *Node) handle(b *transport.Batch) {
-	h := b.Header
-	shardID := n.ShardID()
-	start := time.Now()
-	n.mu.Lock()
-	p := n.p
-	switch {
-	case p == nil:
-		n.mu.Unlock()
-		n.failBatch(h, "not_ready", nil, "no range assigned")
-		return
-	case h.GetPlacementVersion() != p.version:
-		n.mu.Unlock()
-		n.failBatch(h, "stale_placement", nil, fmt.Sprintf("batch of placement %d, shard serves %d", h.GetPlacementVersion(), p.version))
-		return
-	}
-	batch := batchFromPB(b)
-	res, err := p.runner.Process(batch, start)
-	if err != nil {
-		n.mu.Unlock()
-		if errors.Is(err, ErrStaleEpoch) {
-			n.failBatch(h, "stale_epoch", nil, err.Error())
-			return
-		}
-		var seqs []uint64
-		for _, r := range batch.Rows {
-			seqs = append(seqs, r.Seq)
-		}
-		n.failBatch(h, "backend_error", seqs, err.Error())
-		return
-	}
-	dropped := append(slices.Clone(h.GetDropped()), droppedToPB(res.Dropped, shardID)...)
-	var msg *outMsg
-	if p.last {
-		for _, r := range res.Rows {
-			if r.First && wantsLogprobsRow(h, r.Seq) {
-				p.logprobs[r.Seq] = true
-			}
-		}
-		msg = &outMsg{result: &pb.BatchResult{
-			Epoch: h.GetEpoch(), BatchId: h.GetBatchId(), PlacementVersion: h.GetPlacementVersion(),
-			Samples: samplesToPB(res.Samples, res.Rows, func(seq uint64) bool { return p.logprobs[seq] }),
-			Dropped: dropped,
-		}}
-	} else {
-		msg = &outMsg{
-			header: &pb.BatchHeader{
-				Epoch: h.GetEpoch(), PlacementVersion: h.GetPlacementVersion(), BatchId: h.GetBatchId(),
-				Tombstones: h.GetTombstones(), Rows: keptRowsPB(h.GetRows(), res.Rows),
-				HiddenType: p.hiddenType, HiddenDim: uint32(p.embd), TtlMs: h.GetTtlMs(), Dropped: dropped,
-			},
-			hidden: slices.Clone(res.Hidden), // res.Hidden is the Stage's buffer
-		}
-	}
-	l := p.link
-	n.mu.Unlock()
+// stageError is why a stage failed a batch whole, or the rows of seqs.
+type stageError struct {
+	code transport.Code
+	seqs []uint64
+	err  error
+}
 
-	tokens := 0
-	for _, r := range batch.Rows {
-		tokens += len(r.Tokens)
+func (e *stageError) Error() string { return e.err.Error() }
+
+// handle runs one batch that arrived on up: it is checked against the
+// placement it would run on (transport.BatchFromWire: a refused batch is
+// failed whole with the refusal's code, and nothing of it is applied,
+// computed or forwarded), then the Runner applies its tombstones, places
+// or drops its rows and computes, and what it produced is queued
+// downstream.
+func (n *Node) handle(b *transport.Batch, up *upstream) {
+	h := b.Header
+	start := time.Now()
+	out, err := n.process(b, start)
+	if err != nil {
+		se, ok := errors.AsType[*stageError](err)
+		if !ok {
+			se = &stageError{code: transport.CodeBackendError, err: err}
+		}
+		n.failBatch(up, h, se.code, se.seqs, err.Error())
+		return
 	}
 	took := time.Since(start)
-	n.counters.batch(tokens, took)
+	n.counters.batch(out.tokens, took)
 	n.collector.latency.WithLabelValues(n.shardLabel()).Observe(took.Seconds())
-	if len(res.Dropped) > 0 {
-		n.log.Debug("rows dropped", "batch", h.GetBatchId(), "dropped", len(res.Dropped))
+	if out.dropped > 0 {
+		n.log.Debug("rows dropped", "batch", h.GetBatchId(), "dropped", out.dropped)
+	}
+	if out.msg == nil {
+		return // a tombstone-only batch ends at the last stage
+	}
+	if !out.link.enqueue(out.msg) {
+		n.failBatch(up, h, transport.CodeDownstreamQueueFull, nil, "the link's queue is full or closed")
+	}
+}
+
+// processed is what process made of one batch.
+type processed struct {
+	msg     *outMsg // nil: nothing goes downstream
+	link    *link
+	tokens  int // tokens computed or refused
+	dropped int // rows this stage dropped
+}
+
+// process checks and runs b under mu, the Runner's lock, released by defer
+// whatever happens.
+func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
+	shardID := n.ShardID()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.p
+	if p == nil {
+		return nil, &stageError{code: transport.CodeNotReady, err: errors.New("no range assigned")}
+	}
+	mb, err := transport.BatchFromWire(b, p.batchLimits())
+	if err != nil {
+		n.refused.Count(err)
+		return nil, &stageError{code: transport.CodeOf(err), err: err}
+	}
+	res, err := p.runner.Process(mb, now)
+	switch {
+	case errors.Is(err, ErrStaleEpoch):
+		return nil, &stageError{code: transport.CodeStaleEpoch, err: err}
+	case errors.Is(err, ErrFutureEpoch):
+		return nil, &stageError{code: transport.CodeFutureEpoch, err: err}
+	case err != nil:
+		se := &stageError{code: transport.CodeBackendError, err: err}
+		for _, r := range mb.Rows {
+			se.seqs = append(se.seqs, r.Seq)
+		}
+		return nil, se
+	}
+	out := &processed{link: p.link, dropped: len(res.Dropped)}
+	for _, r := range mb.Rows {
+		out.tokens += len(r.Tokens)
+	}
+	dropped := slices.Clip(mb.Dropped)
+	for _, d := range res.Dropped {
+		dropped = append(dropped, transport.Dropped{Seq: d.Seq, Reason: d.Code, Shard: shardID})
+	}
+	if !p.last {
+		fwd := &transport.MicroBatch{
+			Epoch: mb.Epoch, Placement: mb.Placement, ID: mb.ID, TTL: mb.TTL,
+			Tombstones: mb.Tombstones, Rows: res.Rows, Dropped: dropped,
+			Hidden: slices.Clone(res.Hidden), // res.Hidden is the Stage's buffer
+		}
+		h, err := transport.HeaderToWire(fwd, p.hiddenType)
+		if err != nil {
+			return nil, &stageError{code: transport.CodeOf(err), err: err}
+		}
+		out.msg = &outMsg{header: h, hidden: fwd.Hidden}
+		return out, nil
 	}
 	// A tombstone-only batch (ID 0, nothing dropped) ends at the last stage:
 	// the coordinator expects no result for it.
-	if p.last && h.GetBatchId() == 0 && len(dropped) == 0 && len(res.Samples) == 0 {
-		return
+	if mb.ID == 0 && len(dropped) == 0 && len(res.Samples) == 0 {
+		return out, nil
 	}
-	if !l.enqueue(msg) {
-		n.failBatch(h, "downstream_queue_full", nil, "the link's queue is full or closed")
-	}
-}
-
-// wantsLogprobsRow reports whether seq's first row in h asked for logprobs.
-func wantsLogprobsRow(h *pb.BatchHeader, seq uint64) bool {
-	for _, r := range h.GetRows() {
-		if r.GetSeq() == seq && r.GetFirst() {
-			return wantsLogprobs(r.GetParams())
+	next := make(map[uint64]int, len(res.Rows)) // a sampled row's next position
+	for _, r := range res.Rows {
+		if r.First && r.Logprobs {
+			p.logprobs[r.Seq] = true
 		}
+		next[r.Seq] = r.Pos + len(r.Tokens)
 	}
-	return false
+	result := &transport.BatchResult{Epoch: mb.Epoch, Placement: mb.Placement, ID: mb.ID, Dropped: dropped}
+	for _, s := range res.Samples {
+		sm := transport.Sampled{Seq: s.Seq, Pos: next[s.Seq], Token: s.Result.Token}
+		if p.logprobs[s.Seq] {
+			sm.Logprob, sm.Top = s.Result.Logprob, s.Result.Top
+		}
+		result.Samples = append(result.Samples, sm)
+	}
+	out.msg = &outMsg{result: transport.ResultToWire(result).GetResult()}
+	return out, nil
 }
 
 // failBatch reports that this shard failed the batch h (every row when seqs
-// is empty) and counts it.
-func (n *Node) failBatch(h *pb.BatchHeader, reason string, seqs []uint64, detail string) {
-	n.counters.fail(reason)
-	n.log.Warn("batch failed", "batch", h.GetBatchId(), "epoch", h.GetEpoch(), "placement", h.GetPlacementVersion(), "reason", reason, "detail", detail)
-	n.report(&pb.BatchFailed{BatchId: h.GetBatchId(), Seqs: seqs, Reason: reason, ShardId: n.ShardID(), Epoch: h.GetEpoch()})
+// is empty) for code and counts it. The report goes back on up, the stream
+// the batch came on, when there is one.
+func (n *Node) failBatch(up *upstream, h *pb.BatchHeader, code transport.Code, seqs []uint64, detail string) {
+	n.counters.fail(code)
+	n.log.Warn("batch failed", "batch", h.GetBatchId(), "epoch", h.GetEpoch(), "placement", h.GetPlacementVersion(), "reason", code, "detail", detail)
+	n.reportTo(up, transport.FailedToWire(&transport.Failure{Epoch: h.GetEpoch(), Batch: h.GetBatchId(), Seqs: seqs, Code: code, Shard: n.ShardID()}))
 }
 
 // report sends a failure upstream without blocking: on the current
 // upstream stage stream, or, without one (or when its queue is full), on
 // the control stream; when both are full it is counted and dropped (the
 // coordinator's reclaim deadline fails the batch).
-func (n *Node) report(f *pb.BatchFailed) {
-	n.upMu.Lock()
-	up := n.up
-	n.upMu.Unlock()
+func (n *Node) report(f *pb.BatchFailed) { n.reportTo(nil, f) }
+
+// reportTo is report on up, the stream the failed batch came on, or, when
+// up is nil, the current upstream stream.
+func (n *Node) reportTo(up *upstream, f *pb.BatchFailed) {
+	if up == nil {
+		n.upMu.Lock()
+		up = n.up
+		n.upMu.Unlock()
+	}
 	if up != nil {
 		select {
 		case up.replies <- f:
@@ -401,7 +456,7 @@ func (n *Node) startLink(ctx context.Context, next string) *link {
 		for {
 			select {
 			case m := <-l.queue:
-				n.failBatch(m.batchHeader(), "downstream_unavailable", nil, "link closed")
+				n.failBatch(nil, m.batchHeader(), transport.CodeDownstreamUnavailable, nil, "link closed")
 			default:
 				return
 			}
@@ -449,7 +504,7 @@ func (n *Node) runNext(ctx context.Context, l *link, next string) {
 			s, err := pb.NewStageClient(cc).Stream(sctx)
 			if err != nil {
 				cancel()
-				n.failBatch(m.header, "downstream_unavailable", nil, fmt.Sprintf("open stage stream to %s: %v", next, err))
+				n.failBatch(nil, m.header, transport.CodeDownstreamUnavailable, nil, fmt.Sprintf("open stage stream to %s: %v", next, err))
 				continue
 			}
 			stream, scancel = s, cancel
@@ -466,7 +521,7 @@ func (n *Node) runNext(ctx context.Context, l *link, next string) {
 			})
 		}
 		if err := transport.SendBatch(stream, m.header, m.hidden); err != nil {
-			n.failBatch(m.header, "downstream_unavailable", nil, fmt.Sprintf("send to %s: %v", next, err))
+			n.failBatch(nil, m.header, transport.CodeDownstreamUnavailable, nil, fmt.Sprintf("send to %s: %v", next, err))
 			closeStream()
 		}
 	}
@@ -554,7 +609,7 @@ func (n *Node) runResults(ctx context.Context, l *link) {
 			}
 		}
 		if err != nil {
-			n.failBatch(m.batchHeader(), "results_unavailable", nil, err.Error())
+			n.failBatch(nil, m.batchHeader(), transport.CodeResultsUnavailable, nil, err.Error())
 		}
 	}
 }

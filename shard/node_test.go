@@ -26,7 +26,7 @@ const storiesPath = "../../shared/models/stories260K.gguf"
 // and Results collected on a channel.
 type fakeCoord struct {
 	pb.UnimplementedCoordinatorServer
-	epoch       uint64
+	epoch       atomic.Uint64 // a test raises it: a restarted coordinator
 	leaseMs     int64
 	heartbeatMs int64
 	reply       atomic.Bool // answer heartbeats (renewing leases)
@@ -42,16 +42,17 @@ type fakeCoord struct {
 
 func newFakeCoord(epoch uint64) *fakeCoord {
 	c := &fakeCoord{
-		epoch: epoch, leaseMs: 2000, heartbeatMs: 50,
+		leaseMs: 2000, heartbeatMs: 50,
 		assigns: map[string]*pb.Assign{}, out: map[string]chan *pb.CoordinatorToShard{}, status: map[string]*pb.Status{},
 		acks: make(chan uint64, 16), results: make(chan *pb.BatchResult, 16),
 	}
 	c.reply.Store(true)
+	c.epoch.Store(epoch)
 	return c
 }
 
 func (c *fakeCoord) Register(_ context.Context, r *pb.RegisterRequest) (*pb.RegisterReply, error) {
-	return &pb.RegisterReply{Epoch: c.epoch, ShardId: "shard-" + r.GetNodeId()[:6], ProtocolVersion: transport.ProtocolVersion,
+	return &pb.RegisterReply{Epoch: c.epoch.Load(), ShardId: "shard-" + r.GetNodeId()[:6], ProtocolVersion: transport.ProtocolVersion,
 		HeartbeatMs: c.heartbeatMs, LeaseMs: c.leaseMs}, nil
 }
 
@@ -108,7 +109,7 @@ func (c *fakeCoord) Control(s pb.Coordinator_ControlServer) error {
 		case m := <-in:
 			switch {
 			case m.GetHeartbeat() != nil && c.reply.Load():
-				if err := s.Send(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{Epoch: c.epoch, LeaseMs: c.leaseMs}}}); err != nil {
+				if err := s.Send(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{Epoch: c.epoch.Load(), LeaseMs: c.leaseMs}}}); err != nil {
 					return err
 				}
 			case m.GetAck() != nil:
@@ -423,18 +424,36 @@ func TestNodeTombstonesEpochsAndRefusals(t *testing.T) {
 	if f := c.failure(); f.GetBatchId() != 5 || f.GetReason() != "stale_placement" {
 		t.Fatalf("other placement: %v", f)
 	}
-	// A newer epoch frees everything older on every stage.
+	// A batch of a newer epoch is refused, never adopted: the sequences of
+	// the coordinator's epoch live on.
 	c.send(&pb.BatchHeader{Epoch: 100, PlacementVersion: 1, BatchId: 6, Rows: []*pb.Row{{Seq: 7, First: true, Tokens: prompt, Blocks: []int32{4}, Sample: true}}})
 	c.result(6)
-	c.send(&pb.BatchHeader{Epoch: 101, PlacementVersion: 1, BatchId: 1})
-	c.result(1)
+	c.send(&pb.BatchHeader{Epoch: 1 << 62, PlacementVersion: 1, BatchId: 7})
+	if f := c.failure(); f.GetBatchId() != 7 || f.GetReason() != "future_epoch" {
+		t.Fatalf("newer epoch on the stage stream: %v", f)
+	}
 	for _, n := range c.nodes {
-		if v := metric(t, n, labelled(n, "strata_kv_sequences", "")); v != 0 {
-			t.Errorf("sequences %v after a newer epoch, want 0", v)
+		if v := metric(t, n, labelled(n, "strata_kv_sequences", "")); v != 1 {
+			t.Errorf("sequences %v after a batch of a newer epoch, want 1", v)
 		}
+	}
+	if v := metric(t, c.nodes[0], labelled(c.nodes[0], "strata_wire_refused_total", `reason="future_epoch"`)); v != 1 {
+		t.Errorf("refused future_epoch %v, want 1", v)
+	}
+	// A newer epoch on the control stream (a coordinator restart) frees
+	// everything older on every stage.
+	c.coord.epoch.Store(101)
+	for _, n := range c.nodes {
+		waitFor(t, 20*time.Second, "the newer epoch", func() bool {
+			return metric(t, n, labelled(n, "strata_kv_sequences", "")) == 0
+		})
 		if v := metric(t, n, labelled(n, "strata_sequences_freed_total", `reason="epoch"`)); v != 1 {
 			t.Errorf("freed by epoch %v, want 1", v)
 		}
+	}
+	c.send(&pb.BatchHeader{Epoch: 101, PlacementVersion: 1, BatchId: 1, Rows: []*pb.Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{4}, Sample: true}}})
+	if r := c.result(1); len(r.GetSamples()) != 1 {
+		t.Fatalf("first batch of epoch 101: %v", r)
 	}
 }
 

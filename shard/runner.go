@@ -7,35 +7,22 @@ import (
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/sample"
+	"github.com/strata-llm/strata/transport"
 )
 
-// Tombstone ends a sequence on this shard.
-type Tombstone struct {
-	Seq    uint64
-	Reason Reason
-}
+// Tombstone ends a sequence on this shard (its Epoch is the caller's to
+// judge; the Runner ignores it).
+type Tombstone = transport.Tombstone
 
-// Row is one sequence's part of a batch as a shard sees it.
-type Row struct {
-	Seq    uint64
-	Pos    int
-	First  bool
-	Tokens []int32
-	Blocks []int32
-	Sample bool
-	// Params are the sequence's sampling settings, carried on its first row
-	// and kept by the last stage until the sequence ends.
-	Params *sample.Params
-}
+// Row is one sequence's part of a batch as a shard sees it: Params (first
+// rows) are the sequence's sampling settings, kept by the last stage until
+// the sequence ends.
+type Row = transport.Row
 
-// Batch is one micro-batch arriving at a stage.
-type Batch struct {
-	Epoch      uint64
-	ID         uint64
-	Tombstones []Tombstone // applied before any row is touched
-	Rows       []Row
-	Hidden     []float32 // the previous stage's output; nil on stage 0
-}
+// Batch is one micro-batch arriving at a stage, as transport.BatchFromWire
+// returns it: Tombstones are applied before any row is touched; Hidden is
+// the previous stage's output (nil on stage 0).
+type Batch = transport.MicroBatch
 
 // Sampled is one token chosen by the last stage.
 type Sampled struct {
@@ -47,7 +34,7 @@ type Sampled struct {
 // and recomputes the request.
 type Dropped struct {
 	Seq  uint64
-	Code string
+	Code transport.Code
 }
 
 // Result is what a stage produces from a batch: for the next stage, the rows
@@ -61,8 +48,13 @@ type Result struct {
 	Dropped []Dropped
 }
 
-// ErrStaleEpoch refuses a batch from an epoch older than one already seen.
-var ErrStaleEpoch = errors.New("shard: batch from an older epoch")
+// Errors Process refuses a whole batch with: a batch is of the epoch the
+// runner was moved to (SetEpoch, from the coordinator's control stream),
+// never of an older one, and a newer one is not adopted from a batch.
+var (
+	ErrStaleEpoch  = errors.New("shard: batch from an older epoch")
+	ErrFutureEpoch = errors.New("shard: batch from an epoch the control stream has not announced")
+)
 
 // seqSampler is the last stage's state for one sequence.
 type seqSampler struct {
@@ -133,10 +125,15 @@ func (r *Runner) dropDeadStates() {
 
 // Process runs a batch: tombstones first, then every row the table can
 // place, computed together; rows it cannot place are dropped and reported.
-// A batch of an older epoch is refused whole with ErrStaleEpoch.
+// A batch of another epoch than the runner's is refused whole, with
+// ErrStaleEpoch when older and ErrFutureEpoch when newer: only SetEpoch
+// moves the epoch.
 func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
-	if !r.SetEpoch(b.Epoch) {
-		return nil, fmt.Errorf("%w: batch %d epoch %d, shard at %d", ErrStaleEpoch, b.ID, b.Epoch, r.table.Epoch())
+	switch cur := r.table.Epoch(); {
+	case b.Epoch < cur:
+		return nil, fmt.Errorf("%w: batch %d", ErrStaleEpoch, b.ID)
+	case b.Epoch > cur:
+		return nil, fmt.Errorf("%w: batch %d", ErrFutureEpoch, b.ID)
 	}
 	for _, t := range b.Tombstones {
 		r.Tombstone(t)
@@ -162,7 +159,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			for _, tok := range row.Tokens {
 				if tok < 0 || int(tok) >= m.Vocab {
 					r.table.Tombstone(row.Seq, Failed)
-					err = &RowError{Seq: row.Seq, Code: "bad_token", Msg: fmt.Sprintf("token %d outside vocabulary of %d", tok, m.Vocab)}
+					err = &RowError{Seq: row.Seq, Code: transport.CodeBadToken, Msg: fmt.Sprintf("token %d outside vocabulary of %d", tok, m.Vocab)}
 					break
 				}
 			}
@@ -175,9 +172,8 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			r.states[row.Seq] = &seqSampler{params: p}
 		}
 		if err != nil {
-			var re *RowError
-			code := "bad_row"
-			if errors.As(err, &re) {
+			code := transport.CodeBadPosition
+			if re, ok := errors.AsType[*RowError](err); ok {
 				code = re.Code
 			}
 			res.Dropped = append(res.Dropped, Dropped{Seq: row.Seq, Code: code})
@@ -200,7 +196,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 		// our side. Free those sequences rather than keep unwritten KV.
 		for _, row := range r.kept {
 			r.Tombstone(Tombstone{Seq: row.Seq, Reason: Failed})
-			res.Dropped = append(res.Dropped, Dropped{Seq: row.Seq, Code: "compute_error"})
+			res.Dropped = append(res.Dropped, Dropped{Seq: row.Seq, Code: transport.CodeComputeError})
 		}
 		res.Rows = nil
 		return res, fmt.Errorf("shard: batch %d: %w", b.ID, err)

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"errors"
+	"github.com/strata-llm/strata/transport"
 	"os"
 	"slices"
 	"testing"
@@ -61,6 +63,7 @@ func (p pipe) run(t *testing.T, b Batch) (*Result, []Dropped) {
 	var res *Result
 	for i, r := range p {
 		var err error
+		announce(r, b.Epoch)
 		res, err = r.Process(&b, time.Unix(0, 0))
 		if err != nil {
 			t.Fatalf("stage %d: %v", i, err)
@@ -72,6 +75,14 @@ func (p pipe) run(t *testing.T, b Batch) (*Result, []Dropped) {
 }
 
 var prompt = []int32{1, 403, 407, 261, 378}
+
+// announce moves r to epoch e if it is newer, as the coordinator's control
+// stream does before it sends batches of e (Process never adopts one).
+func announce(r *Runner, e uint64) {
+	if e > r.Table().Epoch() {
+		r.SetEpoch(e)
+	}
+}
 
 // greedyA decodes sequence A for n tokens, with B riding along until it is
 // tombstoned after cancelAt steps (never when cancelAt < 0); at cancel time a
@@ -127,7 +138,7 @@ func TestRunnerCancelDoesNotChangeOthers(t *testing.T) {
 		}
 		// Only the first stage sees the late row: it drops it, so later
 		// stages never receive it.
-		if len(dropped) != 1 || dropped[0] != (Dropped{Seq: 2, Code: "unknown_sequence"}) {
+		if len(dropped) != 1 || dropped[0] != (Dropped{Seq: 2, Code: transport.CodeUnknownSequence}) {
 			t.Errorf("cuts %v: dropped %v, want one unknown_sequence for 2", cuts, dropped)
 		}
 		for i, r := range p {
@@ -147,6 +158,8 @@ func TestRunnerCancelDoesNotChangeOthers(t *testing.T) {
 func TestRunnerStaleEpochAndBadHidden(t *testing.T) {
 	m := loadStories(t)
 	p := newPipe(t, m, 2)
+	announce(p[0], 5)
+	announce(p[1], 5)
 	if _, err := p[0].Process(&Batch{Epoch: 5, Rows: []Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{0}}}}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
@@ -156,10 +169,15 @@ func TestRunnerStaleEpochAndBadHidden(t *testing.T) {
 	if _, err := p[1].Process(&Batch{Epoch: 5, Rows: []Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{0}}}, Hidden: make([]float32, 3)}, time.Time{}); err == nil {
 		t.Fatal("hidden states of the wrong size accepted")
 	}
-	// A newer epoch frees everything older.
-	if _, err := p[0].Process(&Batch{Epoch: 6}, time.Time{}); err != nil {
-		t.Fatal(err)
+	// A batch of a newer epoch is refused, not adopted.
+	if _, err := p[0].Process(&Batch{Epoch: 6}, time.Time{}); !errors.Is(err, ErrFutureEpoch) {
+		t.Fatalf("batch of a newer epoch: %v, want ErrFutureEpoch", err)
 	}
+	if p[0].Table().Sequences() != 1 {
+		t.Fatal("a batch of a newer epoch freed the older sequences")
+	}
+	// A newer epoch from the control stream frees everything older.
+	p[0].SetEpoch(6)
 	if p[0].Table().Sequences() != 0 || p[0].Table().Freed(Epoch) != 1 {
 		t.Fatalf("after a newer epoch: %d live, %d freed by epoch", p[0].Table().Sequences(), p[0].Table().Freed(Epoch))
 	}
@@ -172,7 +190,7 @@ func TestRunnerBadTokenDropsRow(t *testing.T) {
 		{Seq: 1, First: true, Tokens: []int32{1, 9999}, Blocks: []int32{0}, Sample: true},
 		{Seq: 2, First: true, Tokens: prompt, Blocks: []int32{1}, Sample: true},
 	}})
-	if len(dropped) != 1 || dropped[0].Code != "bad_token" || len(res.Samples) != 1 || res.Samples[0].Seq != 2 {
+	if len(dropped) != 1 || dropped[0].Code != transport.CodeBadToken || len(res.Samples) != 1 || res.Samples[0].Seq != 2 {
 		t.Fatalf("dropped %v, samples %v", dropped, res.Samples)
 	}
 	if p[0].Table().Has(1) {

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/strata-llm/strata/transport"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 // stageStep runs b through stage i of p and returns what stage i+1 gets.
 func (p pipe) stageStep(t *testing.T, i int, b Batch) (Batch, *Result) {
 	t.Helper()
+	announce(p[i], b.Epoch)
 	res, err := p[i].Process(&b, time.Unix(0, 0))
 	if err != nil {
 		t.Fatalf("stage %d batch %d: %v", i, b.ID, err)
@@ -38,12 +40,12 @@ func TestRunnerTombstoneBetweenStages(t *testing.T) {
 		// ahead: the batch has passed stage k when the tombstone gets
 		// there (it is on k+1); otherwise it is still on k−1.
 		ahead bool
-		// dropCode is the code stage k reports for B's late row (""
+		// dropCode is the code stage k reports for B's late row (0
 		// when stage k never sees it).
-		dropCode string
+		dropCode transport.Code
 	}{
-		{name: "decode row on stage k-1", bFirstAt: 0, dropCode: "unknown_sequence"},
-		{name: "create row on stage k-1", bFirstAt: 2, dropCode: "stale_create"},
+		{name: "decode row on stage k-1", bFirstAt: 0, dropCode: transport.CodeUnknownSequence},
+		{name: "create row on stage k-1", bFirstAt: 2, dropCode: transport.CodeStaleCreate},
 		{name: "decode row on stage k+1", bFirstAt: 0, ahead: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,7 +75,7 @@ func TestRunnerTombstoneBetweenStages(t *testing.T) {
 					}
 					before := p[i].Table().BlocksUsed()
 					b, res = p.stageStep(t, i, b)
-					if step == raceAt && i == k && tc.dropCode != "" {
+					if step == raceAt && i == k && tc.dropCode != 0 {
 						if len(res.Dropped) != 1 || res.Dropped[0] != (Dropped{Seq: 2, Code: tc.dropCode}) {
 							t.Fatalf("stage k dropped %v, want B with %s", res.Dropped, tc.dropCode)
 						}
@@ -130,7 +132,7 @@ func TestRunnerTombstoneBetweenStages(t *testing.T) {
 					t.Errorf("stage %d freed B %d times", i, tb.Freed(Aborted))
 				}
 			}
-			if tc.dropCode != "" {
+			if tc.dropCode != 0 {
 				if got := p[k].Table().Refused(tc.dropCode); got != 1 {
 					t.Errorf("stage k refused %d rows as %s, want 1", got, tc.dropCode)
 				}

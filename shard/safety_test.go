@@ -126,7 +126,7 @@ func TestTableCreateAtHighWaterMark(t *testing.T) {
 		t.Fatalf("block 7, the pool's last: %s", c)
 	}
 	checkTable(t, "after the bounds", tb, 6)
-	if got := tb.Refused("stale_create"); got != 2 {
+	if got := tb.Refused(transport.CodeStaleCreate); got != 2 {
 		t.Fatalf("%d stale creates counted, want 2", got)
 	}
 
@@ -141,6 +141,48 @@ func TestTableCreateAtHighWaterMark(t *testing.T) {
 		t.Fatalf("create of epoch 2's 9: %s", c)
 	}
 	checkTable(t, "in epoch 2", tb, 9)
+}
+
+// TestTableEarlyTombstoneLimit: tombstones for sequences not yet created
+// are kept up to MaxEarlyTombstones; before any create wherever they
+// point, and from the first create on only within the limit above the
+// high-water mark (that create drops the farther ones). A kept one still
+// refuses its create; the others are refused and counted. A row at a
+// negative position is refused (bad_position), never a panic.
+func TestTableEarlyTombstoneLimit(t *testing.T) {
+	now := time.Unix(100, 0)
+	tb := NewTable(8)
+	tb.SetEpoch(1)
+	for i := range MaxEarlyTombstones + 100 {
+		tb.Tombstone(uint64(1<<40+i), Aborted)
+	}
+	if tb.Early() != MaxEarlyTombstones || tb.EarlyRefused() != 100 {
+		t.Fatalf("before any create: %d kept, %d refused; want %d and 100", tb.Early(), tb.EarlyRefused(), MaxEarlyTombstones)
+	}
+	checkTable(t, "full of early tombstones", tb)
+	if c := code(tb.Place(10, 0, true, 1, []int32{0}, 16, now)); c != "" {
+		t.Fatalf("create of 10: %s", c)
+	}
+	if tb.Early() != 0 || tb.EarlyRefused() != MaxEarlyTombstones+100 {
+		t.Fatalf("after the first create: %d kept, %d refused; want 0 and %d", tb.Early(), tb.EarlyRefused(), MaxEarlyTombstones+100)
+	}
+	edge := uint64(10 + MaxEarlyTombstones)
+	tb.Tombstone(edge, Aborted)
+	tb.Tombstone(edge+1, Aborted)
+	tb.Tombstone(1<<62, Aborted)
+	if tb.Early() != 1 || tb.EarlyRefused() != MaxEarlyTombstones+102 {
+		t.Fatalf("at the edge: %d kept, %d refused; want 1 and %d", tb.Early(), tb.EarlyRefused(), MaxEarlyTombstones+102)
+	}
+	if c := code(tb.Place(edge, 0, true, 1, []int32{1}, 16, now)); c != "stale_create" {
+		t.Fatalf("create behind a kept early tombstone: %q, want stale_create", c)
+	}
+	checkTable(t, "after the edge", tb, 10)
+	for _, first := range []bool{true, false} {
+		if c := code(tb.Place(10, -100, first, 1, []int32{2}, 16, now)); c != "bad_position" {
+			t.Fatalf("row at position -100 (first %v): %q, want bad_position", first, c)
+		}
+	}
+	checkTable(t, "after the negative positions", tb, 10)
 }
 
 // TestRunnerTombstonesBeforeRows: in one batch, its tombstones reach each
@@ -185,7 +227,7 @@ func TestRunnerTombstonesBeforeRows(t *testing.T) {
 			{Seq: 2, Pos: 3, Tokens: []int32{91}, Blocks: b, Sample: true},               // late row of the tombstoned 2
 			{Seq: 3, First: true, Tokens: []int32{1, 100, 110}, Blocks: c, Sample: true}, // create of the tombstoned 3
 		}})
-	want := [][]Dropped{{{Seq: 2, Code: "unknown_sequence"}, {Seq: 3, Code: "stale_create"}}, nil}
+	want := [][]Dropped{{{Seq: 2, Code: transport.CodeUnknownSequence}, {Seq: 3, Code: transport.CodeStaleCreate}}, nil}
 	if diff := cmp.Diff(drops, want); diff != "" {
 		t.Fatalf("rows dropped per stage (-got +want):\n%s", diff)
 	}
@@ -204,7 +246,7 @@ func TestRunnerTombstonesBeforeRows(t *testing.T) {
 
 	// A duplicate of 2's first row arrives late, at the high-water mark.
 	drops, _ = step(Batch{Epoch: 1, ID: 3, Rows: []Row{{Seq: 2, First: true, Tokens: []int32{1, 80, 90}, Blocks: b, Sample: true}}})
-	if diff := cmp.Diff(drops, [][]Dropped{{{Seq: 2, Code: "stale_create"}}, nil}); diff != "" {
+	if diff := cmp.Diff(drops, [][]Dropped{{{Seq: 2, Code: transport.CodeStaleCreate}}, nil}); diff != "" {
 		t.Fatalf("late create of 2 (-got +want):\n%s", diff)
 	}
 	// 1 ends: nothing is left anywhere.
@@ -218,11 +260,14 @@ func TestRunnerTombstonesBeforeRows(t *testing.T) {
 }
 
 // TestRunnerRefusals: a batch of an older epoch is refused whole and
-// changes nothing; a row whose token is outside the vocabulary is dropped
-// and its sequence freed, beside a row that is computed.
+// changes nothing; so is a batch of a newer epoch, which is never adopted
+// (only the control stream moves the epoch: SetEpoch); a row whose token is
+// outside the vocabulary is dropped and its sequence freed, beside a row
+// that is computed.
 func TestRunnerRefusals(t *testing.T) {
 	m := randomModel(t)
 	r := randomPipe(t, m)[0]
+	r.SetEpoch(5)
 	if _, err := r.Process(&Batch{Epoch: 5, ID: 1, Rows: []Row{{Seq: 1, First: true, Tokens: []int32{1, 2}, Blocks: []int32{0}, Sample: true}}}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +276,14 @@ func TestRunnerRefusals(t *testing.T) {
 		t.Fatalf("batch of an older epoch: %v, want ErrStaleEpoch", err)
 	}
 	checkTable(t, "after the stale batch", r.Table(), 1)
+	_, err = r.Process(&Batch{Epoch: 1 << 62, ID: 2, Rows: []Row{{Seq: 8, First: true, Tokens: []int32{1}, Blocks: []int32{1}, Sample: true}}}, time.Time{})
+	if !errors.Is(err, ErrFutureEpoch) {
+		t.Fatalf("batch of epoch 2^62: %v, want ErrFutureEpoch", err)
+	}
+	if r.Table().Epoch() != 5 {
+		t.Fatalf("a batch moved the runner to epoch %d", r.Table().Epoch())
+	}
+	checkTable(t, "after the future batch", r.Table(), 1)
 	res, err := r.Process(&Batch{Epoch: 5, ID: 3, Rows: []Row{
 		{Seq: 2, First: true, Tokens: []int32{1, int32(m.Vocab)}, Blocks: []int32{2}, Sample: true},
 		{Seq: 3, First: true, Tokens: []int32{1, 5}, Blocks: []int32{3}, Sample: true},
@@ -238,7 +291,7 @@ func TestRunnerRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Dropped) != 1 || res.Dropped[0] != (Dropped{Seq: 2, Code: "bad_token"}) || len(res.Samples) != 1 || res.Samples[0].Seq != 3 {
+	if len(res.Dropped) != 1 || res.Dropped[0] != (Dropped{Seq: 2, Code: transport.CodeBadToken}) || len(res.Samples) != 1 || res.Samples[0].Seq != 3 {
 		t.Fatalf("dropped %v, sampled %v", res.Dropped, res.Samples)
 	}
 	checkTable(t, "after the bad token", r.Table(), 1, 3)
@@ -256,7 +309,7 @@ func testNode(r *Runner, epoch uint64) *Node {
 		log:         slog.New(slog.DiscardHandler),
 		nodeID:      "node-test",
 		incarnation: 1,
-		baseRefused: map[string]uint64{},
+		baseRefused: map[transport.Code]uint64{},
 		status:      &pb.Status{State: pb.Status_READY, PlacementVersion: 1},
 		statusCh:    make(chan struct{}, 1),
 		ctlOut:      make(chan *pb.BatchFailed, 64),
@@ -267,6 +320,7 @@ func testNode(r *Runner, epoch uint64) *Node {
 	}
 	n.lease.Store(int64(10 * time.Second))
 	n.heartbeatEvery.Store(int64(time.Hour))
+	r.SetEpoch(epoch)
 	return n
 }
 

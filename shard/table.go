@@ -1,50 +1,57 @@
 package shard
 
 import (
+	"container/heap"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/strata-llm/strata/transport"
 )
 
-// Reason says why a shard freed a sequence.
-type Reason uint8
+// Reason says why a shard freed a sequence: transport's end-reason enum,
+// the one vocabulary from the coordinator's tombstones to these counters.
+type Reason = transport.Reason
 
 // Reasons: the first five arrive in tombstones from the coordinator; the last
 // three are the shard's own repairs, which stay zero in a healthy cluster.
 const (
-	Finished Reason = iota
-	Aborted
-	Timeout
-	Preempted
-	Failed
-	Lease     // the coordinator stopped renewing the sequence's lease
-	Epoch     // a newer epoch dropped every older sequence
-	Reconcile // the coordinator said it no longer knows the sequence
-	numReasons
+	Finished  = transport.ReasonFinished
+	Aborted   = transport.ReasonAborted
+	Timeout   = transport.ReasonTimeout
+	Preempted = transport.ReasonPreempted
+	Failed    = transport.ReasonFailed
+	Lease     = transport.ReasonLease     // the coordinator stopped renewing the sequence's lease
+	Epoch     = transport.ReasonEpoch     // a newer epoch dropped every older sequence
+	Reconcile = transport.ReasonReconcile // the coordinator said it no longer knows the sequence
 )
 
-var reasonNames = [numReasons]string{"finished", "aborted", "timeout", "preempted", "failed", "lease", "epoch", "reconcile"}
-
-func (r Reason) String() string {
-	if r < numReasons {
-		return reasonNames[r]
-	}
-	return fmt.Sprintf("reason(%d)", r)
-}
-
 // Reasons lists every Reason, for metrics.
-func Reasons() []Reason {
-	out := make([]Reason, numReasons)
-	for i := range out {
-		out[i] = Reason(i)
-	}
-	return out
-}
+func Reasons() []Reason { return transport.Reasons() }
 
-// RowError says why a row was refused; its Code is what BatchFailed reports.
+// MaxEarlyTombstones bounds the tombstones a table keeps for sequences
+// above its high-water mark (not yet created here), and, once it has
+// created a sequence, how far above the mark they may be. Such a tombstone
+// exists only to refuse a create still on its way to this stage: a
+// sequence the coordinator dispatched and this stage has not yet seen,
+// when the tombstone overtook it on the control-stream backstop. The
+// coordinator keeps at most MaxInFlight batches of at most MaxBatchRows
+// rows in flight (by default stages + 1 batches of 256 rows: 2,304 rows
+// for 8 stages), so a legitimate early tombstone lies within a few
+// thousand IDs of the mark; after a re-placement a fresh table may also
+// receive the backstop of every sequence the old pipeline was running,
+// which 16 Ki covers as well. A tombstone beyond the limit is refused and
+// counted (strata_tombstones_refused_total) instead of growing the table
+// without end: the same tombstone also rides in-band behind the create on
+// the stage stream and frees the sequence there, and reconcile frees it if
+// that batch is lost, so refusing it delays a free and never loses one.
+const MaxEarlyTombstones = 1 << 14
+
+// RowError says why a row was refused; its Code is what the stage reports
+// (DroppedRow.reason).
 type RowError struct {
 	Seq  uint64
-	Code string // "unknown_sequence", "stale_create", "bad_position", "bad_blocks"
+	Code transport.Code // a row code: unknown_sequence, stale_create, bad_position, bad_blocks, ...
 	Msg  string
 }
 
@@ -65,15 +72,33 @@ type Table struct {
 	epoch uint64
 	hwm   uint64 // highest sequence ID created in this epoch
 	live  map[uint64]*replica
-	early map[uint64]Reason // tombstones for IDs above hwm, not yet created
+	early map[uint64]Reason // tombstones for IDs above hwm, not yet created: at most MaxEarlyTombstones
+	// earlyOrder holds early's IDs, smallest first, so that a create
+	// forgets those it passes without scanning the rest.
+	earlyOrder seqHeap
 
-	freed   [numReasons]uint64
-	refused map[string]uint64
+	freed        [transport.NumReasons]uint64
+	refused      map[transport.Code]uint64
+	earlyRefused uint64 // tombstones refused past MaxEarlyTombstones
 }
 
 // NewTable returns an empty table for a pool of pool blocks.
 func NewTable(pool int) *Table {
-	return &Table{pool: pool, live: map[uint64]*replica{}, early: map[uint64]Reason{}, refused: map[string]uint64{}}
+	return &Table{pool: pool, live: map[uint64]*replica{}, early: map[uint64]Reason{}, refused: map[transport.Code]uint64{}}
+}
+
+// seqHeap is a min-heap of sequence IDs (container/heap).
+type seqHeap []uint64
+
+func (h seqHeap) Len() int           { return len(h) }
+func (h seqHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h seqHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *seqHeap) Push(x any)        { *h = append(*h, x.(uint64)) }
+func (h *seqHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // Epoch is the newest epoch the table has seen.
@@ -94,23 +119,57 @@ func (t *Table) SetEpoch(e uint64) bool {
 		t.free(seq, Epoch)
 	}
 	clear(t.early)
+	t.earlyOrder = t.earlyOrder[:0]
 	t.epoch, t.hwm = e, 0
 	return true
 }
 
 // Tombstone ends seq: its blocks leave the table. A tombstone for a sequence
 // not yet created (above the high-water mark) is remembered so that its
-// create is refused; one for an ID at or below the mark that is not live is
-// a harmless repeat. It reports whether a live sequence was freed.
+// create is refused, within MaxEarlyTombstones (beyond, it is refused and
+// counted); one for an ID at or below the mark that is not live is a
+// harmless repeat. It reports whether a live sequence was freed.
 func (t *Table) Tombstone(seq uint64, r Reason) bool {
 	if _, ok := t.live[seq]; ok {
 		t.free(seq, r)
 		return true
 	}
-	if seq > t.hwm {
-		t.early[seq] = r
+	if _, dup := t.early[seq]; seq <= t.hwm || dup {
+		return false
 	}
+	if (t.hwm > 0 && seq-t.hwm > MaxEarlyTombstones) || len(t.early) >= MaxEarlyTombstones {
+		t.earlyRefused++
+		return false
+	}
+	t.early[seq] = r
+	heap.Push(&t.earlyOrder, seq)
 	return false
+}
+
+// created raises the high-water mark to seq and forgets the early
+// tombstones it passed; at the first create since the mark was reset (a
+// new epoch or table), those more than MaxEarlyTombstones above seq are
+// dropped too and counted as refused, so that from then on every early
+// tombstone lies within the limit of the mark.
+func (t *Table) created(seq uint64) {
+	first := t.hwm == 0
+	t.hwm = seq
+	for len(t.earlyOrder) > 0 && t.earlyOrder[0] <= seq {
+		delete(t.early, heap.Pop(&t.earlyOrder).(uint64))
+	}
+	if !first || len(t.earlyOrder) == 0 {
+		return
+	}
+	t.earlyOrder = t.earlyOrder[:0]
+	for s := range t.early {
+		if s-seq > MaxEarlyTombstones {
+			delete(t.early, s)
+			t.earlyRefused++
+			continue
+		}
+		t.earlyOrder = append(t.earlyOrder, s)
+	}
+	heap.Init(&t.earlyOrder)
 }
 
 // free is the one door through which a sequence leaves the table.
@@ -123,41 +182,39 @@ func (t *Table) free(seq uint64, r Reason) {
 // first row creates the sequence, any other extends it. Rows are placed in
 // the order they arrive. now starts or keeps the sequence's lease.
 func (t *Table) Place(seq uint64, pos int, first bool, n int, blocks []int32, bs int, now time.Time) error {
-	refuse := func(code, format string, args ...any) error {
+	refuse := func(code transport.Code, format string, args ...any) error {
 		t.refused[code]++
 		return &RowError{Seq: seq, Code: code, Msg: fmt.Sprintf(format, args...)}
 	}
+	if pos < 0 || n <= 0 || bs <= 0 {
+		return refuse(transport.CodeBadPosition, "%d tokens at position %d in blocks of %d", n, pos, bs)
+	}
 	need := (pos + n + bs - 1) / bs
-	if n <= 0 || len(blocks) < need {
-		return refuse("bad_blocks", "%d tokens at position %d need %d blocks, row names %d", n, pos, need, len(blocks))
+	if len(blocks) < need {
+		return refuse(transport.CodeBadBlocks, "%d tokens at position %d need %d blocks, row names %d", n, pos, need, len(blocks))
 	}
 	for i, b := range blocks[:need] {
 		if b < 0 || int(b) >= t.pool {
-			return refuse("bad_blocks", "block %d is %d, pool has %d", i, b, t.pool)
+			return refuse(transport.CodeBadBlocks, "block %d is %d, pool has %d", i, b, t.pool)
 		}
 	}
 	if first {
 		if _, dead := t.early[seq]; dead || seq <= t.hwm {
-			return refuse("stale_create", "create of sequence %d at or below high-water mark %d, or already tombstoned", seq, t.hwm)
+			return refuse(transport.CodeStaleCreate, "create of sequence %d at or below high-water mark %d, or already tombstoned", seq, t.hwm)
 		}
-		t.hwm = seq
-		for s := range t.early {
-			if s <= seq {
-				delete(t.early, s)
-			}
-		}
+		t.created(seq)
 		t.live[seq] = &replica{blocks: slices.Clone(blocks[:need]), length: pos + n, renew: now}
 		return nil
 	}
 	r, ok := t.live[seq]
 	if !ok {
-		return refuse("unknown_sequence", "no live sequence %d", seq)
+		return refuse(transport.CodeUnknownSequence, "no live sequence %d", seq)
 	}
 	if pos != r.length {
-		return refuse("bad_position", "row at position %d, sequence has %d", pos, r.length)
+		return refuse(transport.CodeBadPosition, "row at position %d, sequence has %d", pos, r.length)
 	}
 	if !slices.Equal(blocks[:min(len(r.blocks), need)], r.blocks[:min(len(r.blocks), need)]) {
-		return refuse("bad_blocks", "block table changed under a live sequence")
+		return refuse(transport.CodeBadBlocks, "block table changed under a live sequence")
 	}
 	if need > len(r.blocks) {
 		r.blocks = append(r.blocks, blocks[len(r.blocks):need]...)
@@ -232,7 +289,15 @@ func (t *Table) BlocksOf(seq uint64) []int32 {
 func (t *Table) Freed(r Reason) uint64 { return t.freed[r] }
 
 // Refused returns how many rows were refused with the given code.
-func (t *Table) Refused(code string) uint64 { return t.refused[code] }
+func (t *Table) Refused(code transport.Code) uint64 { return t.refused[code] }
+
+// Early returns how many tombstones the table keeps for sequences above its
+// high-water mark.
+func (t *Table) Early() int { return len(t.early) }
+
+// EarlyRefused returns how many tombstones the table refused past
+// MaxEarlyTombstones.
+func (t *Table) EarlyRefused() uint64 { return t.earlyRefused }
 
 // CheckInvariants verifies the table's own consistency for blocks of bs
 // positions: every live sequence at or below the high-water mark, its block
@@ -253,9 +318,15 @@ func (t *Table) CheckInvariants(bs int) error {
 			}
 		}
 	}
+	if len(t.early) > MaxEarlyTombstones || len(t.earlyOrder) != len(t.early) {
+		return fmt.Errorf("shard: %d early tombstones (%d ordered), limit %d", len(t.early), len(t.earlyOrder), MaxEarlyTombstones)
+	}
 	for seq := range t.early {
 		if seq <= t.hwm {
 			return fmt.Errorf("shard: pending tombstone for sequence %d at or below high-water mark %d", seq, t.hwm)
+		}
+		if t.hwm > 0 && seq-t.hwm > MaxEarlyTombstones {
+			return fmt.Errorf("shard: pending tombstone for sequence %d more than %d above high-water mark %d", seq, MaxEarlyTombstones, t.hwm)
 		}
 	}
 	return nil

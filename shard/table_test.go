@@ -9,7 +9,7 @@ import (
 func code(err error) string {
 	var re *RowError
 	if errors.As(err, &re) {
-		return re.Code
+		return re.Code.String()
 	}
 	if err != nil {
 		return "other"

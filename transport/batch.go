@@ -18,13 +18,13 @@ const DefaultMaxHiddenBytes = 256 << 20
 // ErrBadBatch is matched (errors.Is) by every BatchError.
 var ErrBadBatch = errors.New("transport: bad batch")
 
-// BatchError reports a malformed batch on a stage stream. Reason is short
-// snake_case, ready for BatchFailed.reason.
+// BatchError reports a malformed batch on a stage stream, which ends the
+// stream. Its Reason goes into BatchFailed.reason by name.
 type BatchError struct {
 	// BatchID is the batch the header announced; 0 if no header was read.
 	BatchID uint64
-	// Reason is bad_header, hidden_too_large or bad_chunks.
-	Reason string
+	// Reason is CodeBadHeader, CodeHiddenTooLarge or CodeBadChunks.
+	Reason Code
 	// Detail says what was wrong, with the numbers involved.
 	Detail string
 }
@@ -40,10 +40,10 @@ func (e *BatchError) Is(target error) bool { return target == ErrBadBatch }
 // BatchFailed returns the report of e for the upstream hop: every row of
 // the batch failed (Seqs empty), with e's reason, from shardID.
 func (e *BatchError) BatchFailed(shardID string) *pb.BatchFailed {
-	return &pb.BatchFailed{BatchId: e.BatchID, Reason: e.Reason, ShardId: shardID}
+	return &pb.BatchFailed{BatchId: e.BatchID, Reason: e.Reason.String(), ShardId: shardID}
 }
 
-func badBatch(id uint64, reason, format string, args ...any) *BatchError {
+func badBatch(id uint64, reason Code, format string, args ...any) *BatchError {
 	return &BatchError{BatchID: id, Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
 
@@ -85,7 +85,7 @@ var (
 func SendBatch(s BatchSender, h *pb.BatchHeader, hidden []float32) error {
 	chunks, err := EncodeHidden(hidden, h.GetHiddenType())
 	if err != nil {
-		return badBatch(h.GetBatchId(), "bad_header", "%v", err)
+		return badBatch(h.GetBatchId(), CodeBadHeader, "%v", err)
 	}
 	h.HiddenElems = uint64(len(hidden))
 	h.HiddenChunks = uint32(len(chunks))
@@ -137,9 +137,9 @@ func RecvBatch(r BatchReceiver, maxHiddenBytes int64) (*Batch, error) {
 	h := m.GetHeader()
 	if h == nil {
 		if c := m.GetChunk(); c != nil {
-			return nil, badBatch(0, "bad_chunks", "chunk %d of batch %d where a header was due", c.GetIndex(), c.GetBatchId())
+			return nil, badBatch(0, CodeBadChunks, "chunk %d of batch %d where a header was due", c.GetIndex(), c.GetBatchId())
 		}
-		return nil, badBatch(0, "bad_header", "empty stage message where a header was due")
+		return nil, badBatch(0, CodeBadHeader, "empty stage message where a header was due")
 	}
 	if err := checkHeader(h, maxHiddenBytes); err != nil {
 		return nil, err
@@ -162,20 +162,20 @@ func RecvBatch(r BatchReceiver, maxHiddenBytes int64) (*Batch, error) {
 		c := m.GetChunk()
 		switch {
 		case c == nil:
-			return nil, badBatch(id, "bad_chunks", "got a header or empty message where chunk %d of %d was due", i, h.GetHiddenChunks())
+			return nil, badBatch(id, CodeBadChunks, "got a header or empty message where chunk %d of %d was due", i, h.GetHiddenChunks())
 		case c.GetBatchId() != id:
-			return nil, badBatch(id, "bad_chunks", "chunk %d carries batch_id %d", i, c.GetBatchId())
+			return nil, badBatch(id, CodeBadChunks, "chunk %d carries batch_id %d", i, c.GetBatchId())
 		case c.GetIndex() != i:
-			return nil, badBatch(id, "bad_chunks", "chunk index %d where %d was due", c.GetIndex(), i)
+			return nil, badBatch(id, CodeBadChunks, "chunk index %d where %d was due", c.GetIndex(), i)
 		case len(c.GetData()) == 0:
-			return nil, badBatch(id, "bad_chunks", "chunk %d is empty", i)
+			return nil, badBatch(id, CodeBadChunks, "chunk %d is empty", i)
 		}
 		if err := d.add(c.GetData()); err != nil {
-			return nil, badBatch(id, "bad_chunks", "chunk %d: %v", i, err)
+			return nil, badBatch(id, CodeBadChunks, "chunk %d: %v", i, err)
 		}
 	}
 	if d.off != len(d.dst) {
-		return nil, badBatch(id, "bad_chunks", "%d chunks carried %d of %d values", h.GetHiddenChunks(), d.off, len(d.dst))
+		return nil, badBatch(id, CodeBadChunks, "%d chunks carried %d of %d values", h.GetHiddenChunks(), d.off, len(d.dst))
 	}
 	b.Hidden = d.dst
 	return b, nil
@@ -186,17 +186,17 @@ func checkHeader(h *pb.BatchHeader, maxHiddenBytes int64) error {
 	id := h.GetBatchId()
 	size, err := ElemSize(h.GetHiddenType())
 	if err != nil {
-		return badBatch(id, "bad_header", "%v", err)
+		return badBatch(id, CodeBadHeader, "%v", err)
 	}
 	elems, dim, chunks := h.GetHiddenElems(), uint64(h.GetHiddenDim()), uint64(h.GetHiddenChunks())
 	if elems > uint64(maxHiddenBytes)/uint64(size) {
-		return badBatch(id, "hidden_too_large", "hidden state of %d values × %d bytes exceeds the limit of %d bytes", elems, size, maxHiddenBytes)
+		return badBatch(id, CodeHiddenTooLarge, "hidden state of %d values × %d bytes exceeds the limit of %d bytes", elems, size, maxHiddenBytes)
 	}
 	if (elems == 0) != (chunks == 0) {
-		return badBatch(id, "bad_header", "hidden_elems %d with hidden_chunks %d", elems, chunks)
+		return badBatch(id, CodeBadHeader, "hidden_elems %d with hidden_chunks %d", elems, chunks)
 	}
 	if chunks > elems*uint64(size) {
-		return badBatch(id, "bad_header", "hidden_chunks %d exceeds the %d bytes declared", chunks, elems*uint64(size))
+		return badBatch(id, CodeBadHeader, "hidden_chunks %d exceeds the %d bytes declared", chunks, elems*uint64(size))
 	}
 	if elems == 0 {
 		return nil
@@ -206,7 +206,7 @@ func checkHeader(h *pb.BatchHeader, maxHiddenBytes int64) error {
 		tokens += uint64(len(r.GetTokens()))
 	}
 	if dim == 0 || elems/dim != tokens || elems%dim != 0 {
-		return badBatch(id, "bad_header", "hidden_elems %d is not hidden_dim %d × %d tokens", elems, dim, tokens)
+		return badBatch(id, CodeBadHeader, "hidden_elems %d is not hidden_dim %d × %d tokens", elems, dim, tokens)
 	}
 	return nil
 }

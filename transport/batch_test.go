@@ -268,8 +268,8 @@ func TestRecvBatchCorrupt(t *testing.T) {
 			if !errors.As(err, &be) || !errors.Is(err, ErrBadBatch) {
 				t.Fatalf("got %v (%T), want a *BatchError", err, err)
 			}
-			if be.Reason != tc.reason {
-				t.Fatalf("reason %q, want %q (%v)", be.Reason, tc.reason, err)
+			if be.Reason.String() != tc.reason {
+				t.Fatalf("reason %q, want %q (%v)", be.Reason.String(), tc.reason, err)
 			}
 			if tc.name != "chunk first" && tc.name != "empty message" && be.BatchID != 7 {
 				t.Fatalf("BatchID %d, want 7", be.BatchID)

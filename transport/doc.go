@@ -9,11 +9,30 @@
 // # Values and wire
 //
 // The data path's messages exist twice: as Go values (MicroBatch, Row,
-// Tombstone, BatchResult, ... in message.go), which the coordinator's loop
-// and the shard runtime use, and as protobuf (package pb), which the gRPC
-// streams carry. wire.go converts between them: MicroBatchToWire then
-// SendBatch on one side, RecvBatch then MicroBatchFromWire on the other;
-// ResultToWire, ResultFromWire and FailedFromWire for the way back.
+// Tombstone, BatchResult, Failure, ... in message.go), which the
+// coordinator's loop and the shard runtime use, and as protobuf (package
+// pb), which the gRPC streams carry. wire.go is the one converter, for both
+// sides: the coordinator sends with HeaderToWire then SendBatch; a stage
+// receives with RecvBatch then BatchFromWire, forwards with HeaderToWire and
+// answers with ResultToWire or FailedToWire; the coordinator reads answers
+// with ResultFromWire and FailedFromWire. Reason is the one end-reason enum
+// (the tombstone reasons, pb.Tombstone_Reason by value); Code is the one
+// vocabulary of dropped rows, failed batches and refusals, carried by name.
+//
+// # Validation
+//
+// A receiver never uses a field a peer sent before transport has checked
+// it: the From functions of wire.go and the Check functions of control.go
+// range-check every field (positions in [0, context), block IDs inside the
+// pool, token IDs inside the vocabulary, counts against the named limits of
+// refuse.go, epoch and placement version equal to the receiver's, reasons
+// from their enums, strings bounded and of their alphabet). A violation is
+// a *RefusedError with its Code, which the receiver counts (Refusals:
+// strata_wire_refused_total{reason}) and answers, never a panic; the code
+// names what the peer sent, never the receiver's own state (its epoch or
+// model). Whether an answer belongs to a batch in flight where it came
+// from is the coordinator's to check. RecoverOptions adds interceptors that
+// recover any panic a handler still has, log it once and count it.
 //
 // # Servers
 //
@@ -38,11 +57,13 @@
 //     opens Stage.Stream; the last stage opens Coordinator.Results and sends
 //     StreamHello first.
 //  5. The coordinator opens Stage.Stream to stage 0 and sends batches with
-//     SendBatch. Each stage reads them with RecvBatch, checks epoch and
-//     placement version, applies the header's tombstones before touching
-//     any row, computes, and forwards the batch downstream with SendBatch
-//     (or, on the last stage, sends a BatchResult on Results). Rows a stage
-//     refuses go into the header's dropped list and out of its hidden state.
+//     SendBatch. Each stage reads them with RecvBatch, checks them with
+//     BatchFromWire (epoch and placement version equal to its own: a newer
+//     epoch comes only on the control stream), applies the header's
+//     tombstones before touching any row, computes, and forwards the batch
+//     downstream with SendBatch (or, on the last stage, sends a BatchResult
+//     on Results). Rows a stage refuses go into the header's dropped list
+//     and out of its hidden state.
 //  6. A stage that fails a batch replies BatchFailed on the stream it came
 //     from; each hop relays replies upstream, so the coordinator sees them
 //     on its stage-0 stream. A stage whose upstream is gone reports on

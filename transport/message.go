@@ -7,12 +7,13 @@ import "github.com/strata-llm/strata/model/sample"
 // back. The coordinator and the shards share them (they never import each
 // other); the gRPC streams carry them as protobuf (package pb).
 
-// Tombstone ends a sequence on every stage. Reason is its wire name:
-// finished, aborted, timeout, preempted or failed.
+// Tombstone ends a sequence on every stage. Its Reason is one the
+// coordinator decides (Reason.Coordinator) when it travels; a shard's own
+// frees (lease, epoch, reconcile) never travel.
 type Tombstone struct {
 	Epoch  uint64
 	Seq    uint64
-	Reason string
+	Reason Reason
 }
 
 // Row is one sequence's part of a micro-batch.
@@ -24,46 +25,67 @@ type Row struct {
 	Blocks []int32 // block table covering positions [0, Pos+len(Tokens))
 	Sample bool    // the last stage samples a token after this row
 	// Params are the sequence's sampling settings, on first rows only; the
-	// last stage keeps them until the sequence's tombstone.
-	Params *sample.Params
+	// last stage keeps them until the sequence's tombstone. Logprobs (first
+	// rows only) says the client asked for log-probabilities.
+	Params   *sample.Params
+	Logprobs bool
 }
 
 // MicroBatch is one micro-batch. Stages apply Tombstones before touching
 // Rows. Hidden holds the previous stage's output (Tokens × Embd float32); it
 // is nil for the first stage. A batch with ID 0 carries only tombstones.
+// Dropped are rows earlier stages removed (the last stage reports them);
+// TTL is the coordinator's relative deadline in milliseconds (0: none).
 type MicroBatch struct {
 	Epoch      uint64
 	Placement  uint64
 	ID         uint64
+	TTL        int64
 	Tombstones []Tombstone
 	Rows       []Row
+	Dropped    []Dropped
 	Hidden     []float32
 }
 
-// Sampled is one token the last stage chose for a row.
+// Sampled is one token the last stage chose for a row; Pos is the
+// position it will occupy.
 type Sampled struct {
 	Seq     uint64
+	Pos     int
 	Token   int32
 	Logprob float32
 	Top     []sample.TokenLogprob
 }
 
-// Dropped is a row some stage refused (Reason: unknown_sequence,
-// stale_create, bad_position, bad_blocks, bad_token, compute_error); the
-// coordinator tombstones the sequence and recomputes its request.
+// Dropped is a row the stage Shard refused (Reason is a row code,
+// Code.Row); the coordinator tombstones the sequence and recomputes its
+// request.
 type Dropped struct {
 	Seq    uint64
-	Reason string
+	Reason Code
+	Shard  string
 }
 
 // BatchResult is a batch's outcome as the coordinator receives it: the last
 // stage's samples and every stage's dropped rows, or, with Lost, the whole
-// batch failed on the way (Reason says where and why).
+// batch failed on the way (Reason says where and why, for logs: a code's
+// name and the shard that reported it).
 type BatchResult struct {
-	Epoch   uint64
-	ID      uint64
-	Samples []Sampled
-	Dropped []Dropped
-	Lost    bool
-	Reason  string
+	Epoch     uint64
+	Placement uint64
+	ID        uint64
+	Samples   []Sampled
+	Dropped   []Dropped
+	Lost      bool
+	Reason    string
+}
+
+// Failure is a BatchFailed: the stage Shard failed batch Batch for Code,
+// every row of it when Seqs is empty, else the rows of those sequences.
+type Failure struct {
+	Epoch uint64
+	Batch uint64
+	Seqs  []uint64
+	Code  Code
+	Shard string
 }

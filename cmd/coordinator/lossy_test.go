@@ -318,7 +318,7 @@ func (lc *lossyCluster) end(seqs ...uint64) {
 	lc.t.Helper()
 	var ts []transport.Tombstone
 	for _, s := range seqs {
-		ts = append(ts, transport.Tombstone{Epoch: lc.c.Epoch(), Seq: s, Reason: "aborted"})
+		ts = append(ts, transport.Tombstone{Epoch: lc.c.Epoch(), Seq: s, Reason: transport.ReasonAborted})
 	}
 	if err := lc.pipe.Dispatch(&transport.MicroBatch{Epoch: lc.c.Epoch(), Tombstones: ts}); err != nil {
 		lc.t.Fatal(err)
@@ -512,7 +512,7 @@ func TestLossyBatchBehindTombstone(t *testing.T) {
 	if r.Lost || len(r.Samples) != 1 || r.Samples[0].Seq != a || r.Samples[0].Token != want.Samples[0].Token {
 		t.Fatalf("held batch: %+v, want A's sample %+v", r, want.Samples)
 	}
-	if len(r.Dropped) != 1 || r.Dropped[0].Seq != s || r.Dropped[0].Reason != "unknown_sequence" {
+	if len(r.Dropped) != 1 || r.Dropped[0].Seq != s || r.Dropped[0].Reason != transport.CodeUnknownSequence {
 		t.Fatalf("held batch dropped %+v, want S as unknown_sequence", r.Dropped)
 	}
 	if got := lc.total("strata_unknown_sequence_rows_total", "") - unknown; got != 1 {
