@@ -83,7 +83,7 @@ func (f *fakeShard) join() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	rep, err := f.client.Register(ctx, &pb.RegisterRequest{
-		NodeId: f.nodeID, Incarnation: f.inc, GrpcAddr: f.ln.Addr().String(),
+		NodeId: f.nodeID, Name: "box-" + f.nodeID, Incarnation: f.inc, GrpcAddr: f.ln.Addr().String(),
 		ProtocolVersion: transport.ProtocolVersion, Devices: &pb.Devices{CpuCores: 2, MemoryBytes: f.mem, Device: "cpu"},
 	})
 	if err != nil {
