@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/pb"
+)
+
+// wireView is the part of GET /v1/cluster an attacker on the network
+// reads to make a poisoned batch otherwise valid.
+type wireView struct {
+	Epoch     uint64 `json:"epoch"`
+	Placement uint64 `json:"placement_version"`
+	Shards    []struct {
+		ShardID string `json:"shard_id"`
+		Addr    string `json:"addr"`
+		Stage   int    `json:"stage"`
+	} `json:"shards"`
+}
+
+// TestE2EPoisonedStageBatches: the two single Stage batches that took a
+// shard process down or poisoned it for good — a row at position -100 (a
+// panic in the replica table, which also killed a coordinator running the
+// shard in its process) and a batch of epoch 2^62 (adopted, after which
+// every request failed with 500 while /readyz said 200) — sent straight to
+// each running `shard join` process's stage endpoint while a greedy
+// completion streams, are each answered with a BatchFailed of their code.
+// Every shard process stays up, the completion gives llama.cpp's text,
+// /readyz stays 200, a second completion gives the same text, and each
+// shard counts the refusals on its /metrics.
+func TestE2EPoisonedStageBatches(t *testing.T) {
+	c := startE2E(t, 2)
+	resp, err := http.Get("http://" + c.api + "/v1/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v wireView
+	err = json.NewDecoder(resp.Body).Decode(&v)
+	resp.Body.Close()
+	if err != nil || len(v.Shards) != 2 {
+		t.Fatalf("/v1/cluster: %+v, %v", v, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type completion struct {
+		text string
+		err  error
+	}
+	good := make(chan completion, 1)
+	go func() { // waited for below
+		text, _, err := c.complete(ctx, "Once upon a time", 64, true)
+		good <- completion{text, err}
+	}()
+
+	for _, s := range v.Shards {
+		cc, err := transport.Dial(s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		st, err := pb.NewStageClient(cc).Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []struct {
+			h    *pb.BatchHeader
+			want transport.Code
+		}{
+			{&pb.BatchHeader{Epoch: v.Epoch, PlacementVersion: v.Placement, BatchId: 1 << 40,
+				Rows: []*pb.Row{{Seq: 1 << 50, Pos: -100, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}, transport.CodeBadPosition},
+			{&pb.BatchHeader{Epoch: 1 << 62, PlacementVersion: v.Placement, BatchId: 1<<40 + 1,
+				Rows: []*pb.Row{{Seq: 1 << 50, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}, transport.CodeFutureEpoch},
+		} {
+			if err := transport.SendBatch(st, a.h, nil); err != nil {
+				t.Fatalf("shard %s: send batch %d: %v", s.ShardID, a.h.GetBatchId(), err)
+			}
+			r, err := st.Recv()
+			if err != nil {
+				t.Fatalf("shard %s: batch %d: no reply: %v", s.ShardID, a.h.GetBatchId(), err)
+			}
+			if f := r.GetFailed(); f.GetBatchId() != a.h.GetBatchId() || f.GetReason() != a.want.String() {
+				t.Fatalf("shard %s: batch %d answered %v, want a BatchFailed %v", s.ShardID, a.h.GetBatchId(), f, a.want)
+			}
+		}
+		if err := st.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	g := <-good
+	if g.err != nil || g.text != onceUponATime {
+		t.Fatalf("completion beside the poisoned batches: %q, %v", g.text, g.err)
+	}
+	for i, p := range c.shards {
+		if p.exited() {
+			t.Fatalf("shard %d exited", i)
+		}
+	}
+	resp, err = http.Get("http://" + c.api + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/readyz %d after the poisoned batches", resp.StatusCode)
+	}
+	text, _, err := c.complete(ctx, "Once upon a time", 64, false)
+	if err != nil || text != onceUponATime {
+		t.Fatalf("completion after the poisoned batches: %q, %v", text, err)
+	}
+	for i, m := range c.shardMets {
+		for _, code := range []transport.Code{transport.CodeBadPosition, transport.CodeFutureEpoch} {
+			if n, _ := metricWith(t, m, "strata_wire_refused_total", `reason="`+code.String()+`"`); n != 1 {
+				t.Errorf("shard %d: strata_wire_refused_total{reason=%q} = %v, want 1", i, code, n)
+			}
+		}
+	}
+}
