@@ -28,7 +28,7 @@ const (
 	// runShard is the shard tests that need neither the shared model
 	// files nor the network: the replica table, runners on a random-weight
 	// model, and the node's control logic behind fakes.
-	runShard = `^Test(Table|RunnerTombstonesBeforeRows$|RunnerRefusals$|Control|NodeLeaseExpiresMany$)`
+	runShard = `^Test(Table|RunnerTombstonesBeforeRows$|RunnerRefusals$|Control|NodeLeaseExpiresMany$|Shard)`
 	// runCoordBackstop is the coordinator's backstop and reconcile unit
 	// tests, which need no network.
 	runCoordBackstop = `^Test(Backstop|Remote)`
@@ -37,6 +37,20 @@ const (
 	// API's degraded-service tests over a fake pipeline: no shard, no
 	// network but httptest's.
 	runCoordLoss = `^Test(Loss|MembershipIsAHint$|EngineFailsDispatched|WaitingForAPipeline|StreamKeepAlive$)`
+)
+
+// The wire layer's checks and the coordinator's refusals (transport and
+// its callers: a message is validated in one place and refused, counted,
+// never used).
+var pkgTransport = []string{"./transport"}
+
+const (
+	// runWire is transport's tests of its checks and of the recovering
+	// interceptors: no network but bufconn.
+	runWire = `^Test(BatchFromWire|ResultWire|FailedWire|CheckRegister|CheckControl|RecoverOptions)`
+	// runCoordWire is the coordinator's tests of what it refuses: fake
+	// shards on loopback, and the registry turned by hand.
+	runCoordWire = `^Test(ClusterRefusesForgedAnswers|ClusterRegistryBounded|RegistryExpiry|ClusterErrorsDoNotEcho)$`
 )
 
 // The scheduler's fill loops, whole: the batching policy mutation swaps
@@ -272,8 +286,33 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "runner/stale-epoch-accepted", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "if !r.SetEpoch(b.Epoch) {", Repl: "if r.SetEpoch(b.Epoch); false {",
+		Orig: "case b.Epoch < cur:\n\t\treturn nil, fmt.Errorf(\"%w: batch %d\", ErrStaleEpoch, b.ID)", Repl: "case b.Epoch < cur:\n\t\t_ = ErrStaleEpoch",
 		Why: "a batch of an older epoch is computed",
+	},
+	{
+		Name: "runner/future-epoch-adopted", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case b.Epoch > cur:\n\t\treturn nil, fmt.Errorf(\"%w: batch %d\", ErrFutureEpoch, b.ID)", Repl: "case b.Epoch > cur:\n\t\tr.SetEpoch(b.Epoch)",
+		Why: "a batch of a newer epoch is adopted (only the coordinator's control stream may move the epoch): one forged batch fails every later request",
+	},
+	{
+		Name: "table/negative-position", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if pos < 0 || n <= 0 || bs <= 0 {", Repl: "if n <= 0 || bs <= 0 {",
+		Why: "a row at a negative position reaches the block arithmetic (a panic that took a shard down)",
+	},
+	{
+		Name: "table/early-tombstones-unbounded", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if (t.hwm > 0 && seq-t.hwm > MaxEarlyTombstones) || len(t.early) >= MaxEarlyTombstones {", Repl: "if false {",
+		Why: "tombstones for far-future sequences are kept without bound (600k of them: +300 MB and slower creates)",
+	},
+	{
+		Name: "table/early-window-ignored", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "(t.hwm > 0 && seq-t.hwm > MaxEarlyTombstones) || len(t.early)", Repl: "len(t.early)",
+		Why: "once sequences exist, a tombstone far above the high-water mark still takes a place a legitimate one needs",
+	},
+	{
+		Name: "table/first-create-keeps-far", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if s-seq > MaxEarlyTombstones {", Repl: "if false {",
+		Why: "the far-future tombstones kept before the first create stay forever, holding the limit full",
 	},
 
 	// shard control: heartbeat replies, the backstop, the lease clock.
@@ -399,5 +438,76 @@ var catalogue = []mutation{
 		Name: "coord/reply-names-nothing", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordBackstop,
 		Orig: "UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs()),", Repl: "UnknownSeqs: nil,",
 		Why: "heartbeat replies never name the sequences the coordinator no longer knows",
+	},
+
+	// transport: every field of a batch checked before use.
+	{
+		Name: "wire/future-epoch-accepted", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "case h.GetEpoch() > lim.Epoch:\n\t\treturn nil, refuse(CodeFutureEpoch", Repl: "case false:\n\t\treturn nil, refuse(CodeFutureEpoch",
+		Why: "a batch of an epoch the control stream has not announced passes the wire's check",
+	},
+	{
+		Name: "wire/negative-position", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "case pos < 0 || pos > context-n:", Repl: "case pos > context-n:",
+		Why: "a row at a negative position passes the wire's check",
+	},
+	{
+		Name: "wire/position-past-context", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "case pos < 0 || pos > context-n:", Repl: "case pos < 0:",
+		Why: "a row past the model's context passes the wire's check",
+	},
+	{
+		Name: "wire/token-outside-vocab", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if tok < 0 || int(tok) >= lim.Vocab {", Repl: "if tok < 0 {",
+		Why: "a token ID past the vocabulary reaches the embedding and the sampler's history",
+	},
+	{
+		Name: "wire/block-outside-pool", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if blk < 0 || int(blk) >= lim.Blocks {", Repl: "if blk < 0 {",
+		Why: "a block ID past the pool passes the wire's check",
+	},
+	{
+		Name: "wire/free-text-reason", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "c, ok := ParseCode(f.GetReason())\n\tif !ok {", Repl: "c, ok := ParseCode(f.GetReason())\n\tif c = max(c, CodeBackendError); false && !ok {",
+		Why: "a BatchFailed with a reason outside the enum is taken (and counted under some reason)",
+	},
+	{
+		Name: "wire/handler-panic-escapes", File: "transport/recover.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if v := recover(); v != nil {\n\t\t\t\t\terr = caught(info.FullMethod, v)", Repl: "if v := recover(); v != nil {\n\t\t\t\t\tpanic(v)",
+		Why: "a stream handler's panic is not recovered: one bad message takes the process (and a coordinator running the shard) down",
+	},
+
+	// coordinator: answers only from where a batch went, a bounded registry,
+	// errors that keep its secrets.
+	{
+		Name: "coord/failure-from-anyone", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: "case !src.admits(fl, f.Shard):", Repl: "case false:",
+		Why: "a BatchFailed sprayed on a stream that does not carry the batch fails it (every in-flight request)",
+	},
+	{
+		Name: "coord/failure-names-any-row", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: "if _, ok := fl.rows[s]; !ok {", Repl: "if false {",
+		Why: "a BatchFailed naming sequences the batch does not have is noted against it",
+	},
+	{
+		Name: "coord/result-from-anyone", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: "case !src.admits(fl, \"\"):", Repl: "case false:",
+		Why: "a result from a shard that is not the batch's last stage answers the batch",
+	},
+	{
+		Name: "coord/registry-unbounded", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: "if s == nil && len(c.shards) >= maxShards {", Repl: "if false {",
+		Why: "junk Register calls grow the registry, the store and /v1/cluster without bound",
+	},
+	{
+		Name: "coord/registry-never-expires", File: "coordinator/registry.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: "delete(c.shards, id)\n\t\tif err := c.store.DeleteShard", Repl: "if err := c.store.DeleteShard",
+		Why: "shards that are gone (or never opened a stream) keep their place in the registry forever",
+	},
+	{
+		Name: "coord/error-echoes-epoch", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordWire,
+		Orig: `status.Error(codes.FailedPrecondition, "coordinator: a stream of another epoch: register again")`,
+		Repl: `status.Errorf(codes.FailedPrecondition, "coordinator: epoch %d: register again", c.start.Epoch)`,
+		Why:  "an unauthenticated caller learns the epoch from an error",
 	},
 }
