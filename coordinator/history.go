@@ -47,7 +47,8 @@ type Sample struct {
 	ShardsKV []ShardKV `json:"shards"`
 }
 
-// ShardKV is one shard's KV use in a Sample, as its heartbeat reported it.
+// ShardKV is one shard's KV use in a Sample, as its heartbeat reported it;
+// lost shards have none.
 type ShardKV struct {
 	ShardID string `json:"shard_id"`
 	Stage   int    `json:"stage"` // -1: spare
@@ -309,6 +310,9 @@ func (sp *sampler) sample(now time.Time) Sample {
 		for _, sh := range s.cfg.View().Shards {
 			if len(out.ShardsKV) == historyShards {
 				break
+			}
+			if sh.State == "lost" { // its KV is its last report, not now's
+				continue
 			}
 			k := ShardKV{ShardID: sh.ShardID, Stage: sh.Stage, Used: sh.KVUsed, Total: sh.KVTotal}
 			cur, ok := stages[sh.ShardID]

@@ -50,7 +50,8 @@ func TestHistoryRingBounded(t *testing.T) {
 // latency percentiles of the tokens of that second; it returns when its
 // context ends.
 func TestHistorySampledEverySecond(t *testing.T) {
-	view := ClusterView{Shards: []ShardView{{ShardID: "b", Stage: 1, KVUsed: 5, KVTotal: 10}, {ShardID: "a", Stage: 0, KVUsed: 7, KVTotal: 10}}}
+	view := ClusterView{Shards: []ShardView{{ShardID: "b", Stage: 1, KVUsed: 5, KVTotal: 10}, {ShardID: "a", Stage: 0, KVUsed: 7, KVTotal: 10},
+		{ShardID: "c", Stage: -1, KVUsed: 3, KVTotal: 10, State: "lost"}}}
 	// Shard a (in-process) does 4 batches of 2.5 ms a second; b is remote.
 	var timingsMu sync.Mutex
 	var aBatches uint64
