@@ -187,6 +187,9 @@ func (e *Engine) Submit(ctx context.Context, p GenParams) (*Stream, error) {
 	if e.draining.Load() {
 		return nil, ErrStopped
 	}
+	// A request that shows no logprobs spares the last stage the sum over
+	// the vocabulary behind the sampled token's (the same token either way).
+	p.Sample.NoLogprob = !p.Logprobs && p.Sample.TopLogprobs == 0
 	st := newStream(p.ID, e.cfg.StreamLimit)
 	sub := submission{p: p, s: st, reply: make(chan error, 1)}
 	select {

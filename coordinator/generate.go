@@ -141,6 +141,7 @@ func Generate(ctx context.Context, cfg GenerateConfig) (GenerateStats, error) {
 	cfg.Log.Info("generate", "model", m.Arch, "layers", m.Layers, "embd", m.Embd, "prompt_tokens", len(prompt), "max_tokens", n, "threads", pool.Workers())
 
 	var sampler sample.Sampler
+	cfg.Sample.NoLogprob = true // generate prints text only
 	dec := tok.NewDecoder()
 	history := append([]int32(nil), prompt...)
 	st.PromptTokens = len(prompt)

@@ -167,10 +167,10 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 		p.inflight[b.ID] = fl
 	}
 	for i := range b.Rows {
-		// Every first row asks for logprobs: the engine decides per request
-		// whether to pass them on, as it does with the in-process pipeline,
-		// which always reports the sampled token's.
-		b.Rows[i].Logprobs = b.Rows[i].First
+		// A first row asks for logprobs unless its request shows none
+		// (Params.NoLogprob, set by the engine): the last stage then skips
+		// the vocabulary-wide sum behind them.
+		b.Rows[i].Logprobs = b.Rows[i].First && (b.Rows[i].Params == nil || !b.Rows[i].Params.NoLogprob)
 		if fl != nil {
 			fl.rows[b.Rows[i].Seq] = fl.rows[b.Rows[i].Seq] || b.Rows[i].Sample
 		}

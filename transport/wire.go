@@ -296,6 +296,7 @@ func ParamsFromWire(p *pb.SampleParams, vocab int) (*sample.Params, error) {
 	out.PresencePenalty = p.GetPresencePenalty()
 	out.Seed = p.GetSeed()
 	out.TopLogprobs = int(p.GetTopLogprobs())
+	out.NoLogprob = !p.GetLogprobs() && out.TopLogprobs == 0
 	if len(p.GetLogitBias()) > 0 {
 		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
 		for k, v := range p.GetLogitBias() {

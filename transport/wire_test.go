@@ -327,3 +327,28 @@ func TestCheckControl(t *testing.T) {
 		t.Errorf("Truncate = %q", got)
 	}
 }
+
+// TestNoLogprobCrossesTheWire: a request that shows no logprobs reaches the
+// last stage's sampler with NoLogprob set; one that asks for them, or for
+// alternatives, does not.
+func TestNoLogprobCrossesTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		logprobs bool
+		top      int
+		want     bool
+	}{{false, 0, true}, {true, 0, false}, {false, 3, false}, {true, 3, false}} {
+		p := sample.DefaultParams()
+		p.TopLogprobs = tc.top
+		w, err := ParamsToWire(&p, tc.logprobs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ParamsFromWire(w, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.NoLogprob != tc.want {
+			t.Errorf("logprobs %v, top %d: NoLogprob %v, want %v", tc.logprobs, tc.top, got.NoLogprob, tc.want)
+		}
+	}
+}
