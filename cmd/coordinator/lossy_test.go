@@ -172,7 +172,9 @@ func startLossy(t *testing.T, seed uint64) *lossyCluster {
 	}
 	l := newLossy(seed)
 	cc := coordinator.DefaultClusterConfig()
-	cc.GossipAddr, cc.GRPCAddr, cc.DataDir = freeAddr(t), "127.0.0.1:0", t.TempDir()
+	// Ephemeral ports, bound by NewCluster: a port picked free and bound
+	// later can be taken in between by any other test process.
+	cc.GossipAddr, cc.GRPCAddr, cc.DataDir = "127.0.0.1:0", "127.0.0.1:0", t.TempDir()
 	cc.MinShards, cc.ModelPath, cc.Shape, cc.KVMemory = 2, stories, shape, 1<<20
 	cc.Heartbeat, cc.Lease = 100*time.Millisecond, 2*time.Second // reconcile within ~1 s, well inside one lease
 	cc.LossConfirm = 5 * time.Second
@@ -192,7 +194,7 @@ func startLossy(t *testing.T, seed uint64) *lossyCluster {
 	lc := &lossyCluster{t: t, c: c, pipe: c.Pipeline(), l: l, lease: cc.Lease, next: 1}
 	for range 2 {
 		sc := shard.DefaultConfig()
-		sc.Coordinator, sc.Model = cc.GossipAddr, stories
+		sc.Coordinator, sc.Model = c.GossipAddr(), stories
 		sc.Gossip, sc.GRPC = "127.0.0.1:0", "127.0.0.1:0"
 		sc.DataDir, sc.Threads = t.TempDir(), 1
 		sc.LeaveTimeout, sc.LeaseTick, sc.MaxBackoff = 300*time.Millisecond, 20*time.Millisecond, 200*time.Millisecond
