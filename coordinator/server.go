@@ -91,15 +91,11 @@ type Server struct {
 	ready   func() error
 	log     *slog.Logger
 	keySums [][sha256.Size]byte // accepted API keys, hashed; none: the API is open
-	// maxTokenBytes is the longest token of the vocabulary in bytes: a text
-	// of n bytes encodes to at least n/maxTokenBytes tokens, a bound checked
-	// before a prompt is rendered or tokenized.
-	maxTokenBytes int
-	start         time.Time
-	routes        map[string]route
-	stops         map[int32]bool // info.Stop as a set
-	metrics       *metrics
-	hist          *History
+	start   time.Time
+	routes  map[string]route
+	stops   map[int32]bool // info.Stop as a set
+	metrics *metrics
+	hist    *History
 }
 
 type route struct {
@@ -151,12 +147,6 @@ func NewServer(cfg ServerConfig, eng *Engine, info *ModelInfo, ready func() erro
 	for _, k := range append([]string{cfg.APIKey}, cfg.APIKeys...) {
 		if k != "" {
 			s.keySums = append(s.keySums, sha256.Sum256([]byte(k)))
-		}
-	}
-	s.maxTokenBytes = 1
-	if tok := info.Tokenizer; tok != nil {
-		for id := range tok.VocabSize() {
-			s.maxTokenBytes = max(s.maxTokenBytes, len(tok.TokenBytes(int32(id))))
 		}
 	}
 	for _, id := range info.Stop {
