@@ -51,13 +51,7 @@ func putQ5(q *[QK]uint8, qh, qs []byte) {
 // quantQ50Ref is quantize_row_q5_0_ref for one block: max is the first value
 // of largest magnitude, d = max/-16, id = 1/d, q = min(31, (int8)(x*id+16.5)).
 func quantQ50Ref(x []float32, blk []byte) {
-	var amax, mx float32
-	for _, v := range x[:QK] {
-		if amax < abs32(v) {
-			amax, mx = abs32(v), v
-		}
-	}
-	d := mx / -16
+	d := signedMax(x[:QK]) / -16
 	var id float32
 	if d != 0 {
 		id = 1 / d

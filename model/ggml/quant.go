@@ -368,16 +368,22 @@ func quantQ80X86(x []float32, blk []byte) {
 	}
 }
 
-// quantQ40Ref is quantize_row_q4_0_ref for one block: max is the first value
-// of largest magnitude, d = max/-8, id = 1/d, q = min(15, (int8)(x*id+8.5)).
-func quantQ40Ref(x []float32, blk []byte) {
+// signedMax returns the first value of x with the largest magnitude, sign
+// kept, as ggml's Q4_0/Q5_0 reference quantizers pick their scale's source.
+func signedMax(x []float32) float32 {
 	var amax, mx float32
-	for _, v := range x[:QK] {
+	for _, v := range x {
 		if amax < abs32(v) {
 			amax, mx = abs32(v), v
 		}
 	}
-	d := mx / -8
+	return mx
+}
+
+// quantQ40Ref is quantize_row_q4_0_ref for one block: max is the first value
+// of largest magnitude, d = max/-8, id = 1/d, q = min(15, (int8)(x*id+8.5)).
+func quantQ40Ref(x []float32, blk []byte) {
+	d := signedMax(x[:QK]) / -8
 	var id float32
 	if d != 0 {
 		id = 1 / d
