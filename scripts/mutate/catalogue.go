@@ -472,6 +472,11 @@ var catalogue = []mutation{
 		Why: "a BatchFailed with a reason outside the enum is taken (and counted under some reason)",
 	},
 	{
+		Name: "wire/no-logprob-drops-alternatives", File: "transport/wire.go", Pkgs: pkgTransport, Run: `^TestNoLogprobCrossesTheWire$`,
+		Orig: "out.NoLogprob = !p.GetLogprobs() && out.TopLogprobs == 0", Repl: "out.NoLogprob = !p.GetLogprobs()",
+		Why: "a request asking only for top_logprobs gets a sampler that skips the logprob sum (NaN logprob beside its alternatives)",
+	},
+	{
 		Name: "wire/handler-panic-escapes", File: "transport/recover.go", Pkgs: pkgTransport, Run: runWire,
 		Orig: "if v := recover(); v != nil {\n\t\t\t\t\terr = caught(info.FullMethod, v)", Repl: "if v := recover(); v != nil {\n\t\t\t\t\tpanic(v)",
 		Why: "a stream handler's panic is not recovered: one bad message takes the process (and a coordinator running the shard) down",
