@@ -37,6 +37,17 @@ func startServe(t *testing.T, args ...string) *httpServer {
 	if _, err := os.Stat(stories); err != nil {
 		t.Skipf("model absent: %v", err)
 	}
+	addr, logs := listenServe(t, args...)
+	s := &httpServer{base: "http://" + addr, log: logs}
+	waitReady(t, s.base+"/readyz", 30*time.Second)
+	return s
+}
+
+// listenServe runs serve() with the given flags (and --listen 127.0.0.1:0)
+// and returns its address once it listens, and its log. Cleanup cancels it
+// and waits for its return.
+func listenServe(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	logs := &syncBuffer{}
 	cfg, err := parseServe(append([]string{"--listen", "127.0.0.1:0", "--grace", "1s"}, args...), logs)
 	if err != nil {
@@ -47,7 +58,6 @@ func startServe(t *testing.T, args ...string) *httpServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg) }()
-	s := &httpServer{log: logs}
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -64,14 +74,13 @@ func startServe(t *testing.T, args ...string) *httpServer {
 	})
 	select {
 	case a := <-addr:
-		s.base = "http://" + a
+		return a, logs
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not listen within 20s")
 	}
-	waitReady(t, s.base+"/readyz", 30*time.Second)
-	return s
+	return "", nil
 }
 
 // streamResult is how one streamed completion ended.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -74,39 +73,7 @@ func TestServeTLSKeysAndIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("STRATA_API_KEY", "key-env")
-	logs := &syncBuffer{}
-	cfg, err := parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "1s", "--tls-cert", certFile, "--tls-key", keyFile,
-		"--api-key-file", keys, "--idle-timeout", "300ms"}, logs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	cfg.Ready = func(a string) { addr <- a }
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, cfg) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("serve did not return within 15s of its context's end")
-		}
-		if t.Failed() {
-			t.Logf("--- serve log:\n%s", tail(logs.String(), 4000))
-		}
-	}()
-	var a string
-	select {
-	case a = <-addr:
-	case err := <-done:
-		t.Fatalf("serve: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not listen within 20s")
-	}
+	a, _ := listenServe(t, "--tls-cert", certFile, "--tls-key", keyFile, "--api-key-file", keys, "--idle-timeout", "300ms")
 	tlsConf := &tls.Config{RootCAs: pool}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 30 * time.Second}
 	get := func(path, key string) int {
