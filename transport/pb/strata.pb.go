@@ -257,7 +257,7 @@ func (x Status_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Status_State.Descriptor instead.
 func (Status_State) EnumDescriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{28, 0}
+	return file_strata_proto_rawDescGZIP(), []int{29, 0}
 }
 
 // Tombstone ends one sequence on every shard that holds any of it. Applying a
@@ -1717,7 +1717,10 @@ type RegisterRequest struct {
 	// and a short ID): the status page's title for it. Free text, at most
 	// 64 bytes of printable UTF-8; the coordinator shows the shard ID when it
 	// is empty.
-	Name          string `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,8,opt,name=name,proto3" json:"name,omitempty"`
+	// calibration is the shard's measured speed on the model it has locally;
+	// absent when it has none (placement then counts memory only).
+	Calibration   *Calibration `protobuf:"bytes,9,opt,name=calibration,proto3" json:"calibration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1808,6 +1811,105 @@ func (x *RegisterRequest) GetName() string {
 	return ""
 }
 
+func (x *RegisterRequest) GetCalibration() *Calibration {
+	if x != nil {
+		return x.Calibration
+	}
+	return nil
+}
+
+// Calibration is a shard's measured time per transformer layer on its own
+// device and threads, on layers [0, layers) of the model named by
+// model_sha256 (its shapes and weight types), with a KV cache of the
+// model's shapes. Times are the median of a few runs.
+type Calibration struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ModelSha256 string                 `protobuf:"bytes,1,opt,name=model_sha256,json=modelSha256,proto3" json:"model_sha256,omitempty"`
+	Layers      uint32                 `protobuf:"varint,2,opt,name=layers,proto3" json:"layers,omitempty"`
+	// decode1_ns and decode8_ns are nanoseconds per layer of a decode batch
+	// of 1 and of 8 rows.
+	Decode1Ns uint64 `protobuf:"varint,3,opt,name=decode1_ns,json=decode1Ns,proto3" json:"decode1_ns,omitempty"`
+	Decode8Ns uint64 `protobuf:"varint,4,opt,name=decode8_ns,json=decode8Ns,proto3" json:"decode8_ns,omitempty"`
+	// prefill_ns is nanoseconds per layer of one prefill chunk of
+	// prefill_tokens tokens.
+	PrefillNs     uint64 `protobuf:"varint,5,opt,name=prefill_ns,json=prefillNs,proto3" json:"prefill_ns,omitempty"`
+	PrefillTokens uint32 `protobuf:"varint,6,opt,name=prefill_tokens,json=prefillTokens,proto3" json:"prefill_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Calibration) Reset() {
+	*x = Calibration{}
+	mi := &file_strata_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Calibration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Calibration) ProtoMessage() {}
+
+func (x *Calibration) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Calibration.ProtoReflect.Descriptor instead.
+func (*Calibration) Descriptor() ([]byte, []int) {
+	return file_strata_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *Calibration) GetModelSha256() string {
+	if x != nil {
+		return x.ModelSha256
+	}
+	return ""
+}
+
+func (x *Calibration) GetLayers() uint32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *Calibration) GetDecode1Ns() uint64 {
+	if x != nil {
+		return x.Decode1Ns
+	}
+	return 0
+}
+
+func (x *Calibration) GetDecode8Ns() uint64 {
+	if x != nil {
+		return x.Decode8Ns
+	}
+	return 0
+}
+
+func (x *Calibration) GetPrefillNs() uint64 {
+	if x != nil {
+		return x.PrefillNs
+	}
+	return 0
+}
+
+func (x *Calibration) GetPrefillTokens() uint32 {
+	if x != nil {
+		return x.PrefillTokens
+	}
+	return 0
+}
+
 type RegisterReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Epoch uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
@@ -1824,7 +1926,7 @@ type RegisterReply struct {
 
 func (x *RegisterReply) Reset() {
 	*x = RegisterReply{}
-	mi := &file_strata_proto_msgTypes[19]
+	mi := &file_strata_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1938,7 @@ func (x *RegisterReply) String() string {
 func (*RegisterReply) ProtoMessage() {}
 
 func (x *RegisterReply) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[19]
+	mi := &file_strata_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1951,7 @@ func (x *RegisterReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterReply.ProtoReflect.Descriptor instead.
 func (*RegisterReply) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{19}
+	return file_strata_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegisterReply) GetEpoch() uint64 {
@@ -1920,7 +2022,7 @@ type Assign struct {
 
 func (x *Assign) Reset() {
 	*x = Assign{}
-	mi := &file_strata_proto_msgTypes[20]
+	mi := &file_strata_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +2034,7 @@ func (x *Assign) String() string {
 func (*Assign) ProtoMessage() {}
 
 func (x *Assign) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[20]
+	mi := &file_strata_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +2047,7 @@ func (x *Assign) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Assign.ProtoReflect.Descriptor instead.
 func (*Assign) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{20}
+	return file_strata_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Assign) GetPlacementVersion() uint64 {
@@ -2058,7 +2160,7 @@ type Tombstones struct {
 
 func (x *Tombstones) Reset() {
 	*x = Tombstones{}
-	mi := &file_strata_proto_msgTypes[21]
+	mi := &file_strata_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2172,7 @@ func (x *Tombstones) String() string {
 func (*Tombstones) ProtoMessage() {}
 
 func (x *Tombstones) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[21]
+	mi := &file_strata_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2185,7 @@ func (x *Tombstones) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tombstones.ProtoReflect.Descriptor instead.
 func (*Tombstones) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{21}
+	return file_strata_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Tombstones) GetTombstones() []*Tombstone {
@@ -2115,7 +2217,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_strata_proto_msgTypes[22]
+	mi := &file_strata_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2229,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[22]
+	mi := &file_strata_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2242,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{22}
+	return file_strata_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeartbeatReply) GetEpoch() uint64 {
@@ -2178,7 +2280,7 @@ type CoordinatorToShard struct {
 
 func (x *CoordinatorToShard) Reset() {
 	*x = CoordinatorToShard{}
-	mi := &file_strata_proto_msgTypes[23]
+	mi := &file_strata_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2292,7 @@ func (x *CoordinatorToShard) String() string {
 func (*CoordinatorToShard) ProtoMessage() {}
 
 func (x *CoordinatorToShard) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[23]
+	mi := &file_strata_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2305,7 @@ func (x *CoordinatorToShard) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CoordinatorToShard.ProtoReflect.Descriptor instead.
 func (*CoordinatorToShard) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{23}
+	return file_strata_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CoordinatorToShard) GetMsg() isCoordinatorToShard_Msg {
@@ -2273,7 +2375,7 @@ type KVStats struct {
 
 func (x *KVStats) Reset() {
 	*x = KVStats{}
-	mi := &file_strata_proto_msgTypes[24]
+	mi := &file_strata_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2387,7 @@ func (x *KVStats) String() string {
 func (*KVStats) ProtoMessage() {}
 
 func (x *KVStats) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[24]
+	mi := &file_strata_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2400,7 @@ func (x *KVStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVStats.ProtoReflect.Descriptor instead.
 func (*KVStats) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{24}
+	return file_strata_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KVStats) GetBlocksUsed() uint64 {
@@ -2340,7 +2442,7 @@ type Counters struct {
 
 func (x *Counters) Reset() {
 	*x = Counters{}
-	mi := &file_strata_proto_msgTypes[25]
+	mi := &file_strata_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2454,7 @@ func (x *Counters) String() string {
 func (*Counters) ProtoMessage() {}
 
 func (x *Counters) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[25]
+	mi := &file_strata_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2467,7 @@ func (x *Counters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counters.ProtoReflect.Descriptor instead.
 func (*Counters) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{25}
+	return file_strata_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Counters) GetTombstonesApplied() map[string]uint64 {
@@ -2440,7 +2542,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_strata_proto_msgTypes[26]
+	mi := &file_strata_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2554,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[26]
+	mi := &file_strata_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2567,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{26}
+	return file_strata_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Heartbeat) GetEpoch() uint64 {
@@ -2519,7 +2621,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_strata_proto_msgTypes[27]
+	mi := &file_strata_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2633,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[27]
+	mi := &file_strata_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2646,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{27}
+	return file_strata_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Ack) GetAckId() uint64 {
@@ -2568,7 +2670,7 @@ type Status struct {
 
 func (x *Status) Reset() {
 	*x = Status{}
-	mi := &file_strata_proto_msgTypes[28]
+	mi := &file_strata_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2682,7 @@ func (x *Status) String() string {
 func (*Status) ProtoMessage() {}
 
 func (x *Status) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[28]
+	mi := &file_strata_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2695,7 @@ func (x *Status) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Status.ProtoReflect.Descriptor instead.
 func (*Status) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{28}
+	return file_strata_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Status) GetState() Status_State {
@@ -2640,7 +2742,7 @@ type ShardToCoordinator struct {
 
 func (x *ShardToCoordinator) Reset() {
 	*x = ShardToCoordinator{}
-	mi := &file_strata_proto_msgTypes[29]
+	mi := &file_strata_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2754,7 @@ func (x *ShardToCoordinator) String() string {
 func (*ShardToCoordinator) ProtoMessage() {}
 
 func (x *ShardToCoordinator) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[29]
+	mi := &file_strata_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2767,7 @@ func (x *ShardToCoordinator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardToCoordinator.ProtoReflect.Descriptor instead.
 func (*ShardToCoordinator) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{29}
+	return file_strata_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ShardToCoordinator) GetMsg() isShardToCoordinator_Msg {
@@ -2772,7 +2874,7 @@ type WeightsRequest struct {
 
 func (x *WeightsRequest) Reset() {
 	*x = WeightsRequest{}
-	mi := &file_strata_proto_msgTypes[30]
+	mi := &file_strata_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +2886,7 @@ func (x *WeightsRequest) String() string {
 func (*WeightsRequest) ProtoMessage() {}
 
 func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[30]
+	mi := &file_strata_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +2899,7 @@ func (x *WeightsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsRequest.ProtoReflect.Descriptor instead.
 func (*WeightsRequest) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{30}
+	return file_strata_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WeightsRequest) GetModelSha256() string {
@@ -2850,7 +2952,7 @@ type TensorInfo struct {
 
 func (x *TensorInfo) Reset() {
 	*x = TensorInfo{}
-	mi := &file_strata_proto_msgTypes[31]
+	mi := &file_strata_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +2964,7 @@ func (x *TensorInfo) String() string {
 func (*TensorInfo) ProtoMessage() {}
 
 func (x *TensorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[31]
+	mi := &file_strata_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +2977,7 @@ func (x *TensorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorInfo.ProtoReflect.Descriptor instead.
 func (*TensorInfo) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{31}
+	return file_strata_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TensorInfo) GetGgmlType() uint32 {
@@ -2920,7 +3022,7 @@ type WeightsChunk struct {
 
 func (x *WeightsChunk) Reset() {
 	*x = WeightsChunk{}
-	mi := &file_strata_proto_msgTypes[32]
+	mi := &file_strata_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3034,7 @@ func (x *WeightsChunk) String() string {
 func (*WeightsChunk) ProtoMessage() {}
 
 func (x *WeightsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_strata_proto_msgTypes[32]
+	mi := &file_strata_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3047,7 @@ func (x *WeightsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WeightsChunk.ProtoReflect.Descriptor instead.
 func (*WeightsChunk) Descriptor() ([]byte, []int) {
-	return file_strata_proto_rawDescGZIP(), []int{32}
+	return file_strata_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WeightsChunk) GetTensor() string {
@@ -3116,7 +3218,7 @@ const file_strata_proto_rawDesc = "" +
 	"\tModelFile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x04R\x04size\"\xac\x02\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\xe6\x02\n" +
 	"\x0fRegisterRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x1b\n" +
@@ -3125,7 +3227,18 @@ const file_strata_proto_rawDesc = "" +
 	"\adevices\x18\x05 \x01(\v2\x12.strata.v1.DevicesR\adevices\x12,\n" +
 	"\x06models\x18\x06 \x03(\v2\x14.strata.v1.ModelFileR\x06models\x12&\n" +
 	"\x0fkv_memory_bytes\x18\a \x01(\x04R\rkvMemoryBytes\x12\x12\n" +
-	"\x04name\x18\b \x01(\tR\x04name\"\xa9\x01\n" +
+	"\x04name\x18\b \x01(\tR\x04name\x128\n" +
+	"\vcalibration\x18\t \x01(\v2\x16.strata.v1.CalibrationR\vcalibration\"\xcc\x01\n" +
+	"\vCalibration\x12!\n" +
+	"\fmodel_sha256\x18\x01 \x01(\tR\vmodelSha256\x12\x16\n" +
+	"\x06layers\x18\x02 \x01(\rR\x06layers\x12\x1d\n" +
+	"\n" +
+	"decode1_ns\x18\x03 \x01(\x04R\tdecode1Ns\x12\x1d\n" +
+	"\n" +
+	"decode8_ns\x18\x04 \x01(\x04R\tdecode8Ns\x12\x1d\n" +
+	"\n" +
+	"prefill_ns\x18\x05 \x01(\x04R\tprefillNs\x12%\n" +
+	"\x0eprefill_tokens\x18\x06 \x01(\rR\rprefillTokens\"\xa9\x01\n" +
 	"\rRegisterReply\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x19\n" +
 	"\bshard_id\x18\x02 \x01(\tR\ashardId\x12)\n" +
@@ -3262,7 +3375,7 @@ func file_strata_proto_rawDescGZIP() []byte {
 }
 
 var file_strata_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_strata_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_strata_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_strata_proto_goTypes = []any{
 	(HiddenType)(0),            // 0: strata.v1.HiddenType
 	(KVType)(0),                // 1: strata.v1.KVType
@@ -3287,26 +3400,27 @@ var file_strata_proto_goTypes = []any{
 	(*Devices)(nil),            // 20: strata.v1.Devices
 	(*ModelFile)(nil),          // 21: strata.v1.ModelFile
 	(*RegisterRequest)(nil),    // 22: strata.v1.RegisterRequest
-	(*RegisterReply)(nil),      // 23: strata.v1.RegisterReply
-	(*Assign)(nil),             // 24: strata.v1.Assign
-	(*Tombstones)(nil),         // 25: strata.v1.Tombstones
-	(*HeartbeatReply)(nil),     // 26: strata.v1.HeartbeatReply
-	(*CoordinatorToShard)(nil), // 27: strata.v1.CoordinatorToShard
-	(*KVStats)(nil),            // 28: strata.v1.KVStats
-	(*Counters)(nil),           // 29: strata.v1.Counters
-	(*Heartbeat)(nil),          // 30: strata.v1.Heartbeat
-	(*Ack)(nil),                // 31: strata.v1.Ack
-	(*Status)(nil),             // 32: strata.v1.Status
-	(*ShardToCoordinator)(nil), // 33: strata.v1.ShardToCoordinator
-	(*WeightsRequest)(nil),     // 34: strata.v1.WeightsRequest
-	(*TensorInfo)(nil),         // 35: strata.v1.TensorInfo
-	(*WeightsChunk)(nil),       // 36: strata.v1.WeightsChunk
-	nil,                        // 37: strata.v1.SampleParams.LogitBiasEntry
-	nil,                        // 38: strata.v1.Counters.TombstonesAppliedEntry
+	(*Calibration)(nil),        // 23: strata.v1.Calibration
+	(*RegisterReply)(nil),      // 24: strata.v1.RegisterReply
+	(*Assign)(nil),             // 25: strata.v1.Assign
+	(*Tombstones)(nil),         // 26: strata.v1.Tombstones
+	(*HeartbeatReply)(nil),     // 27: strata.v1.HeartbeatReply
+	(*CoordinatorToShard)(nil), // 28: strata.v1.CoordinatorToShard
+	(*KVStats)(nil),            // 29: strata.v1.KVStats
+	(*Counters)(nil),           // 30: strata.v1.Counters
+	(*Heartbeat)(nil),          // 31: strata.v1.Heartbeat
+	(*Ack)(nil),                // 32: strata.v1.Ack
+	(*Status)(nil),             // 33: strata.v1.Status
+	(*ShardToCoordinator)(nil), // 34: strata.v1.ShardToCoordinator
+	(*WeightsRequest)(nil),     // 35: strata.v1.WeightsRequest
+	(*TensorInfo)(nil),         // 36: strata.v1.TensorInfo
+	(*WeightsChunk)(nil),       // 37: strata.v1.WeightsChunk
+	nil,                        // 38: strata.v1.SampleParams.LogitBiasEntry
+	nil,                        // 39: strata.v1.Counters.TombstonesAppliedEntry
 }
 var file_strata_proto_depIdxs = []int32{
 	2,  // 0: strata.v1.Tombstone.reason:type_name -> strata.v1.Tombstone.Reason
-	37, // 1: strata.v1.SampleParams.logit_bias:type_name -> strata.v1.SampleParams.LogitBiasEntry
+	38, // 1: strata.v1.SampleParams.logit_bias:type_name -> strata.v1.SampleParams.LogitBiasEntry
 	5,  // 2: strata.v1.Row.params:type_name -> strata.v1.SampleParams
 	4,  // 3: strata.v1.BatchHeader.tombstones:type_name -> strata.v1.Tombstone
 	6,  // 4: strata.v1.BatchHeader.rows:type_name -> strata.v1.Row
@@ -3324,37 +3438,38 @@ var file_strata_proto_depIdxs = []int32{
 	19, // 16: strata.v1.Devices.gpus:type_name -> strata.v1.Gpu
 	20, // 17: strata.v1.RegisterRequest.devices:type_name -> strata.v1.Devices
 	21, // 18: strata.v1.RegisterRequest.models:type_name -> strata.v1.ModelFile
-	1,  // 19: strata.v1.Assign.kv_type:type_name -> strata.v1.KVType
-	0,  // 20: strata.v1.Assign.hidden_type:type_name -> strata.v1.HiddenType
-	4,  // 21: strata.v1.Tombstones.tombstones:type_name -> strata.v1.Tombstone
-	24, // 22: strata.v1.CoordinatorToShard.assign:type_name -> strata.v1.Assign
-	25, // 23: strata.v1.CoordinatorToShard.tombstones:type_name -> strata.v1.Tombstones
-	26, // 24: strata.v1.CoordinatorToShard.heartbeat_reply:type_name -> strata.v1.HeartbeatReply
-	38, // 25: strata.v1.Counters.tombstones_applied:type_name -> strata.v1.Counters.TombstonesAppliedEntry
-	28, // 26: strata.v1.Heartbeat.kv:type_name -> strata.v1.KVStats
-	29, // 27: strata.v1.Heartbeat.counters:type_name -> strata.v1.Counters
-	3,  // 28: strata.v1.Status.state:type_name -> strata.v1.Status.State
-	18, // 29: strata.v1.ShardToCoordinator.hello:type_name -> strata.v1.StreamHello
-	30, // 30: strata.v1.ShardToCoordinator.heartbeat:type_name -> strata.v1.Heartbeat
-	31, // 31: strata.v1.ShardToCoordinator.ack:type_name -> strata.v1.Ack
-	32, // 32: strata.v1.ShardToCoordinator.status:type_name -> strata.v1.Status
-	11, // 33: strata.v1.ShardToCoordinator.failed:type_name -> strata.v1.BatchFailed
-	35, // 34: strata.v1.WeightsChunk.info:type_name -> strata.v1.TensorInfo
-	22, // 35: strata.v1.Coordinator.Register:input_type -> strata.v1.RegisterRequest
-	33, // 36: strata.v1.Coordinator.Control:input_type -> strata.v1.ShardToCoordinator
-	16, // 37: strata.v1.Coordinator.Results:input_type -> strata.v1.ResultMessage
-	34, // 38: strata.v1.Coordinator.Weights:input_type -> strata.v1.WeightsRequest
-	9,  // 39: strata.v1.Stage.Stream:input_type -> strata.v1.StageMessage
-	23, // 40: strata.v1.Coordinator.Register:output_type -> strata.v1.RegisterReply
-	27, // 41: strata.v1.Coordinator.Control:output_type -> strata.v1.CoordinatorToShard
-	17, // 42: strata.v1.Coordinator.Results:output_type -> strata.v1.ResultsSummary
-	36, // 43: strata.v1.Coordinator.Weights:output_type -> strata.v1.WeightsChunk
-	10, // 44: strata.v1.Stage.Stream:output_type -> strata.v1.StageReply
-	40, // [40:45] is the sub-list for method output_type
-	35, // [35:40] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	23, // 19: strata.v1.RegisterRequest.calibration:type_name -> strata.v1.Calibration
+	1,  // 20: strata.v1.Assign.kv_type:type_name -> strata.v1.KVType
+	0,  // 21: strata.v1.Assign.hidden_type:type_name -> strata.v1.HiddenType
+	4,  // 22: strata.v1.Tombstones.tombstones:type_name -> strata.v1.Tombstone
+	25, // 23: strata.v1.CoordinatorToShard.assign:type_name -> strata.v1.Assign
+	26, // 24: strata.v1.CoordinatorToShard.tombstones:type_name -> strata.v1.Tombstones
+	27, // 25: strata.v1.CoordinatorToShard.heartbeat_reply:type_name -> strata.v1.HeartbeatReply
+	39, // 26: strata.v1.Counters.tombstones_applied:type_name -> strata.v1.Counters.TombstonesAppliedEntry
+	29, // 27: strata.v1.Heartbeat.kv:type_name -> strata.v1.KVStats
+	30, // 28: strata.v1.Heartbeat.counters:type_name -> strata.v1.Counters
+	3,  // 29: strata.v1.Status.state:type_name -> strata.v1.Status.State
+	18, // 30: strata.v1.ShardToCoordinator.hello:type_name -> strata.v1.StreamHello
+	31, // 31: strata.v1.ShardToCoordinator.heartbeat:type_name -> strata.v1.Heartbeat
+	32, // 32: strata.v1.ShardToCoordinator.ack:type_name -> strata.v1.Ack
+	33, // 33: strata.v1.ShardToCoordinator.status:type_name -> strata.v1.Status
+	11, // 34: strata.v1.ShardToCoordinator.failed:type_name -> strata.v1.BatchFailed
+	36, // 35: strata.v1.WeightsChunk.info:type_name -> strata.v1.TensorInfo
+	22, // 36: strata.v1.Coordinator.Register:input_type -> strata.v1.RegisterRequest
+	34, // 37: strata.v1.Coordinator.Control:input_type -> strata.v1.ShardToCoordinator
+	16, // 38: strata.v1.Coordinator.Results:input_type -> strata.v1.ResultMessage
+	35, // 39: strata.v1.Coordinator.Weights:input_type -> strata.v1.WeightsRequest
+	9,  // 40: strata.v1.Stage.Stream:input_type -> strata.v1.StageMessage
+	24, // 41: strata.v1.Coordinator.Register:output_type -> strata.v1.RegisterReply
+	28, // 42: strata.v1.Coordinator.Control:output_type -> strata.v1.CoordinatorToShard
+	17, // 43: strata.v1.Coordinator.Results:output_type -> strata.v1.ResultsSummary
+	37, // 44: strata.v1.Coordinator.Weights:output_type -> strata.v1.WeightsChunk
+	10, // 45: strata.v1.Stage.Stream:output_type -> strata.v1.StageReply
+	41, // [41:46] is the sub-list for method output_type
+	36, // [36:41] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_strata_proto_init() }
@@ -3374,12 +3489,12 @@ func file_strata_proto_init() {
 		(*ResultMessage_Result)(nil),
 		(*ResultMessage_Failed)(nil),
 	}
-	file_strata_proto_msgTypes[23].OneofWrappers = []any{
+	file_strata_proto_msgTypes[24].OneofWrappers = []any{
 		(*CoordinatorToShard_Assign)(nil),
 		(*CoordinatorToShard_Tombstones)(nil),
 		(*CoordinatorToShard_HeartbeatReply)(nil),
 	}
-	file_strata_proto_msgTypes[29].OneofWrappers = []any{
+	file_strata_proto_msgTypes[30].OneofWrappers = []any{
 		(*ShardToCoordinator_Hello)(nil),
 		(*ShardToCoordinator_Heartbeat)(nil),
 		(*ShardToCoordinator_Ack)(nil),
@@ -3392,7 +3507,7 @@ func file_strata_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_strata_proto_rawDesc), len(file_strata_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
