@@ -3092,6 +3092,144 @@ func (x *WeightsChunk) GetGgufHeader() []byte {
 	return nil
 }
 
+type JoinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// secret is the join token's secret (the part after the dot), sent only
+	// over the TLS channel whose CA the token's fingerprint pinned.
+	Secret string `protobuf:"bytes,1,opt,name=secret,proto3" json:"secret,omitempty"`
+	// node_id is the shard's persistent node ID: the identity its
+	// certificate will carry.
+	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// csr is a DER PKCS#10 certificate request over the shard's fresh ECDSA
+	// P-256 key; its subject is ignored.
+	Csr           []byte `protobuf:"bytes,3,opt,name=csr,proto3" json:"csr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_strata_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_strata_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *JoinRequest) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+type JoinReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// certificate is the shard's certificate (DER), signed by the CA.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// ca is the cluster CA's certificate (DER).
+	Ca []byte `protobuf:"bytes,2,opt,name=ca,proto3" json:"ca,omitempty"`
+	// gossip_key is memberlist's AES-256 key.
+	GossipKey []byte `protobuf:"bytes,3,opt,name=gossip_key,json=gossipKey,proto3" json:"gossip_key,omitempty"`
+	// cluster_id is memberlist's label.
+	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinReply) Reset() {
+	*x = JoinReply{}
+	mi := &file_strata_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinReply) ProtoMessage() {}
+
+func (x *JoinReply) ProtoReflect() protoreflect.Message {
+	mi := &file_strata_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinReply.ProtoReflect.Descriptor instead.
+func (*JoinReply) Descriptor() ([]byte, []int) {
+	return file_strata_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *JoinReply) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *JoinReply) GetCa() []byte {
+	if x != nil {
+		return x.Ca
+	}
+	return nil
+}
+
+func (x *JoinReply) GetGossipKey() []byte {
+	if x != nil {
+		return x.GossipKey
+	}
+	return nil
+}
+
+func (x *JoinReply) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 var File_strata_proto protoreflect.FileDescriptor
 
 const file_strata_proto_rawDesc = "" +
@@ -3346,19 +3484,31 @@ const file_strata_proto_rawDesc = "" +
 	"\x06sha256\x18\x04 \x01(\tR\x06sha256\x12)\n" +
 	"\x04info\x18\x05 \x01(\v2\x15.strata.v1.TensorInfoR\x04info\x12\x1f\n" +
 	"\vgguf_header\x18\x06 \x01(\fR\n" +
-	"ggufHeader*7\n" +
+	"ggufHeader\"P\n" +
+	"\vJoinRequest\x12\x16\n" +
+	"\x06secret\x18\x01 \x01(\tR\x06secret\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x10\n" +
+	"\x03csr\x18\x03 \x01(\fR\x03csr\"{\n" +
+	"\tJoinReply\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12\x0e\n" +
+	"\x02ca\x18\x02 \x01(\fR\x02ca\x12\x1d\n" +
+	"\n" +
+	"gossip_key\x18\x03 \x01(\fR\tgossipKey\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId*7\n" +
 	"\n" +
 	"HiddenType\x12\x13\n" +
 	"\x0fHIDDEN_TYPE_F32\x10\x00\x12\x14\n" +
 	"\x10HIDDEN_TYPE_BF16\x10\x01**\n" +
 	"\x06KVType\x12\x0f\n" +
 	"\vKV_TYPE_F16\x10\x00\x12\x0f\n" +
-	"\vKV_TYPE_F32\x10\x012\x9f\x02\n" +
+	"\vKV_TYPE_F32\x10\x012\xd5\x02\n" +
 	"\vCoordinator\x12@\n" +
 	"\bRegister\x12\x1a.strata.v1.RegisterRequest\x1a\x18.strata.v1.RegisterReply\x12K\n" +
 	"\aControl\x12\x1d.strata.v1.ShardToCoordinator\x1a\x1d.strata.v1.CoordinatorToShard(\x010\x01\x12@\n" +
 	"\aResults\x12\x18.strata.v1.ResultMessage\x1a\x19.strata.v1.ResultsSummary(\x01\x12?\n" +
-	"\aWeights\x12\x19.strata.v1.WeightsRequest\x1a\x17.strata.v1.WeightsChunk0\x012E\n" +
+	"\aWeights\x12\x19.strata.v1.WeightsRequest\x1a\x17.strata.v1.WeightsChunk0\x01\x124\n" +
+	"\x04Join\x12\x16.strata.v1.JoinRequest\x1a\x14.strata.v1.JoinReply2E\n" +
 	"\x05Stage\x12<\n" +
 	"\x06Stream\x12\x17.strata.v1.StageMessage\x1a\x15.strata.v1.StageReply(\x010\x01B+Z)github.com/strata-llm/strata/transport/pbb\x06proto3"
 
@@ -3375,7 +3525,7 @@ func file_strata_proto_rawDescGZIP() []byte {
 }
 
 var file_strata_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_strata_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_strata_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_strata_proto_goTypes = []any{
 	(HiddenType)(0),            // 0: strata.v1.HiddenType
 	(KVType)(0),                // 1: strata.v1.KVType
@@ -3415,12 +3565,14 @@ var file_strata_proto_goTypes = []any{
 	(*WeightsRequest)(nil),     // 35: strata.v1.WeightsRequest
 	(*TensorInfo)(nil),         // 36: strata.v1.TensorInfo
 	(*WeightsChunk)(nil),       // 37: strata.v1.WeightsChunk
-	nil,                        // 38: strata.v1.SampleParams.LogitBiasEntry
-	nil,                        // 39: strata.v1.Counters.TombstonesAppliedEntry
+	(*JoinRequest)(nil),        // 38: strata.v1.JoinRequest
+	(*JoinReply)(nil),          // 39: strata.v1.JoinReply
+	nil,                        // 40: strata.v1.SampleParams.LogitBiasEntry
+	nil,                        // 41: strata.v1.Counters.TombstonesAppliedEntry
 }
 var file_strata_proto_depIdxs = []int32{
 	2,  // 0: strata.v1.Tombstone.reason:type_name -> strata.v1.Tombstone.Reason
-	38, // 1: strata.v1.SampleParams.logit_bias:type_name -> strata.v1.SampleParams.LogitBiasEntry
+	40, // 1: strata.v1.SampleParams.logit_bias:type_name -> strata.v1.SampleParams.LogitBiasEntry
 	5,  // 2: strata.v1.Row.params:type_name -> strata.v1.SampleParams
 	4,  // 3: strata.v1.BatchHeader.tombstones:type_name -> strata.v1.Tombstone
 	6,  // 4: strata.v1.BatchHeader.rows:type_name -> strata.v1.Row
@@ -3445,7 +3597,7 @@ var file_strata_proto_depIdxs = []int32{
 	25, // 23: strata.v1.CoordinatorToShard.assign:type_name -> strata.v1.Assign
 	26, // 24: strata.v1.CoordinatorToShard.tombstones:type_name -> strata.v1.Tombstones
 	27, // 25: strata.v1.CoordinatorToShard.heartbeat_reply:type_name -> strata.v1.HeartbeatReply
-	39, // 26: strata.v1.Counters.tombstones_applied:type_name -> strata.v1.Counters.TombstonesAppliedEntry
+	41, // 26: strata.v1.Counters.tombstones_applied:type_name -> strata.v1.Counters.TombstonesAppliedEntry
 	29, // 27: strata.v1.Heartbeat.kv:type_name -> strata.v1.KVStats
 	30, // 28: strata.v1.Heartbeat.counters:type_name -> strata.v1.Counters
 	3,  // 29: strata.v1.Status.state:type_name -> strata.v1.Status.State
@@ -3459,14 +3611,16 @@ var file_strata_proto_depIdxs = []int32{
 	34, // 37: strata.v1.Coordinator.Control:input_type -> strata.v1.ShardToCoordinator
 	16, // 38: strata.v1.Coordinator.Results:input_type -> strata.v1.ResultMessage
 	35, // 39: strata.v1.Coordinator.Weights:input_type -> strata.v1.WeightsRequest
-	9,  // 40: strata.v1.Stage.Stream:input_type -> strata.v1.StageMessage
-	24, // 41: strata.v1.Coordinator.Register:output_type -> strata.v1.RegisterReply
-	28, // 42: strata.v1.Coordinator.Control:output_type -> strata.v1.CoordinatorToShard
-	17, // 43: strata.v1.Coordinator.Results:output_type -> strata.v1.ResultsSummary
-	37, // 44: strata.v1.Coordinator.Weights:output_type -> strata.v1.WeightsChunk
-	10, // 45: strata.v1.Stage.Stream:output_type -> strata.v1.StageReply
-	41, // [41:46] is the sub-list for method output_type
-	36, // [36:41] is the sub-list for method input_type
+	38, // 40: strata.v1.Coordinator.Join:input_type -> strata.v1.JoinRequest
+	9,  // 41: strata.v1.Stage.Stream:input_type -> strata.v1.StageMessage
+	24, // 42: strata.v1.Coordinator.Register:output_type -> strata.v1.RegisterReply
+	28, // 43: strata.v1.Coordinator.Control:output_type -> strata.v1.CoordinatorToShard
+	17, // 44: strata.v1.Coordinator.Results:output_type -> strata.v1.ResultsSummary
+	37, // 45: strata.v1.Coordinator.Weights:output_type -> strata.v1.WeightsChunk
+	39, // 46: strata.v1.Coordinator.Join:output_type -> strata.v1.JoinReply
+	10, // 47: strata.v1.Stage.Stream:output_type -> strata.v1.StageReply
+	42, // [42:48] is the sub-list for method output_type
+	36, // [36:42] is the sub-list for method input_type
 	36, // [36:36] is the sub-list for extension type_name
 	36, // [36:36] is the sub-list for extension extendee
 	0,  // [0:36] is the sub-list for field type_name
@@ -3507,7 +3661,7 @@ func file_strata_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_strata_proto_rawDesc), len(file_strata_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -40,6 +40,7 @@ const (
 	Coordinator_Control_FullMethodName  = "/strata.v1.Coordinator/Control"
 	Coordinator_Results_FullMethodName  = "/strata.v1.Coordinator/Results"
 	Coordinator_Weights_FullMethodName  = "/strata.v1.Coordinator/Weights"
+	Coordinator_Join_FullMethodName     = "/strata.v1.Coordinator/Join"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -58,6 +59,11 @@ type CoordinatorClient interface {
 	Results(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ResultMessage, ResultsSummary], error)
 	// Weights streams a layer range's tensors to a shard without the file.
 	Weights(ctx context.Context, in *WeightsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WeightsChunk], error)
+	// Join admits a new shard: the only call served without a cluster
+	// certificate. The shard dials over TLS with the coordinator's CA pinned
+	// by the join token's fingerprint, proves the token's secret, and gets a
+	// certificate for its node ID (see transport/trust).
+	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinReply, error)
 }
 
 type coordinatorClient struct {
@@ -123,6 +129,16 @@ func (c *coordinatorClient) Weights(ctx context.Context, in *WeightsRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_WeightsClient = grpc.ServerStreamingClient[WeightsChunk]
 
+func (c *coordinatorClient) Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinReply)
+	err := c.cc.Invoke(ctx, Coordinator_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -139,6 +155,11 @@ type CoordinatorServer interface {
 	Results(grpc.ClientStreamingServer[ResultMessage, ResultsSummary]) error
 	// Weights streams a layer range's tensors to a shard without the file.
 	Weights(*WeightsRequest, grpc.ServerStreamingServer[WeightsChunk]) error
+	// Join admits a new shard: the only call served without a cluster
+	// certificate. The shard dials over TLS with the coordinator's CA pinned
+	// by the join token's fingerprint, proves the token's secret, and gets a
+	// certificate for its node ID (see transport/trust).
+	Join(context.Context, *JoinRequest) (*JoinReply, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -160,6 +181,9 @@ func (UnimplementedCoordinatorServer) Results(grpc.ClientStreamingServer[ResultM
 }
 func (UnimplementedCoordinatorServer) Weights(*WeightsRequest, grpc.ServerStreamingServer[WeightsChunk]) error {
 	return status.Error(codes.Unimplemented, "method Weights not implemented")
+}
+func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*JoinReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -225,6 +249,24 @@ func _Coordinator_Weights_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_WeightsServer = grpc.ServerStreamingServer[WeightsChunk]
 
+func _Coordinator_Join_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).Join(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_Join_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -235,6 +277,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Register",
 			Handler:    _Coordinator_Register_Handler,
+		},
+		{
+			MethodName: "Join",
+			Handler:    _Coordinator_Join_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
