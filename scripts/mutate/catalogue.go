@@ -25,6 +25,9 @@ var (
 )
 
 const (
+	// runSchedPolicy is the scheduler's batching-policy tests: the
+	// scenario scripts and the tests of what a batch holds.
+	runSchedPolicy = `^Test(Scenarios|DecodesBeforeRunningPrefill|DecodesFirst|ChunkedPrefill|FCFSAdmission)$`
 	// runShard is the shard tests that need neither the shared model
 	// files nor the network: the replica table, runners on a random-weight
 	// model, and the node's control logic behind fakes.
@@ -78,6 +81,26 @@ const (
 		"\t\ttokens -= s.chunk(b, seq, tokens, false)\n" +
 		"\t\trows--\n" +
 		"\t}\n"
+	prefillPrune = "\ts.prefill = slices.DeleteFunc(s.prefill, func(seq *sequence) bool {\n" +
+		"\t\tif seq.dead || seq.scheduled == len(seq.req.tokens) {\n" +
+		"\t\t\tseq.prefill = false\n" +
+		"\t\t\treturn true\n" +
+		"\t\t}\n" +
+		"\t\treturn false\n" +
+		"\t})\n"
+	admitLoop = "\tfor rows > 0 && tokens > 0 && !s.blocked && s.waitHead != nil {\n" +
+		"\t\tseq := s.admit(s.waitHead)\n" +
+		"\t\tif seq == nil {\n" +
+		"\t\t\ts.blocked = true\n" +
+		"\t\t\tbreak\n" +
+		"\t\t}\n" +
+		"\t\ttokens -= s.chunk(b, seq, tokens, true)\n" +
+		"\t\trows--\n" +
+		"\t\tif seq.scheduled < len(seq.req.tokens) {\n" +
+		"\t\t\tseq.prefill = true\n" +
+		"\t\t\ts.prefill = append(s.prefill, seq)\n" +
+		"\t\t}\n" +
+		"\t}\n"
 )
 
 var catalogue = []mutation{
@@ -128,6 +151,31 @@ var catalogue = []mutation{
 		Name: "sched/decodes-after-prefills", File: "sched/sched.go", Pkgs: pkgSched,
 		Orig: decodeLoop + "\n" + prefillLoop, Repl: prefillLoop + "\n" + decodeLoop,
 		Why: "running prefills take the token budget before decodes: streams stall behind long prompts",
+	},
+	{
+		Name: "sched/admissions-before-prefills", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: prefillLoop + prefillPrune + "\n" + admitLoop, Repl: admitLoop + "\n" + prefillLoop + prefillPrune,
+		Why: "admissions take the budget before running prefills: a long prompt starves behind newcomers",
+	},
+	{
+		Name: "sched/chunk-past-budget", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: "n := min(len(seq.req.tokens)-seq.scheduled, budget)", Repl: "n := len(seq.req.tokens) - seq.scheduled",
+		Why: "a prefill chunk is the rest of the prompt, not what the budget allows: one long prompt stalls every stream",
+	},
+	{
+		Name: "sched/in-flight-one-more", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: "len(s.inflight)+len(s.building) < s.maxInFlight", Repl: "len(s.inflight)+len(s.building) <= s.maxInFlight",
+		Why: "one batch more than the in-flight limit is dispatched: it queues at a stage and adds latency to every stream",
+	},
+	{
+		Name: "sched/in-flight-p", File: "sched/config.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: "return c.Stages + 1", Repl: "return c.Stages",
+		Why: "P batches in flight instead of P+1: a stage idles while a result travels back",
+	},
+	{
+		Name: "sched/row-limit-ignored", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: "\t\tif rows == 0 || tokens == 0 {\n\t\t\tbreak\n\t\t}\n", Repl: "\t\tif tokens == 0 {\n\t\t\tbreak\n\t\t}\n",
+		Why: "a running prefill's chunk joins a batch already at MaxBatchRows",
 	},
 	{
 		Name: "sched/end-keeps-blocks", File: "sched/sched.go", Pkgs: pkgSched,
