@@ -84,8 +84,14 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q50Panels
 	case ggml.Q4_K:
 		return &q4KPanels
+	case ggml.Q5_K:
+		return &q5KPanels
 	case ggml.Q6_K:
 		return &q6KPanels
+	case ggml.IQ4_XS:
+		return &iq4XSPanels
+	case ggml.IQ4_NL:
+		return &iq4NLPanels
 	}
 	return nil
 }
@@ -104,6 +110,18 @@ var q50Panels = panelSet{name: "q50VNNI", k: [maxPanelC]panelFunc{
 
 var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
 	q4KPanel_1, q4KPanel_2, q4KPanel_3, q4KPanel_4, q4KPanel_5, q4KPanel_6, q4KPanel_7, q4KPanel_8,
+}}
+
+var q5KPanels = panelSet{name: "q5KVNNI", k: [maxPanelC]panelFunc{
+	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
+}}
+
+var iq4XSPanels = panelSet{name: "iq4XSVNNI", k: [maxPanelC]panelFunc{
+	iq4XSPanel_1, iq4XSPanel_2, iq4XSPanel_3, iq4XSPanel_4, iq4XSPanel_5, iq4XSPanel_6, iq4XSPanel_7, iq4XSPanel_8,
+}}
+
+var iq4NLPanels = panelSet{name: "iq4NLVNNI", k: [maxPanelC]panelFunc{
+	iq4NLPanel_1, iq4NLPanel_2, iq4NLPanel_3, iq4NLPanel_4, iq4NLPanel_5, iq4NLPanel_6, iq4NLPanel_7, iq4NLPanel_8,
 }}
 
 var q6KPanels = panelSet{name: "q6KVNNI", k: [maxPanelC]panelFunc{

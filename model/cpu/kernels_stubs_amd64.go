@@ -374,82 +374,82 @@ func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m i
 //go:noescape
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32)
 
-// q80Panel_1 computes a 16-row panel of q80 weights against 1 activation rows.
+// q80Panel_1 computes a 16-row panel of Q8_0 weights against 1 activation rows.
 //
 //go:noescape
 func q80Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_1 computes a 16-row panel of q40 weights against 1 activation rows.
+// q40Panel_1 computes a 16-row panel of Q4_0 weights against 1 activation rows.
 //
 //go:noescape
 func q40Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_2 computes a 16-row panel of q80 weights against 2 activation rows.
+// q80Panel_2 computes a 16-row panel of Q8_0 weights against 2 activation rows.
 //
 //go:noescape
 func q80Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_2 computes a 16-row panel of q40 weights against 2 activation rows.
+// q40Panel_2 computes a 16-row panel of Q4_0 weights against 2 activation rows.
 //
 //go:noescape
 func q40Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_3 computes a 16-row panel of q80 weights against 3 activation rows.
+// q80Panel_3 computes a 16-row panel of Q8_0 weights against 3 activation rows.
 //
 //go:noescape
 func q80Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_3 computes a 16-row panel of q40 weights against 3 activation rows.
+// q40Panel_3 computes a 16-row panel of Q4_0 weights against 3 activation rows.
 //
 //go:noescape
 func q40Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_4 computes a 16-row panel of q80 weights against 4 activation rows.
+// q80Panel_4 computes a 16-row panel of Q8_0 weights against 4 activation rows.
 //
 //go:noescape
 func q80Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_4 computes a 16-row panel of q40 weights against 4 activation rows.
+// q40Panel_4 computes a 16-row panel of Q4_0 weights against 4 activation rows.
 //
 //go:noescape
 func q40Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_5 computes a 16-row panel of q80 weights against 5 activation rows.
+// q80Panel_5 computes a 16-row panel of Q8_0 weights against 5 activation rows.
 //
 //go:noescape
 func q80Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_5 computes a 16-row panel of q40 weights against 5 activation rows.
+// q40Panel_5 computes a 16-row panel of Q4_0 weights against 5 activation rows.
 //
 //go:noescape
 func q40Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_6 computes a 16-row panel of q80 weights against 6 activation rows.
+// q80Panel_6 computes a 16-row panel of Q8_0 weights against 6 activation rows.
 //
 //go:noescape
 func q80Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_6 computes a 16-row panel of q40 weights against 6 activation rows.
+// q40Panel_6 computes a 16-row panel of Q4_0 weights against 6 activation rows.
 //
 //go:noescape
 func q40Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_7 computes a 16-row panel of q80 weights against 7 activation rows.
+// q80Panel_7 computes a 16-row panel of Q8_0 weights against 7 activation rows.
 //
 //go:noescape
 func q80Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_7 computes a 16-row panel of q40 weights against 7 activation rows.
+// q40Panel_7 computes a 16-row panel of Q4_0 weights against 7 activation rows.
 //
 //go:noescape
 func q40Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_8 computes a 16-row panel of q80 weights against 8 activation rows.
+// q80Panel_8 computes a 16-row panel of Q8_0 weights against 8 activation rows.
 //
 //go:noescape
 func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q40Panel_8 computes a 16-row panel of q40 weights against 8 activation rows.
+// q40Panel_8 computes a 16-row panel of Q4_0 weights against 8 activation rows.
 //
 //go:noescape
 func q40Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -658,6 +658,126 @@ func q50Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q50Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_1 computes a 16-row panel of Q5_K weights against 1 activation rows.
+//
+//go:noescape
+func q5KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_1 computes a 16-row panel of IQ4_XS weights against 1 activation rows.
+//
+//go:noescape
+func iq4XSPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_1 computes a 16-row panel of IQ4_NL weights against 1 activation rows.
+//
+//go:noescape
+func iq4NLPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_2 computes a 16-row panel of Q5_K weights against 2 activation rows.
+//
+//go:noescape
+func q5KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows.
+//
+//go:noescape
+func iq4XSPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_2 computes a 16-row panel of IQ4_NL weights against 2 activation rows.
+//
+//go:noescape
+func iq4NLPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_3 computes a 16-row panel of Q5_K weights against 3 activation rows.
+//
+//go:noescape
+func q5KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows.
+//
+//go:noescape
+func iq4XSPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_3 computes a 16-row panel of IQ4_NL weights against 3 activation rows.
+//
+//go:noescape
+func iq4NLPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_4 computes a 16-row panel of Q5_K weights against 4 activation rows.
+//
+//go:noescape
+func q5KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows.
+//
+//go:noescape
+func iq4XSPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_4 computes a 16-row panel of IQ4_NL weights against 4 activation rows.
+//
+//go:noescape
+func iq4NLPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_5 computes a 16-row panel of Q5_K weights against 5 activation rows.
+//
+//go:noescape
+func q5KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows.
+//
+//go:noescape
+func iq4XSPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_5 computes a 16-row panel of IQ4_NL weights against 5 activation rows.
+//
+//go:noescape
+func iq4NLPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_6 computes a 16-row panel of Q5_K weights against 6 activation rows.
+//
+//go:noescape
+func q5KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows.
+//
+//go:noescape
+func iq4XSPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_6 computes a 16-row panel of IQ4_NL weights against 6 activation rows.
+//
+//go:noescape
+func iq4NLPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_7 computes a 16-row panel of Q5_K weights against 7 activation rows.
+//
+//go:noescape
+func q5KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows.
+//
+//go:noescape
+func iq4XSPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_7 computes a 16-row panel of IQ4_NL weights against 7 activation rows.
+//
+//go:noescape
+func iq4NLPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_8 computes a 16-row panel of Q5_K weights against 8 activation rows.
+//
+//go:noescape
+func q5KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows.
+//
+//go:noescape
+func iq4XSPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_8 computes a 16-row panel of IQ4_NL weights against 8 activation rows.
+//
+//go:noescape
+func iq4NLPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q50AVX2_1x1 computes a 1×1 tile of q50AVX2 dot products with AVX2 and FMA.
 //

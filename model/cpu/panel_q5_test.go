@@ -122,9 +122,9 @@ func TestQ50TilesEqualPortable(t *testing.T) {
 	}
 }
 
-// TestQ50MatMulEqualsPortable: MatMul of Q5_0 matrices (the VNNI panels,
-// then the AVX2 tiles) gives the portable kernel's bits whatever the
-// activation rows and workers.
+// TestQ50MatMulEqualsPortable: MatMul of Q5_0 and IQ4_NL matrices (the
+// VNNI panels, then the AVX2 tiles or the portable kernel) gives the
+// portable kernel's bits whatever the activation rows and workers.
 func TestQ50MatMulEqualsPortable(t *testing.T) {
 	testQ50MatMulEqualsPortable(t)
 	avx2Only = true
@@ -137,22 +137,28 @@ func testQ50MatMulEqualsPortable(t *testing.T) {
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
 	defer p2.Close()
-	for _, shape := range [][2]int{{37, 96}, {64, 288}, {200, 64}} {
-		N, K := shape[0], shape[1]
-		w := &model.Weight{Name: "w", Type: ggml.Q5_0, Rows: N, Cols: K, Data: q50Weights(t, r, N, K)}
-		for _, R := range []int{1, 3, 8, 9, 19} {
-			t.Run(fmt.Sprintf("%dx%d/%d", N, K, R), func(t *testing.T) {
-				x := randBytesVec(r, R*K)
-				want := make([]float32, R*N)
-				withPortable(func() { NewBackend(p1).MatMul(w, x, R, want) })
-				for _, p := range []*Pool{p1, p2} {
-					got := make([]float32, R*N)
-					NewBackend(p).MatMul(w, x, R, got)
-					if !sameBits(got, want) {
-						t.Fatalf("%s (%d workers): MatMul differs from the portable kernel", ISA(ggml.Q5_0), p.Workers())
+	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.IQ4_NL} {
+		for _, shape := range [][2]int{{37, 96}, {64, 288}, {200, 64}} {
+			N, K := shape[0], shape[1]
+			var data []byte
+			for range N {
+				data = append(data, weightsOf(t, r, typ, K, r.IntN(2) == 0)...)
+			}
+			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+			for _, R := range []int{1, 3, 8, 9, 19} {
+				t.Run(fmt.Sprintf("%s/%dx%d/%d", typ, N, K, R), func(t *testing.T) {
+					x := randBytesVec(r, R*K)
+					want := make([]float32, R*N)
+					withPortable(func() { NewBackend(p1).MatMul(w, x, R, want) })
+					for _, p := range []*Pool{p1, p2} {
+						got := make([]float32, R*N)
+						NewBackend(p).MatMul(w, x, R, got)
+						if !sameBits(got, want) {
+							t.Fatalf("%s (%d workers): MatMul differs from the portable kernel", ISA(typ), p.Workers())
+						}
 					}
-				}
-			})
+				})
+			}
 		}
 	}
 }

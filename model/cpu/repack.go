@@ -14,7 +14,8 @@ import (
 // vector k holding elements 4k..4k+3 plus 128, so that they are VPDPBUSD's
 // unsigned bytes; Q4_0 has four, vector j holding the block's stored bytes
 // 4j..4j+3 unchanged (their low nibbles are elements 4j..4j+3, their high
-// nibbles 16+4j..16+4j+3). A panel takes as many bytes as its 16 rows did,
+// nibbles 16+4j..16+4j+3); IQ4_NL's panels are Q4_0's, its nibbles indexing
+// the levels. A panel takes as many bytes as its 16 rows did,
 // so a repacked matrix is the stored one rounded up to whole panels (the
 // rows past the end have zero scales and zero weights). The layout lets one
 // instruction multiply four elements of 16 rows, and streams every panel
@@ -26,14 +27,14 @@ const panelRows = 16
 // panelBlockBytes is the bytes of one block of a panel of type t.
 func panelBlockBytes(t ggml.Type) int {
 	switch t {
-	case ggml.Q4_0:
+	case ggml.Q4_0, ggml.IQ4_NL:
 		return panelRows * q40Bytes
 	case ggml.Q5_0:
 		return q50PanelBytes
-	case ggml.Q4_K:
-		return q4KPanelBytes
-	case ggml.Q6_K:
-		return q6KPanelBytes
+	}
+	if isKPanel(t) {
+		_, pb := kPanelBytes(t)
+		return pb
 	}
 	return panelRows * q80Bytes
 }
@@ -56,9 +57,9 @@ func expandedBlockBytes(t ggml.Type) int {
 	return xBlock
 }
 
-// repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, Q5_0,
-// Q4_K or Q6_K; see repack_q5.go and repack_kquant.go for the last three)
-// in panels.
+// repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, IQ4_NL,
+// Q5_0 or a K-panel type; see repack_q5.go and repack_kquant.go for the
+// last ones) in panels.
 func repack(t ggml.Type, rows, cols int, data []byte) []byte {
 	if isKPanel(t) {
 		return repackK(t, rows, cols, data)
@@ -68,8 +69,8 @@ func repack(t ggml.Type, rows, cols int, data []byte) []byte {
 	}
 	nb := cols / ggml.QK
 	bsz, pbb := q80Bytes, panelBlockBytes(t)
-	if t == ggml.Q4_0 {
-		bsz = q40Bytes
+	if t != ggml.Q8_0 {
+		bsz = q40Bytes // Q4_0, IQ4_NL
 	}
 	panels := (rows + panelRows - 1) / panelRows
 	out := make([]byte, panels*nb*pbb)
@@ -84,7 +85,7 @@ func repack(t ggml.Type, rows, cols int, data []byte) []byte {
 							copy(dst[32+64*k+4*i:32+64*k+4*i+4], []byte{0x80, 0x80, 0x80, 0x80})
 						}
 					}
-					continue // Q4_0: nibbles of zero times a zero scale
+					continue // Q4_0, IQ4_NL: nibbles of zero times a zero scale
 				}
 				src := data[(r*nb+b)*bsz : (r*nb+b+1)*bsz]
 				dst[2*i], dst[2*i+1] = src[0], src[1]
@@ -112,8 +113,9 @@ const xBlock = 40
 // expandRow writes the Q8_0 activation row q (nb blocks) to dst in the
 // panel kernels' layout for weights of type t. The correction is minus the
 // sum of the block's quants times 128 (Q8_0: the weights are stored plus
-// 128), 8 (Q4_0: the nibbles are the weights plus 8) or 16 (Q5_0: the
-// 5-bit quants are the weights plus 16), so that it starts each block's
+// 128; IQ4_NL: the kernels look its levels up plus 128), 8 (Q4_0: the
+// nibbles are the weights plus 8) or 16 (Q5_0: the 5-bit quants are the
+// weights plus 16), so that it starts each block's
 // integer sum at the exact value to subtract. For the K-quants q is a Q8_K
 // row of nb super-blocks (see expandRowK).
 func expandRow(t ggml.Type, nb int, q, dst []byte) {

@@ -6,8 +6,8 @@ import (
 	"github.com/strata-llm/strata/model/ggml"
 )
 
-// Repacked K-quants. The panel kernels read Q4_K and Q6_K matrices in
-// panels of panelRows rows, one 256-element super-block after another; in
+// Repacked K-quants. The panel kernels read Q4_K, Q5_K, Q6_K and IQ4_XS
+// matrices in panels of panelRows rows, one 256-element super-block after another; in
 // each, the quants of row i sit in int32 lane i of 64-byte vectors, four
 // elements to a lane, so that one VPDPBUSD multiplies four elements of 16
 // rows by four activation quants. A panel takes as many bytes as its 16
@@ -26,6 +26,14 @@ import (
 //	             are elements 4j..4j+3 of sub-block 2g, their high nibbles
 //	             the same of sub-block 2g+1)
 //
+// Q5_K, q5KPanelBytes per super-block: Q4_K's panel of the same scales,
+// mins and nibbles, then
+//
+//	[2368:2880)  the quants' fifth bits: for sub-block s and quant vector j
+//	             (as above), a 64-bit mask at 2368+64s+8j with bit 4i+k set
+//	             when the quant that byte k of lane i stands for has bit 4
+//	             set (Q5_0's masks, repack_q5.go); the kernels add 16 there
+//
 // Q6_K, q6KPanelBytes per super-block:
 //
 //	[0:32)       the 16 rows' d (f16)
@@ -37,11 +45,25 @@ import (
 //	             q(12+k); of H the high two bits of q(k), q(4+k), q(8+k) and
 //	             q(12+k), from bit 0 up
 //
+// IQ4_XS, iq4XSPanelBytes per super-block:
+//
+//	[0:32)       the 16 rows' d (f16)
+//	[32:160)     scales: sub-block s's 16 scales minus 32 (int8) at 32+16s
+//	[160:2208)   quants: for each sub-block s, four vectors at 160+256s+64j,
+//	             vector j holding row i's stored bytes qs[16s+4j ..
+//	             16s+4j+3] in lane i (their low nibbles index elements
+//	             4j..4j+3 of the sub-block, their high nibbles 16+4j..), as
+//	             Q4_0's panels hold a block; the kernels look the levels up
+//	             plus 128 (unsigned) and start each sum at -128 times the
+//	             activations' sum
+//
 // The activation rows are Q8_K super-blocks expanded to xKBlock bytes (see
 // expandRowK) that carry the sums the kernels need beside the quants.
 const (
-	q4KPanelBytes = 2368
-	q6KPanelBytes = 3360
+	q4KPanelBytes   = 2368
+	q5KPanelBytes   = q4KPanelBytes + 8*64
+	q6KPanelBytes   = 3360
+	iq4XSPanelBytes = 32 + 8*16 + 8*256
 )
 
 // xKBlock is the bytes of one super-block of an expanded K-quant activation
@@ -55,17 +77,35 @@ const (
 	xKQuants = 84
 )
 
-// isKPanel reports whether t repacks into K-quant panels.
-func isKPanel(t ggml.Type) bool { return t == ggml.Q4_K || t == ggml.Q6_K }
+// isKPanel reports whether t repacks into K-quant panels (256-element
+// super-blocks, Q8_K activations).
+func isKPanel(t ggml.Type) bool {
+	switch t {
+	case ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS:
+		return true
+	}
+	return false
+}
 
-// repackK returns the rows×cols matrix data of type t (Q4_K or Q6_K) in
-// panels.
+// kPanelBytes returns the bytes of a stored super-block of the K-panel type
+// t and of one super-block of its panel.
+func kPanelBytes(t ggml.Type) (stored, panel int) {
+	switch t {
+	case ggml.Q4_K:
+		return q4KBytes, q4KPanelBytes
+	case ggml.Q5_K:
+		return q5KBytes, q5KPanelBytes
+	case ggml.IQ4_XS:
+		return iq4XBytes, iq4XSPanelBytes
+	}
+	return q6KBytes, q6KPanelBytes
+}
+
+// repackK returns the rows×cols matrix data of type t (Q4_K, Q5_K, Q6_K or
+// IQ4_XS) in panels.
 func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 	nb := cols / ggml.QKK
-	bsz, pbb := q4KBytes, q4KPanelBytes
-	if t == ggml.Q6_K {
-		bsz, pbb = q6KBytes, q6KPanelBytes
-	}
+	bsz, pbb := kPanelBytes(t)
 	panels := (rows + panelRows - 1) / panelRows
 	out := make([]byte, panels*nb*pbb)
 	for p := range panels {
@@ -74,9 +114,14 @@ func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 			for i := range min(panelRows, rows-p*panelRows) {
 				r := p*panelRows + i
 				src := data[(r*nb+b)*bsz : (r*nb+b+1)*bsz]
-				if t == ggml.Q4_K {
-					repackQ4KRow(i, src, dst)
-				} else {
+				switch t {
+				case ggml.Q4_K:
+					repackQ4KRow(i, src[:16], src[16:144], dst)
+				case ggml.Q5_K:
+					repackQ5KRow(i, src, dst)
+				case ggml.IQ4_XS:
+					repackIQ4XSRow(i, src, dst)
+				default:
 					repackQ6KRow(i, src, dst)
 				}
 			}
@@ -85,19 +130,51 @@ func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 	return out
 }
 
-// repackQ4KRow writes one Q4_K super-block of a panel's row i.
-func repackQ4KRow(i int, src, dst []byte) {
-	copy(dst[2*i:2*i+2], src[0:2])
-	copy(dst[32+2*i:32+2*i+2], src[2:4])
+// repackQ4KRow writes one Q4_K super-block of a panel's row i, from its
+// head (d, dmin and the packed scales, 16 bytes) and its 128 bytes of
+// nibbles; Q5_K's panels share it.
+func repackQ4KRow(i int, head, qs, dst []byte) {
+	copy(dst[2*i:2*i+2], head[0:2])
+	copy(dst[32+2*i:32+2*i+2], head[2:4])
 	for s := range 8 {
-		sc, m := ggml.Q4KScaleMin(s, src[4:16])
+		sc, m := ggml.Q4KScaleMin(s, head[4:16])
 		dst[64+16*s+i] = sc
 		dst[192+32*(s/2)+2*i+s%2] = m
 	}
 	for g := range 4 {
 		for j := range 8 {
 			o := 320 + 512*g + 64*j + 4*i
-			copy(dst[o:o+4], src[16+32*g+4*j:16+32*g+4*j+4])
+			copy(dst[o:o+4], qs[32*g+4*j:32*g+4*j+4])
+		}
+	}
+}
+
+// repackQ5KRow writes one Q5_K super-block of a panel's row i: Q4_K's
+// panel of its low four bits, and its fifth bits (bit s of qh[l] for
+// element l of sub-block s) into the masks, four bits of row i in each.
+func repackQ5KRow(i int, src, dst []byte) {
+	repackQ4KRow(i, src[:16], src[48:176], dst)
+	qh := src[16:48]
+	for s := range 8 {
+		for j := range 8 {
+			var bits byte
+			for k := range 4 {
+				bits |= qh[4*j+k] >> s & 1 << k
+			}
+			dst[q4KPanelBytes+64*s+8*j+i/2] |= bits << (4 * (i % 2))
+		}
+	}
+}
+
+// repackIQ4XSRow writes one IQ4_XS super-block of a panel's row i.
+func repackIQ4XSRow(i int, src, dst []byte) {
+	copy(dst[2*i:2*i+2], src[0:2])
+	sh := binary.LittleEndian.Uint16(src[2:])
+	for s := range 8 {
+		dst[32+16*s+i] = byte(int8(ggml.IQ4XSScale(sh, src[4:8], s)))
+		for j := range 4 {
+			o := 160 + 256*s + 64*j + 4*i
+			copy(dst[o:o+4], src[8+16*s+4*j:8+16*s+4*j+4])
 		}
 	}
 }

@@ -23,12 +23,14 @@ import (
 // row's accumulator with d = f16(w.d)*x.d; Q4_K's mins last, their int32
 // sum by VPDPWSSD of the mins with the 32-element sums.
 const (
-	q4KPanelBytes = 2368
-	q6KPanelBytes = 3360
-	xKBlock       = 340
-	xKSums        = 4
-	xKCorr        = 20
-	xKQuants      = 84
+	q4KPanelBytes   = 2368
+	q5KPanelBytes   = q4KPanelBytes + 8*64 // Q4_K's panel, then the fifth bits' masks
+	q6KPanelBytes   = 3360
+	iq4XSPanelBytes = 32 + 8*16 + 8*256
+	xKBlock         = 340
+	xKSums          = 4
+	xKCorr          = 20
+	xKQuants        = 84
 )
 
 // vpdpwssdBcst emits VPDPWSSD with its second signed-word operand a dword
@@ -149,17 +151,28 @@ func foldSum(s, scale, d, acc reg.VecVirtual) {
 	VFMADD231PS(d, s, acc)
 }
 
-// q4KPanel emits q4KPanel_C. Per super-block: d for each row; for each
-// sub-block s, its 16 scales widened to float32, the eight quant vectors of
-// its nibbles (the low ones of sub-block pair s/2's bytes for even s, the
-// high ones for odd s), and for each activation row the int32 sum of
+// q4KPanel emits q4KPanel_C, or q5KPanel_C when five is set. Per
+// super-block: d for each row; for each sub-block s, its 16 scales widened
+// to float32, the eight quant vectors of its nibbles (the low ones of
+// sub-block pair s/2's bytes for even s, the high ones for odd s; Q5_K adds
+// 16 to the bytes whose fifth bit its mask sets, with VPADDB under the
+// mask, as q50Panel does), and for each activation row the int32 sum of
 // eight VPDPBUSD (two chains of four when C <= 2, added at the end: the
 // same integer) folded in with foldSum; then the mins: four VPDPWSSD of
 // the rows' (min(2k), min(2k+1)) words with the row's 32-element sums, and
-// acc = fma(-float32(mins), f16(w.dmin)*x.d, acc).
-func q4KPanel(C int) {
-	nb, wp, px, acc := panelHead("q4KPanel", "Q4_K", C)
+// acc = fma(-float32(mins), f16(w.dmin)*x.d, acc). Q5_K's order is
+// Q4_K's (dotQ5KQ8K, dotQ4KQ8K).
+func q4KPanel(C int, five bool) {
+	name, what, size := "q4KPanel", "Q4_K", q4KPanelBytes
+	if five {
+		name, what, size = "q5KPanel", "Q5_K", q5KPanelBytes
+	}
+	nb, wp, px, acc := panelHead(name, what, C)
 	c0f := bcastConst(0x0f0f0f0f)
+	var c10 reg.VecVirtual
+	if five {
+		c10 = bcastConst(0x10101010)
+	}
 	zero := ZMM()
 	VPXORD(zero, zero, zero)
 	split := C <= 2
@@ -177,6 +190,11 @@ func q4KPanel(C int) {
 			} else {
 				VPSRLW(Imm(4), m, v[j])
 				VPANDD(c0f, v[j], v[j])
+			}
+			if five {
+				k := K()
+				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*s + 8*j}, k)
+				VPADDB(c10, v[j], k, v[j])
 			}
 		}
 		sc := ZMM()
@@ -223,7 +241,7 @@ func q4KPanel(C int) {
 		VMULPS_BCST(px.m(c, 0), dmin, dm)
 		VFNMADD231PS(dm, mins, acc[c]) // acc - mins*dm, rounded once
 	}
-	ADDQ(U32(q4KPanelBytes), wp)
+	ADDQ(U32(uint32(size)), wp)
 	px.advance(xKBlock)
 	DECQ(nb)
 	JMP(LabelRef("loop"))
@@ -290,6 +308,97 @@ func q6KPanel(C int) {
 		}
 	}
 	ADDQ(U32(q6KPanelBytes), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanel(acc)
+	ret()
+}
+
+// iq4Table returns a ZMM holding, in each 16-byte lane, ggml's IQ4 levels
+// plus 128 as unsigned bytes (1..241): VPSHUFB of a nibble vector with it
+// gives the unsigned quants VPDPBUSD takes.
+func iq4Table() reg.VecVirtual {
+	if iq4Levels == nil {
+		m := GLOBL("iq4Levels128", RODATA|NOPTR)
+		for i, v := range iq4Values {
+			DATA(i, U8(uint8(int(v)+128)))
+		}
+		iq4Levels = &m
+	}
+	t := ZMM()
+	VBROADCASTI32X4(*iq4Levels, t)
+	return t
+}
+
+// iq4Values is ggml's kvalues_iq4nl (ggml.IQ4Values).
+var iq4Values = [16]int8{-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+// iq4Levels is the 16 levels plus 128, made by the first iq4Table.
+var iq4Levels *Mem
+
+// iq4XSPanel emits iq4XSPanel_C. Per super-block: d for each row; for each
+// sub-block s, its 16 scales (minus 32) widened to float32, its four
+// vectors of bytes split into low nibbles (elements 4j..4j+3) and high
+// ones (16+4j..) and looked up in the levels plus 128, and for each
+// activation row the int32 sum started at -128 times the sub-block's
+// activation sum (four times the two 16-element corrections -32 times
+// theirs), eight VPDPBUSD, folded in with foldSum: dotIQ4XSQ8K's order.
+func iq4XSPanel(C int) {
+	nb, wp, px, acc := panelHead("iq4XSPanel", "IQ4_XS", C)
+	c0f := bcastConst(0x0f0f0f0f)
+	tbl := iq4Table()
+	split := C <= 2
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	d := rowScales(wp, 0, px, C)
+	for s := range 8 {
+		var v [8]reg.VecVirtual // v[2j] elements 4j.., v[2j+1] 16+4j..
+		for j := range 4 {
+			lo, hi := ZMM(), ZMM()
+			m := Mem{Base: wp, Disp: 160 + 256*s + 64*j}
+			VPSRLW(Imm(4), m, hi)
+			VPANDD(m, c0f, lo)
+			VPANDD(c0f, hi, hi)
+			VPSHUFB(lo, tbl, lo)
+			VPSHUFB(hi, tbl, hi)
+			v[2*j], v[2*j+1] = lo, hi
+		}
+		sc := ZMM()
+		VPMOVSXBD(Mem{Base: wp, Disp: 32 + 16*s}, sc)
+		VCVTDQ2PS(sc, sc)
+		for c := range C {
+			sum := ZMM()
+			VPBROADCASTD(px.m(c, xKCorr+4*(2*s)), sum)
+			VPADDD_BCST(px.m(c, xKCorr+4*(2*s+1)), sum, sum)
+			VPSLLD(Imm(2), sum, sum)
+			var sum2 reg.VecVirtual
+			if split {
+				sum2 = ZMM()
+				VPXORD(zero, zero, sum2)
+			}
+			for k, w := range v {
+				a := sum
+				if split && k%2 == 1 {
+					a = sum2
+				}
+				xoff := 4 * (k / 2)
+				if k%2 == 1 {
+					xoff += 16
+				}
+				vpdpbusdBcst(px.m(c, xKQuants+32*s+xoff), w, a)
+			}
+			if split {
+				VPADDD(sum2, sum, sum)
+			}
+			foldSum(sum, sc, d[c], acc[c])
+		}
+	}
+	ADDQ(U32(iq4XSPanelBytes), wp)
 	px.advance(xKBlock)
 	DECQ(nb)
 	JMP(LabelRef("loop"))

@@ -106,11 +106,11 @@ func main() {
 	}
 	scores16()
 	for C := 1; C <= maxPanelC; C++ {
-		panelKernel("q80Panel", C, false)
-		panelKernel("q40Panel", C, true)
+		panelKernel("q80Panel", "Q8_0", C, false, false)
+		panelKernel("q40Panel", "Q4_0", C, true, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q4KPanel(C)
+		q4KPanel(C, false)
 		q6KPanel(C)
 	}
 	quantQ8KX()
@@ -120,6 +120,11 @@ func main() {
 	}
 	for C := 1; C <= maxPanelC; C++ {
 		q50Panel(C)
+	}
+	for C := 1; C <= maxPanelC; C++ {
+		q4KPanel(C, true)
+		iq4XSPanel(C)
+		panelKernel("iq4NLPanel", "IQ4_NL", C, true, true)
 	}
 	for r := 1; r <= 2; r++ {
 		for c := 1; c <= 2; c++ {
@@ -1003,10 +1008,14 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 	})
 }
 
-func panelKernel(name string, C int, q4 bool) {
+// panelKernel emits name_C for Q8_0 or, with q4, for Q4_0's nibbles; with
+// lut as well, for IQ4_NL, whose nibbles (Q4_0's panels) are looked up in
+// the levels plus 128 (iq4Table) and whose activations' correction is -128
+// times their sum, as Q8_0's.
+func panelKernel(name, what string, C int, q4, lut bool) {
 	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, name[:3], C))
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, what, C))
 	nb := param("nb")
 	wp := param("w")
 	xp := param("x")
@@ -1037,6 +1046,10 @@ func panelKernel(name string, C int, q4 bool) {
 		MOVL(U32(0x0f0f0f0f), g)
 		c0f = ZMM()
 		VPBROADCASTD(g, c0f)
+	}
+	var tbl reg.VecVirtual
+	if lut {
+		tbl = iq4Table()
 	}
 	// With one or two rows, each row's sum is split in two chains (even and
 	// odd vectors) added at the end — the same integer — so that VPDPBUSD's
@@ -1084,6 +1097,10 @@ func panelKernel(name string, C int, q4 bool) {
 			VPSRLW(Imm(4), lo, hi)
 			VPANDD(c0f, lo, lo)
 			VPANDD(c0f, hi, hi)
+			if lut {
+				VPSHUFB(lo, tbl, lo)
+				VPSHUFB(hi, tbl, hi)
+			}
 			dot(2*j, lo, 4*j)
 			dot(2*j+1, hi, 16+4*j)
 		}
