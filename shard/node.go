@@ -78,6 +78,13 @@ type Config struct {
 	MaxBackoff time.Duration
 	// LeaseTick is how often lapsed leases are looked for.
 	LeaseTick time.Duration
+	// CalibrationBudget bounds the measuring of the local model's speed
+	// before Register (Calibrate); < 0 skips it (placement then counts
+	// this shard's memory only).
+	CalibrationBudget time.Duration
+	// SharedCalibration, when set, is shared by shards computing on one
+	// Pool, so that one of them measures for all.
+	SharedCalibration *SharedCalibration
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -104,6 +111,8 @@ func DefaultConfig() Config {
 		// 100 ms: leases are seconds long, so a lapse is acted on within a
 		// small fraction of one; scanning the live table this often is cheap.
 		LeaseTick: 100 * time.Millisecond,
+		// 1 s: a few runs of each kind on two layers, once per process.
+		CalibrationBudget: CalibrationBudget,
 	}
 }
 
@@ -182,7 +191,8 @@ type Node struct {
 	name        string // Config.Name, or the default from the node ID
 	incarnation uint64
 	devices     Devices
-	localSHA    string // SHA-256 of --model, set by Run before the control loop starts
+	localSHA    string          // SHA-256 of --model, set by Run before the control loop starts
+	calibration *pb.Calibration // the local model's, set by Run before the control loop starts
 
 	grpcLn    net.Listener
 	grpcAddr  string // advertised stage endpoint
@@ -388,6 +398,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.grpcLn.Close()
 		return err
 	}
+	n.calibration = n.calibrate(ctx)
 	ml, err := n.startGossip()
 	if err != nil {
 		n.grpcLn.Close()

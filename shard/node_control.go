@@ -163,6 +163,7 @@ func (n *Node) register(ctx context.Context, cc *grpc.ClientConn, addr string, l
 	}
 	if local != nil {
 		req.Models = []*pb.ModelFile{local}
+		req.Calibration = n.calibration
 	}
 	rep, err := pb.NewCoordinatorClient(cc).Register(rctx, req)
 	if err != nil {

@@ -3,6 +3,7 @@ package transport
 import (
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/strata-llm/strata/transport/pb"
 )
@@ -89,8 +90,8 @@ func isSHA256(s string) bool {
 // node ID that fails CheckID, a gRPC address that is not a bounded
 // host:port, no memory, a device or GPU name over MaxNameLen, more than
 // MaxGPUs GPUs or MaxModels model files, a model hash that is not SHA-256
-// hex, a model name over MaxNameLen. The protocol version is the caller's
-// to judge.
+// hex, a model name over MaxNameLen, a calibration checkCalibration
+// refuses. The protocol version is the caller's to judge.
 func CheckRegister(r *pb.RegisterRequest) error {
 	if err := CheckID("node_id", r.GetNodeId()); err != nil {
 		return err
@@ -125,6 +126,35 @@ func CheckRegister(r *pb.RegisterRequest) error {
 		if err := checkName("models.name", m.GetName(), MaxNameLen); err != nil {
 			return err
 		}
+	}
+	return checkCalibration(r.GetCalibration())
+}
+
+// MaxCalibrationNs bounds each time in a Calibration: a minute per layer
+// is no shard placement can use.
+const MaxCalibrationNs = uint64(time.Minute)
+
+// maxCalibrationLayers bounds calibration.layers (a shard measures a few).
+const maxCalibrationLayers = 1 << 16
+
+// checkCalibration refuses a calibration (when present) whose model hash
+// is not SHA-256 hex, that measured no layer or more than maxCalibrationLayers, whose
+// times are not in 1..MaxCalibrationNs or whose prefill chunk is not in
+// 1..MaxBatchTokens tokens.
+func checkCalibration(c *pb.Calibration) error {
+	if c == nil {
+		return nil
+	}
+	ok := func(ns uint64) bool { return ns >= 1 && ns <= MaxCalibrationNs }
+	switch {
+	case !isSHA256(c.GetModelSha256()):
+		return refuse(CodeBadString, "calibration.model_sha256 is not 64 lower-case hex digits")
+	case c.GetLayers() < 1 || c.GetLayers() > maxCalibrationLayers:
+		return refuse(CodeBadField, "calibration.layers must be in 1..%d, got %d", maxCalibrationLayers, c.GetLayers())
+	case !ok(c.GetDecode1Ns()) || !ok(c.GetDecode8Ns()) || !ok(c.GetPrefillNs()):
+		return refuse(CodeBadField, "calibration times must be in 1..%d ns, got %d, %d and %d", MaxCalibrationNs, c.GetDecode1Ns(), c.GetDecode8Ns(), c.GetPrefillNs())
+	case c.GetPrefillTokens() < 1 || c.GetPrefillTokens() > MaxBatchTokens:
+		return refuse(CodeBadField, "calibration.prefill_tokens must be in 1..%d, got %d", MaxBatchTokens, c.GetPrefillTokens())
 	}
 	return nil
 }
