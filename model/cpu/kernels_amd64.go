@@ -92,6 +92,10 @@ func archPanels(t ggml.Type) *panelSet {
 		return &iq4XSPanels
 	case ggml.IQ4_NL:
 		return &iq4NLPanels
+	case ggml.Q2_K:
+		return &q2KPanels
+	case ggml.Q3_K:
+		return &q3KPanels
 	}
 	return nil
 }
@@ -114,6 +118,14 @@ var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
 
 var q5KPanels = panelSet{name: "q5KVNNI", k: [maxPanelC]panelFunc{
 	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
+}}
+
+var q2KPanels = panelSet{name: "q2KVNNI", k: [maxPanelC]panelFunc{
+	q2KPanel_1, q2KPanel_2, q2KPanel_3, q2KPanel_4, q2KPanel_5, q2KPanel_6, q2KPanel_7, q2KPanel_8,
+}}
+
+var q3KPanels = panelSet{name: "q3KVNNI", k: [maxPanelC]panelFunc{
+	q3KPanel_1, q3KPanel_2, q3KPanel_3, q3KPanel_4, q3KPanel_5, q3KPanel_6, q3KPanel_7, q3KPanel_8,
 }}
 
 var iq4XSPanels = panelSet{name: "iq4XSVNNI", k: [maxPanelC]panelFunc{

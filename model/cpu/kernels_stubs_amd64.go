@@ -664,6 +664,16 @@ func q50Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q5KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanel_1 computes a 16-row panel of Q2_K weights against 1 activation rows.
+//
+//go:noescape
+func q2KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_1 computes a 16-row panel of Q3_K weights against 1 activation rows.
+//
+//go:noescape
+func q3KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_1 computes a 16-row panel of IQ4_XS weights against 1 activation rows.
 //
 //go:noescape
@@ -678,6 +688,16 @@ func iq4NLPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q5KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanel_2 computes a 16-row panel of Q2_K weights against 2 activation rows.
+//
+//go:noescape
+func q2KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_2 computes a 16-row panel of Q3_K weights against 2 activation rows.
+//
+//go:noescape
+func q3KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows.
 //
@@ -694,6 +714,16 @@ func iq4NLPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q5KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanel_3 computes a 16-row panel of Q2_K weights against 3 activation rows.
+//
+//go:noescape
+func q2KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_3 computes a 16-row panel of Q3_K weights against 3 activation rows.
+//
+//go:noescape
+func q3KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows.
 //
 //go:noescape
@@ -708,6 +738,16 @@ func iq4NLPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q5KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanel_4 computes a 16-row panel of Q2_K weights against 4 activation rows.
+//
+//go:noescape
+func q2KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_4 computes a 16-row panel of Q3_K weights against 4 activation rows.
+//
+//go:noescape
+func q3KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows.
 //
@@ -724,6 +764,16 @@ func iq4NLPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q5KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanel_5 computes a 16-row panel of Q2_K weights against 5 activation rows.
+//
+//go:noescape
+func q2KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_5 computes a 16-row panel of Q3_K weights against 5 activation rows.
+//
+//go:noescape
+func q3KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows.
 //
 //go:noescape
@@ -738,6 +788,16 @@ func iq4NLPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q5KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanel_6 computes a 16-row panel of Q2_K weights against 6 activation rows.
+//
+//go:noescape
+func q2KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_6 computes a 16-row panel of Q3_K weights against 6 activation rows.
+//
+//go:noescape
+func q3KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows.
 //
@@ -754,6 +814,16 @@ func iq4NLPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q5KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanel_7 computes a 16-row panel of Q2_K weights against 7 activation rows.
+//
+//go:noescape
+func q2KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_7 computes a 16-row panel of Q3_K weights against 7 activation rows.
+//
+//go:noescape
+func q3KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows.
 //
 //go:noescape
@@ -768,6 +838,16 @@ func iq4NLPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q5KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanel_8 computes a 16-row panel of Q2_K weights against 8 activation rows.
+//
+//go:noescape
+func q2KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_8 computes a 16-row panel of Q3_K weights against 8 activation rows.
+//
+//go:noescape
+func q3KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows.
 //

@@ -13,7 +13,7 @@ import (
 )
 
 // kPanelTypes are the types with K-quant panel kernels.
-var kPanelTypes = []ggml.Type{ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS}
+var kPanelTypes = []ggml.Type{ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS}
 
 // kWeights returns rows weight rows of typ with n elements: from the
 // reference quantizer, or raw random bytes with sane f16 scales (every

@@ -57,6 +57,30 @@ import (
 //	             plus 128 (unsigned) and start each sum at -128 times the
 //	             activations' sum
 //
+// Q2_K and Q3_K keep their 2-bit parts in one vector L per group g of 16
+// elements: byte k of lane i holds the low two bits of row i's elements
+// 16g+k, 16g+4+k, 16g+8+k and 16g+12+k at bits 0, 2, 4 and 6, so that
+// weight vector j (elements 16g+4j..16g+4j+3, four to a lane) is L shifted
+// right by 2j, masked to two bits. Q2_K, q2KPanelBytes per super-block:
+//
+//	[0:32)       the 16 rows' d (f16)
+//	[32:64)      the 16 rows' dmin (f16)
+//	[64:320)     scales: group g's 16 scale bytes as stored (scale in the
+//	             low nibble, min in the high) at 64+16g
+//	[320:1344)   L of group g at 320+64g
+//
+// Q3_K, q3KPanelBytes per super-block:
+//
+//	[0:32)       the 16 rows' d (f16)
+//	[32:288)     scales: group g's 16 scales minus 32 (int8) at 32+16g
+//	[288:1312)   L of group g at 288+64g
+//	[1312:1824)  the high bits: for group g and weight vector j, a 64-bit
+//	             mask at 1312+32g+8j with bit 4i+k set when row i's element
+//	             16g+4j+k has its hmask bit set (its quant is the low bits;
+//	             clear, the low bits minus 4); the kernels add 4 there, which
+//	             makes the quants plus 4 (0..7), and start each group's sum at
+//	             -4 times its activation sum
+//
 // The activation rows are Q8_K super-blocks expanded to xKBlock bytes (see
 // expandRowK) that carry the sums the kernels need beside the quants.
 const (
@@ -64,6 +88,8 @@ const (
 	q5KPanelBytes   = q4KPanelBytes + 8*64
 	q6KPanelBytes   = 3360
 	iq4XSPanelBytes = 32 + 8*16 + 8*256
+	q2KPanelBytes   = 64 + 256 + 16*64
+	q3KPanelBytes   = 32 + 256 + 16*64 + 16*32
 )
 
 // xKBlock is the bytes of one super-block of an expanded K-quant activation
@@ -81,7 +107,7 @@ const (
 // super-blocks, Q8_K activations).
 func isKPanel(t ggml.Type) bool {
 	switch t {
-	case ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS:
+	case ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS:
 		return true
 	}
 	return false
@@ -97,12 +123,16 @@ func kPanelBytes(t ggml.Type) (stored, panel int) {
 		return q5KBytes, q5KPanelBytes
 	case ggml.IQ4_XS:
 		return iq4XBytes, iq4XSPanelBytes
+	case ggml.Q2_K:
+		return q2KBytes, q2KPanelBytes
+	case ggml.Q3_K:
+		return q3KBytes, q3KPanelBytes
 	}
 	return q6KBytes, q6KPanelBytes
 }
 
-// repackK returns the rows×cols matrix data of type t (Q4_K, Q5_K, Q6_K or
-// IQ4_XS) in panels.
+// repackK returns the rows×cols matrix data of the K-panel type t in
+// panels.
 func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 	nb := cols / ggml.QKK
 	bsz, pbb := kPanelBytes(t)
@@ -121,6 +151,10 @@ func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 					repackQ5KRow(i, src, dst)
 				case ggml.IQ4_XS:
 					repackIQ4XSRow(i, src, dst)
+				case ggml.Q2_K:
+					repackQ2KRow(i, src, dst)
+				case ggml.Q3_K:
+					repackQ3KRow(i, src, dst)
 				default:
 					repackQ6KRow(i, src, dst)
 				}
@@ -162,6 +196,53 @@ func repackQ5KRow(i int, src, dst []byte) {
 				bits |= qh[4*j+k] >> s & 1 << k
 			}
 			dst[q4KPanelBytes+64*s+8*j+i/2] |= bits << (4 * (i % 2))
+		}
+	}
+}
+
+// crumbs writes the 2-bit parts of a Q2_K or Q3_K super-block's 256
+// quants, stored in qs (64 bytes: element 128h+32j+l in bits 2j..2j+1 of
+// qs[32h+l]), into the L vectors at dst+off+64g for row i (see above).
+func crumbs(i int, qs []byte, dst []byte, off int) {
+	for g := range 16 {
+		for k := range 4 {
+			var b byte
+			for j := range 4 {
+				e := 16*g + 4*j + k
+				b |= qs[32*(e/128)+e%32] >> (2 * (e % 128 / 32)) & 3 << (2 * j)
+			}
+			dst[off+64*g+4*i+k] = b
+		}
+	}
+}
+
+// repackQ2KRow writes one Q2_K super-block of a panel's row i.
+func repackQ2KRow(i int, src, dst []byte) {
+	copy(dst[2*i:2*i+2], src[80:82])
+	copy(dst[32+2*i:32+2*i+2], src[82:84])
+	for g := range 16 {
+		dst[64+16*g+i] = src[g]
+	}
+	crumbs(i, src[16:80], dst, 320)
+}
+
+// repackQ3KRow writes one Q3_K super-block of a panel's row i.
+func repackQ3KRow(i int, src, dst []byte) {
+	copy(dst[2*i:2*i+2], src[108:110])
+	sc := ggml.Q3KScales(src[96:108])
+	for g := range 16 {
+		dst[32+16*g+i] = byte(sc[g])
+	}
+	crumbs(i, src[32:96], dst, 288)
+	hm := src[0:32]
+	for g := range 16 {
+		for j := range 4 {
+			var bits byte
+			for k := range 4 {
+				e := 16*g + 4*j + k
+				bits |= hm[e%32] >> (e / 32) & 1 << k
+			}
+			dst[1312+32*g+8*j+i/2] |= bits << (4 * (i % 2))
 		}
 	}
 }

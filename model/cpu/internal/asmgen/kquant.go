@@ -27,6 +27,8 @@ const (
 	q5KPanelBytes   = q4KPanelBytes + 8*64 // Q4_K's panel, then the fifth bits' masks
 	q6KPanelBytes   = 3360
 	iq4XSPanelBytes = 32 + 8*16 + 8*256
+	q2KPanelBytes   = 64 + 256 + 16*64
+	q3KPanelBytes   = 32 + 256 + 16*64 + 16*32
 	xKBlock         = 340
 	xKSums          = 4
 	xKCorr          = 20
@@ -399,6 +401,122 @@ func iq4XSPanel(C int) {
 		}
 	}
 	ADDQ(U32(iq4XSPanelBytes), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanel(acc)
+	ret()
+}
+
+// q23KPanel emits q2KPanel_C, or q3KPanel_C when three is set: the
+// K-quants of 2-bit parts (repack_kquant.go). Per super-block, for each
+// group g of 16 elements: the four weight vectors, L shifted right by 2j
+// and masked to two bits (Q3_K adds 4 under its high-bit masks), the
+// group's scales widened to int32 (Q2_K: the low nibbles; Q3_K: the int8
+// scales minus 32), and for each activation row the group's exact sum
+// (Q3_K starts it at -4 times the activations' sum: the 16-element
+// correction -32 times it, shifted right by 3), four VPDPBUSD, times the
+// scale (VPMULLD) added into the row's int32 isum. Then acc =
+// fma(float32(isum), f16(w.d)*x.d, acc), and for Q2_K the mins: the sum
+// over g of min(g) times the correction -32*sum16(g), shifted right by 5
+// (exactly -summs), and acc = fma(float32(-summs), f16(w.dmin)*x.d, acc).
+// That is dotQ2KQ8K's and dotQ3KQ8K's order for each row.
+func q23KPanel(C int, three bool) {
+	name, what, size, loff, scoff := "q2KPanel", "Q2_K", q2KPanelBytes, 320, 64
+	if three {
+		name, what, size, loff, scoff = "q3KPanel", "Q3_K", q3KPanelBytes, 288, 32
+	}
+	nb, wp, px, acc := panelHead(name, what, C)
+	c03 := bcastConst(0x03030303)
+	var c04, c0f reg.VecVirtual
+	if three {
+		c04 = bcastConst(0x04040404)
+	} else {
+		c0f = bcastConst(0x0000000f)
+	}
+	zero := ZMM()
+	VPXORD(zero, zero, zero)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	isum := make([]reg.VecVirtual, C)
+	for c := range isum {
+		isum[c] = ZMM()
+		VPXORD(zero, zero, isum[c])
+	}
+	for g := range 16 {
+		var w [4]reg.VecVirtual
+		L := Mem{Base: wp, Disp: loff + 64*g}
+		for j := range w {
+			w[j] = ZMM()
+			if j == 0 {
+				VPANDD(L, c03, w[j])
+			} else {
+				VPSRLW(Imm(uint64(2*j)), L, w[j])
+				VPANDD(c03, w[j], w[j])
+			}
+			if three {
+				k := K()
+				KMOVQ(Mem{Base: wp, Disp: 1312 + 32*g + 8*j}, k)
+				VPADDB(c04, w[j], k, w[j])
+			}
+		}
+		sc := ZMM()
+		if three {
+			VPMOVSXBD(Mem{Base: wp, Disp: scoff + 16*g}, sc)
+		} else {
+			VPMOVZXBD(Mem{Base: wp, Disp: scoff + 16*g}, sc)
+			VPANDD(c0f, sc, sc)
+		}
+		for c := range C {
+			sum := ZMM()
+			if three {
+				VPBROADCASTD(px.m(c, xKCorr+4*g), sum)
+				VPSRAD(Imm(3), sum, sum)
+			} else {
+				VPXORD(zero, zero, sum)
+			}
+			for j := range w {
+				vpdpbusdBcst(px.m(c, xKQuants+16*g+4*j), w[j], sum)
+			}
+			VPMULLD(sc, sum, sum)
+			VPADDD(sum, isum[c], isum[c])
+		}
+	}
+	wd := ZMM()
+	VCVTPH2PS(Mem{Base: wp}, wd)
+	for c := range C {
+		d := ZMM()
+		VMULPS_BCST(px.m(c, 0), wd, d)
+		VCVTDQ2PS(isum[c], isum[c])
+		VFMADD231PS(d, isum[c], acc[c])
+	}
+	if !three {
+		ms := isum // free again: the mins' sums take their registers
+		for c := range ms {
+			VPXORD(zero, zero, ms[c])
+		}
+		for g := range 16 {
+			mn := ZMM()
+			VPMOVZXBD(Mem{Base: wp, Disp: scoff + 16*g}, mn)
+			VPSRLD(Imm(4), mn, mn)
+			for c := range C {
+				t := ZMM()
+				VPMULLD_BCST(px.m(c, xKCorr+4*g), mn, t)
+				VPADDD(t, ms[c], ms[c])
+			}
+		}
+		VCVTPH2PS(Mem{Base: wp, Disp: 32}, wd)
+		for c := range C {
+			dm := ZMM()
+			VMULPS_BCST(px.m(c, 0), wd, dm)
+			VPSRAD(Imm(5), ms[c], ms[c])
+			VCVTDQ2PS(ms[c], ms[c])
+			VFMADD231PS(dm, ms[c], acc[c])
+		}
+	}
+	ADDQ(U32(uint32(size)), wp)
 	px.advance(xKBlock)
 	DECQ(nb)
 	JMP(LabelRef("loop"))

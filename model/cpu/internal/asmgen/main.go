@@ -123,6 +123,8 @@ func main() {
 	}
 	for C := 1; C <= maxPanelC; C++ {
 		q4KPanel(C, true)
+		q23KPanel(C, false)
+		q23KPanel(C, true)
 		iq4XSPanel(C)
 		panelKernel("iq4NLPanel", "IQ4_NL", C, true, true)
 	}
