@@ -96,6 +96,8 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q2KPanels
 	case ggml.Q3_K:
 		return &q3KPanels
+	case ggml.Q5_1:
+		return &q51Panels
 	}
 	return nil
 }
@@ -118,6 +120,10 @@ var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
 
 var q5KPanels = panelSet{name: "q5KVNNI", k: [maxPanelC]panelFunc{
 	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
+}}
+
+var q51Panels = panelSet{name: "q51VNNI", k: [maxPanelC]panelFunc{
+	q51Panel_1, q51Panel_2, q51Panel_3, q51Panel_4, q51Panel_5, q51Panel_6, q51Panel_7, q51Panel_8,
 }}
 
 var q2KPanels = panelSet{name: "q2KVNNI", k: [maxPanelC]panelFunc{

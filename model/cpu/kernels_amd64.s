@@ -51878,6 +51878,80 @@ done:
 	VZEROUPPER
 	RET
 
+// func q51Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_1(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	MOVL         $0x0f0f0f0f, BX
+	VPBROADCASTD BX, Z1
+	MOVL         $0x10101010, BX
+	VPBROADCASTD BX, Z2
+	VPXORD       Z3, Z3, Z3
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z4
+	VPXORD           Z3, Z3, Z5
+	VPXORD           Z3, Z3, Z6
+	VPANDD           128(CX), Z1, Z7
+	KMOVQ            64(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    8(DX), Z7, Z5
+	VPANDD           192(CX), Z1, Z7
+	KMOVQ            72(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    12(DX), Z7, Z6
+	VPANDD           256(CX), Z1, Z7
+	KMOVQ            80(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    16(DX), Z7, Z5
+	VPANDD           320(CX), Z1, Z7
+	KMOVQ            88(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    20(DX), Z7, Z6
+	VPSRLW           $0x04, 128(CX), Z7
+	VPANDD           Z1, Z7, Z7
+	KMOVQ            96(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    24(DX), Z7, Z5
+	VPSRLW           $0x04, 192(CX), Z7
+	VPANDD           Z1, Z7, Z7
+	KMOVQ            104(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    28(DX), Z7, Z6
+	VPSRLW           $0x04, 256(CX), Z7
+	VPANDD           Z1, Z7, Z7
+	KMOVQ            112(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    32(DX), Z7, Z5
+	VPSRLW           $0x04, 320(CX), Z7
+	VPANDD           Z1, Z7, Z7
+	KMOVQ            120(CX), K1
+	VPADDB           Z2, Z7, K1, Z7
+	VPDPBUSD.BCST    36(DX), Z7, Z6
+	VPADDD           Z6, Z5, Z5
+	VCVTDQ2PS        Z5, Z5
+	VMULPS.BCST      (DX), Z4, Z4
+	VFMADD231PS      Z4, Z5, Z0
+	VCVTPH2PS        32(CX), Z4
+	VFMADD231PS.BCST 4(DX), Z4, Z0
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	DECQ             AX
+	JMP              loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VZEROUPPER
+	RET
+
 // func iq4XSPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 // Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
 TEXT ·iq4XSPanel_1(SB), NOSPLIT, $0-48
@@ -53873,6 +53947,97 @@ loop:
 	ADDQ          $0x00000154, DX
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VZEROUPPER
+	RET
+
+// func q51Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_2(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z2
+	MOVL         $0x10101010, SI
+	VPBROADCASTD SI, Z3
+	VPXORD       Z4, Z4, Z4
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z5
+	VPXORD           Z4, Z4, Z6
+	VPXORD           Z4, Z4, Z7
+	VPXORD           Z4, Z4, Z8
+	VPXORD           Z4, Z4, Z9
+	VPANDD           128(CX), Z2, Z10
+	KMOVQ            64(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    8(DX), Z10, Z6
+	VPDPBUSD.BCST    8(DX)(BX*1), Z10, Z8
+	VPANDD           192(CX), Z2, Z10
+	KMOVQ            72(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    12(DX), Z10, Z7
+	VPDPBUSD.BCST    12(DX)(BX*1), Z10, Z9
+	VPANDD           256(CX), Z2, Z10
+	KMOVQ            80(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    16(DX), Z10, Z6
+	VPDPBUSD.BCST    16(DX)(BX*1), Z10, Z8
+	VPANDD           320(CX), Z2, Z10
+	KMOVQ            88(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    20(DX), Z10, Z7
+	VPDPBUSD.BCST    20(DX)(BX*1), Z10, Z9
+	VPSRLW           $0x04, 128(CX), Z10
+	VPANDD           Z2, Z10, Z10
+	KMOVQ            96(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    24(DX), Z10, Z6
+	VPDPBUSD.BCST    24(DX)(BX*1), Z10, Z8
+	VPSRLW           $0x04, 192(CX), Z10
+	VPANDD           Z2, Z10, Z10
+	KMOVQ            104(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    28(DX), Z10, Z7
+	VPDPBUSD.BCST    28(DX)(BX*1), Z10, Z9
+	VPSRLW           $0x04, 256(CX), Z10
+	VPANDD           Z2, Z10, Z10
+	KMOVQ            112(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    32(DX), Z10, Z6
+	VPDPBUSD.BCST    32(DX)(BX*1), Z10, Z8
+	VPSRLW           $0x04, 320(CX), Z10
+	VPANDD           Z2, Z10, Z10
+	KMOVQ            120(CX), K1
+	VPADDB           Z3, Z10, K1, Z10
+	VPDPBUSD.BCST    36(DX), Z10, Z7
+	VPDPBUSD.BCST    36(DX)(BX*1), Z10, Z9
+	VPADDD           Z7, Z6, Z6
+	VCVTDQ2PS        Z6, Z6
+	VMULPS.BCST      (DX), Z5, Z7
+	VFMADD231PS      Z7, Z6, Z0
+	VPADDD           Z9, Z8, Z8
+	VCVTDQ2PS        Z8, Z8
+	VMULPS.BCST      (DX)(BX*1), Z5, Z5
+	VFMADD231PS      Z5, Z8, Z1
+	VCVTPH2PS        32(CX), Z5
+	VFMADD231PS.BCST 4(DX), Z5, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z5, Z1
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -56369,6 +56534,108 @@ loop:
 	ADDQ          $0x00000154, DX
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VZEROUPPER
+	RET
+
+// func q51Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_3(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	MOVL         $0x0f0f0f0f, SI
+	VPBROADCASTD SI, Z3
+	MOVL         $0x10101010, SI
+	VPBROADCASTD SI, Z4
+	VPXORD       Z5, Z5, Z5
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z6
+	VPXORD           Z5, Z5, Z7
+	VPXORD           Z5, Z5, Z8
+	VPXORD           Z5, Z5, Z9
+	VPANDD           128(CX), Z3, Z10
+	KMOVQ            64(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    8(DX), Z10, Z7
+	VPDPBUSD.BCST    8(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    8(DX)(BX*2), Z10, Z9
+	VPANDD           192(CX), Z3, Z10
+	KMOVQ            72(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    12(DX), Z10, Z7
+	VPDPBUSD.BCST    12(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    12(DX)(BX*2), Z10, Z9
+	VPANDD           256(CX), Z3, Z10
+	KMOVQ            80(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    16(DX), Z10, Z7
+	VPDPBUSD.BCST    16(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    16(DX)(BX*2), Z10, Z9
+	VPANDD           320(CX), Z3, Z10
+	KMOVQ            88(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    20(DX), Z10, Z7
+	VPDPBUSD.BCST    20(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    20(DX)(BX*2), Z10, Z9
+	VPSRLW           $0x04, 128(CX), Z10
+	VPANDD           Z3, Z10, Z10
+	KMOVQ            96(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    24(DX), Z10, Z7
+	VPDPBUSD.BCST    24(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    24(DX)(BX*2), Z10, Z9
+	VPSRLW           $0x04, 192(CX), Z10
+	VPANDD           Z3, Z10, Z10
+	KMOVQ            104(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    28(DX), Z10, Z7
+	VPDPBUSD.BCST    28(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    28(DX)(BX*2), Z10, Z9
+	VPSRLW           $0x04, 256(CX), Z10
+	VPANDD           Z3, Z10, Z10
+	KMOVQ            112(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    32(DX), Z10, Z7
+	VPDPBUSD.BCST    32(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    32(DX)(BX*2), Z10, Z9
+	VPSRLW           $0x04, 320(CX), Z10
+	VPANDD           Z3, Z10, Z10
+	KMOVQ            120(CX), K1
+	VPADDB           Z4, Z10, K1, Z10
+	VPDPBUSD.BCST    36(DX), Z10, Z7
+	VPDPBUSD.BCST    36(DX)(BX*1), Z10, Z8
+	VPDPBUSD.BCST    36(DX)(BX*2), Z10, Z9
+	VCVTDQ2PS        Z7, Z7
+	VMULPS.BCST      (DX), Z6, Z10
+	VFMADD231PS      Z10, Z7, Z0
+	VCVTDQ2PS        Z8, Z8
+	VMULPS.BCST      (DX)(BX*1), Z6, Z7
+	VFMADD231PS      Z7, Z8, Z1
+	VCVTDQ2PS        Z9, Z9
+	VMULPS.BCST      (DX)(BX*2), Z6, Z6
+	VFMADD231PS      Z6, Z9, Z2
+	VCVTPH2PS        32(CX), Z6
+	VFMADD231PS.BCST 4(DX), Z6, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z6, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z6, Z2
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -59359,6 +59626,125 @@ loop:
 	ADDQ          $0x00000154, DX
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VZEROUPPER
+	RET
+
+// func q51Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_4(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	MOVL         $0x0f0f0f0f, DI
+	VPBROADCASTD DI, Z4
+	MOVL         $0x10101010, DI
+	VPBROADCASTD DI, Z5
+	VPXORD       Z6, Z6, Z6
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z7
+	VPXORD           Z6, Z6, Z8
+	VPXORD           Z6, Z6, Z9
+	VPXORD           Z6, Z6, Z10
+	VPXORD           Z6, Z6, Z11
+	VPANDD           128(CX), Z4, Z12
+	KMOVQ            64(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    8(DX), Z12, Z8
+	VPDPBUSD.BCST    8(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    8(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    8(DX)(SI*1), Z12, Z11
+	VPANDD           192(CX), Z4, Z12
+	KMOVQ            72(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    12(DX), Z12, Z8
+	VPDPBUSD.BCST    12(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    12(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    12(DX)(SI*1), Z12, Z11
+	VPANDD           256(CX), Z4, Z12
+	KMOVQ            80(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    16(DX), Z12, Z8
+	VPDPBUSD.BCST    16(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    16(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    16(DX)(SI*1), Z12, Z11
+	VPANDD           320(CX), Z4, Z12
+	KMOVQ            88(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    20(DX), Z12, Z8
+	VPDPBUSD.BCST    20(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    20(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    20(DX)(SI*1), Z12, Z11
+	VPSRLW           $0x04, 128(CX), Z12
+	VPANDD           Z4, Z12, Z12
+	KMOVQ            96(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    24(DX), Z12, Z8
+	VPDPBUSD.BCST    24(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    24(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    24(DX)(SI*1), Z12, Z11
+	VPSRLW           $0x04, 192(CX), Z12
+	VPANDD           Z4, Z12, Z12
+	KMOVQ            104(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    28(DX), Z12, Z8
+	VPDPBUSD.BCST    28(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    28(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    28(DX)(SI*1), Z12, Z11
+	VPSRLW           $0x04, 256(CX), Z12
+	VPANDD           Z4, Z12, Z12
+	KMOVQ            112(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    32(DX), Z12, Z8
+	VPDPBUSD.BCST    32(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    32(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    32(DX)(SI*1), Z12, Z11
+	VPSRLW           $0x04, 320(CX), Z12
+	VPANDD           Z4, Z12, Z12
+	KMOVQ            120(CX), K1
+	VPADDB           Z5, Z12, K1, Z12
+	VPDPBUSD.BCST    36(DX), Z12, Z8
+	VPDPBUSD.BCST    36(DX)(BX*1), Z12, Z9
+	VPDPBUSD.BCST    36(DX)(BX*2), Z12, Z10
+	VPDPBUSD.BCST    36(DX)(SI*1), Z12, Z11
+	VCVTDQ2PS        Z8, Z8
+	VMULPS.BCST      (DX), Z7, Z12
+	VFMADD231PS      Z12, Z8, Z0
+	VCVTDQ2PS        Z9, Z9
+	VMULPS.BCST      (DX)(BX*1), Z7, Z8
+	VFMADD231PS      Z8, Z9, Z1
+	VCVTDQ2PS        Z10, Z10
+	VMULPS.BCST      (DX)(BX*2), Z7, Z8
+	VFMADD231PS      Z8, Z10, Z2
+	VCVTDQ2PS        Z11, Z11
+	VMULPS.BCST      (DX)(SI*1), Z7, Z7
+	VFMADD231PS      Z7, Z11, Z3
+	VCVTPH2PS        32(CX), Z7
+	VFMADD231PS.BCST 4(DX), Z7, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z7, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z7, Z2
+	VFMADD231PS.BCST 4(DX)(SI*1), Z7, Z3
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -62887,6 +63273,143 @@ loop:
 	ADDQ          $0x00000154, DI
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VZEROUPPER
+	RET
+
+// func q51Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_5(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z5
+	MOVL         $0x10101010, R8
+	VPBROADCASTD R8, Z6
+	VPXORD       Z7, Z7, Z7
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z8
+	VPXORD           Z7, Z7, Z9
+	VPXORD           Z7, Z7, Z10
+	VPXORD           Z7, Z7, Z11
+	VPXORD           Z7, Z7, Z12
+	VPXORD           Z7, Z7, Z13
+	VPANDD           128(CX), Z5, Z14
+	KMOVQ            64(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    8(DX), Z14, Z9
+	VPDPBUSD.BCST    8(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    8(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    8(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    8(DI), Z14, Z13
+	VPANDD           192(CX), Z5, Z14
+	KMOVQ            72(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    12(DX), Z14, Z9
+	VPDPBUSD.BCST    12(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    12(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    12(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    12(DI), Z14, Z13
+	VPANDD           256(CX), Z5, Z14
+	KMOVQ            80(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    16(DX), Z14, Z9
+	VPDPBUSD.BCST    16(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    16(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    16(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    16(DI), Z14, Z13
+	VPANDD           320(CX), Z5, Z14
+	KMOVQ            88(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    20(DX), Z14, Z9
+	VPDPBUSD.BCST    20(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    20(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    20(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    20(DI), Z14, Z13
+	VPSRLW           $0x04, 128(CX), Z14
+	VPANDD           Z5, Z14, Z14
+	KMOVQ            96(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    24(DX), Z14, Z9
+	VPDPBUSD.BCST    24(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    24(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    24(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    24(DI), Z14, Z13
+	VPSRLW           $0x04, 192(CX), Z14
+	VPANDD           Z5, Z14, Z14
+	KMOVQ            104(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    28(DX), Z14, Z9
+	VPDPBUSD.BCST    28(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    28(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    28(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    28(DI), Z14, Z13
+	VPSRLW           $0x04, 256(CX), Z14
+	VPANDD           Z5, Z14, Z14
+	KMOVQ            112(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    32(DX), Z14, Z9
+	VPDPBUSD.BCST    32(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    32(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    32(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    32(DI), Z14, Z13
+	VPSRLW           $0x04, 320(CX), Z14
+	VPANDD           Z5, Z14, Z14
+	KMOVQ            120(CX), K1
+	VPADDB           Z6, Z14, K1, Z14
+	VPDPBUSD.BCST    36(DX), Z14, Z9
+	VPDPBUSD.BCST    36(DX)(BX*1), Z14, Z10
+	VPDPBUSD.BCST    36(DX)(BX*2), Z14, Z11
+	VPDPBUSD.BCST    36(DX)(SI*1), Z14, Z12
+	VPDPBUSD.BCST    36(DI), Z14, Z13
+	VCVTDQ2PS        Z9, Z9
+	VMULPS.BCST      (DX), Z8, Z14
+	VFMADD231PS      Z14, Z9, Z0
+	VCVTDQ2PS        Z10, Z10
+	VMULPS.BCST      (DX)(BX*1), Z8, Z9
+	VFMADD231PS      Z9, Z10, Z1
+	VCVTDQ2PS        Z11, Z11
+	VMULPS.BCST      (DX)(BX*2), Z8, Z9
+	VFMADD231PS      Z9, Z11, Z2
+	VCVTDQ2PS        Z12, Z12
+	VMULPS.BCST      (DX)(SI*1), Z8, Z9
+	VFMADD231PS      Z9, Z12, Z3
+	VCVTDQ2PS        Z13, Z13
+	VMULPS.BCST      (DI), Z8, Z8
+	VFMADD231PS      Z8, Z13, Z4
+	VCVTPH2PS        32(CX), Z8
+	VFMADD231PS.BCST 4(DX), Z8, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z8, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z8, Z2
+	VFMADD231PS.BCST 4(DX)(SI*1), Z8, Z3
+	VFMADD231PS.BCST 4(DI), Z8, Z4
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	ADDQ             $0x00000028, DI
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -66947,6 +67470,158 @@ loop:
 	ADDQ          $0x00000154, DI
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VZEROUPPER
+	RET
+
+// func q51Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_6(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z6
+	MOVL         $0x10101010, R8
+	VPBROADCASTD R8, Z7
+	VPXORD       Z8, Z8, Z8
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z9
+	VPXORD           Z8, Z8, Z10
+	VPXORD           Z8, Z8, Z11
+	VPXORD           Z8, Z8, Z12
+	VPXORD           Z8, Z8, Z13
+	VPXORD           Z8, Z8, Z14
+	VPXORD           Z8, Z8, Z15
+	VPANDD           128(CX), Z6, Z16
+	KMOVQ            64(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    8(DX), Z16, Z10
+	VPDPBUSD.BCST    8(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    8(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    8(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    8(DI), Z16, Z14
+	VPDPBUSD.BCST    8(DI)(BX*1), Z16, Z15
+	VPANDD           192(CX), Z6, Z16
+	KMOVQ            72(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    12(DX), Z16, Z10
+	VPDPBUSD.BCST    12(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    12(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    12(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    12(DI), Z16, Z14
+	VPDPBUSD.BCST    12(DI)(BX*1), Z16, Z15
+	VPANDD           256(CX), Z6, Z16
+	KMOVQ            80(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    16(DX), Z16, Z10
+	VPDPBUSD.BCST    16(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    16(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    16(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    16(DI), Z16, Z14
+	VPDPBUSD.BCST    16(DI)(BX*1), Z16, Z15
+	VPANDD           320(CX), Z6, Z16
+	KMOVQ            88(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    20(DX), Z16, Z10
+	VPDPBUSD.BCST    20(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    20(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    20(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    20(DI), Z16, Z14
+	VPDPBUSD.BCST    20(DI)(BX*1), Z16, Z15
+	VPSRLW           $0x04, 128(CX), Z16
+	VPANDD           Z6, Z16, Z16
+	KMOVQ            96(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    24(DX), Z16, Z10
+	VPDPBUSD.BCST    24(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    24(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    24(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    24(DI), Z16, Z14
+	VPDPBUSD.BCST    24(DI)(BX*1), Z16, Z15
+	VPSRLW           $0x04, 192(CX), Z16
+	VPANDD           Z6, Z16, Z16
+	KMOVQ            104(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    28(DX), Z16, Z10
+	VPDPBUSD.BCST    28(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    28(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    28(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    28(DI), Z16, Z14
+	VPDPBUSD.BCST    28(DI)(BX*1), Z16, Z15
+	VPSRLW           $0x04, 256(CX), Z16
+	VPANDD           Z6, Z16, Z16
+	KMOVQ            112(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    32(DX), Z16, Z10
+	VPDPBUSD.BCST    32(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    32(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    32(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    32(DI), Z16, Z14
+	VPDPBUSD.BCST    32(DI)(BX*1), Z16, Z15
+	VPSRLW           $0x04, 320(CX), Z16
+	VPANDD           Z6, Z16, Z16
+	KMOVQ            120(CX), K1
+	VPADDB           Z7, Z16, K1, Z16
+	VPDPBUSD.BCST    36(DX), Z16, Z10
+	VPDPBUSD.BCST    36(DX)(BX*1), Z16, Z11
+	VPDPBUSD.BCST    36(DX)(BX*2), Z16, Z12
+	VPDPBUSD.BCST    36(DX)(SI*1), Z16, Z13
+	VPDPBUSD.BCST    36(DI), Z16, Z14
+	VPDPBUSD.BCST    36(DI)(BX*1), Z16, Z15
+	VCVTDQ2PS        Z10, Z10
+	VMULPS.BCST      (DX), Z9, Z16
+	VFMADD231PS      Z16, Z10, Z0
+	VCVTDQ2PS        Z11, Z11
+	VMULPS.BCST      (DX)(BX*1), Z9, Z10
+	VFMADD231PS      Z10, Z11, Z1
+	VCVTDQ2PS        Z12, Z12
+	VMULPS.BCST      (DX)(BX*2), Z9, Z10
+	VFMADD231PS      Z10, Z12, Z2
+	VCVTDQ2PS        Z13, Z13
+	VMULPS.BCST      (DX)(SI*1), Z9, Z10
+	VFMADD231PS      Z10, Z13, Z3
+	VCVTDQ2PS        Z14, Z14
+	VMULPS.BCST      (DI), Z9, Z10
+	VFMADD231PS      Z10, Z14, Z4
+	VCVTDQ2PS        Z15, Z15
+	VMULPS.BCST      (DI)(BX*1), Z9, Z9
+	VFMADD231PS      Z9, Z15, Z5
+	VCVTPH2PS        32(CX), Z9
+	VFMADD231PS.BCST 4(DX), Z9, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z9, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z9, Z2
+	VFMADD231PS.BCST 4(DX)(SI*1), Z9, Z3
+	VFMADD231PS.BCST 4(DI), Z9, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z9, Z5
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	ADDQ             $0x00000028, DI
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -71532,6 +72207,173 @@ loop:
 	ADDQ          $0x00000154, DI
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	VZEROUPPER
+	RET
+
+// func q51Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_7(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z7
+	MOVL         $0x10101010, R8
+	VPBROADCASTD R8, Z8
+	VPXORD       Z9, Z9, Z9
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z10
+	VPXORD           Z9, Z9, Z11
+	VPXORD           Z9, Z9, Z12
+	VPXORD           Z9, Z9, Z13
+	VPXORD           Z9, Z9, Z14
+	VPXORD           Z9, Z9, Z15
+	VPXORD           Z9, Z9, Z16
+	VPXORD           Z9, Z9, Z17
+	VPANDD           128(CX), Z7, Z18
+	KMOVQ            64(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    8(DX), Z18, Z11
+	VPDPBUSD.BCST    8(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    8(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    8(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    8(DI), Z18, Z15
+	VPDPBUSD.BCST    8(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    8(DI)(BX*2), Z18, Z17
+	VPANDD           192(CX), Z7, Z18
+	KMOVQ            72(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    12(DX), Z18, Z11
+	VPDPBUSD.BCST    12(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    12(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    12(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    12(DI), Z18, Z15
+	VPDPBUSD.BCST    12(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    12(DI)(BX*2), Z18, Z17
+	VPANDD           256(CX), Z7, Z18
+	KMOVQ            80(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    16(DX), Z18, Z11
+	VPDPBUSD.BCST    16(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    16(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    16(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    16(DI), Z18, Z15
+	VPDPBUSD.BCST    16(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    16(DI)(BX*2), Z18, Z17
+	VPANDD           320(CX), Z7, Z18
+	KMOVQ            88(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    20(DX), Z18, Z11
+	VPDPBUSD.BCST    20(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    20(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    20(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    20(DI), Z18, Z15
+	VPDPBUSD.BCST    20(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    20(DI)(BX*2), Z18, Z17
+	VPSRLW           $0x04, 128(CX), Z18
+	VPANDD           Z7, Z18, Z18
+	KMOVQ            96(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    24(DX), Z18, Z11
+	VPDPBUSD.BCST    24(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    24(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    24(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    24(DI), Z18, Z15
+	VPDPBUSD.BCST    24(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    24(DI)(BX*2), Z18, Z17
+	VPSRLW           $0x04, 192(CX), Z18
+	VPANDD           Z7, Z18, Z18
+	KMOVQ            104(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    28(DX), Z18, Z11
+	VPDPBUSD.BCST    28(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    28(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    28(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    28(DI), Z18, Z15
+	VPDPBUSD.BCST    28(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    28(DI)(BX*2), Z18, Z17
+	VPSRLW           $0x04, 256(CX), Z18
+	VPANDD           Z7, Z18, Z18
+	KMOVQ            112(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    32(DX), Z18, Z11
+	VPDPBUSD.BCST    32(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    32(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    32(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    32(DI), Z18, Z15
+	VPDPBUSD.BCST    32(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    32(DI)(BX*2), Z18, Z17
+	VPSRLW           $0x04, 320(CX), Z18
+	VPANDD           Z7, Z18, Z18
+	KMOVQ            120(CX), K1
+	VPADDB           Z8, Z18, K1, Z18
+	VPDPBUSD.BCST    36(DX), Z18, Z11
+	VPDPBUSD.BCST    36(DX)(BX*1), Z18, Z12
+	VPDPBUSD.BCST    36(DX)(BX*2), Z18, Z13
+	VPDPBUSD.BCST    36(DX)(SI*1), Z18, Z14
+	VPDPBUSD.BCST    36(DI), Z18, Z15
+	VPDPBUSD.BCST    36(DI)(BX*1), Z18, Z16
+	VPDPBUSD.BCST    36(DI)(BX*2), Z18, Z17
+	VCVTDQ2PS        Z11, Z11
+	VMULPS.BCST      (DX), Z10, Z18
+	VFMADD231PS      Z18, Z11, Z0
+	VCVTDQ2PS        Z12, Z12
+	VMULPS.BCST      (DX)(BX*1), Z10, Z11
+	VFMADD231PS      Z11, Z12, Z1
+	VCVTDQ2PS        Z13, Z13
+	VMULPS.BCST      (DX)(BX*2), Z10, Z11
+	VFMADD231PS      Z11, Z13, Z2
+	VCVTDQ2PS        Z14, Z14
+	VMULPS.BCST      (DX)(SI*1), Z10, Z11
+	VFMADD231PS      Z11, Z14, Z3
+	VCVTDQ2PS        Z15, Z15
+	VMULPS.BCST      (DI), Z10, Z11
+	VFMADD231PS      Z11, Z15, Z4
+	VCVTDQ2PS        Z16, Z16
+	VMULPS.BCST      (DI)(BX*1), Z10, Z11
+	VFMADD231PS      Z11, Z16, Z5
+	VCVTDQ2PS        Z17, Z17
+	VMULPS.BCST      (DI)(BX*2), Z10, Z10
+	VFMADD231PS      Z10, Z17, Z6
+	VCVTPH2PS        32(CX), Z10
+	VFMADD231PS.BCST 4(DX), Z10, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z10, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z10, Z2
+	VFMADD231PS.BCST 4(DX)(SI*1), Z10, Z3
+	VFMADD231PS.BCST 4(DI), Z10, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z10, Z5
+	VFMADD231PS.BCST 4(DI)(BX*2), Z10, Z6
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	ADDQ             $0x00000028, DI
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX
@@ -76642,6 +77484,188 @@ loop:
 	ADDQ          $0x00000154, DI
 	DECQ          AX
 	JMP           loop
+
+done:
+	MOVQ    out+32(FP), AX
+	MOVQ    os+40(FP), CX
+	LEAQ    (CX)(CX*2), DX
+	LEAQ    (AX)(CX*4), BX
+	VMOVUPS Z0, (AX)
+	VMOVUPS Z1, (AX)(CX*1)
+	VMOVUPS Z2, (AX)(CX*2)
+	VMOVUPS Z3, (AX)(DX*1)
+	VMOVUPS Z4, (BX)
+	VMOVUPS Z5, (BX)(CX*1)
+	VMOVUPS Z6, (BX)(CX*2)
+	VMOVUPS Z7, (BX)(DX*1)
+	VZEROUPPER
+	RET
+
+// func q51Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX512BW, AVX512DQ, AVX512F, AVX512_VNNI
+TEXT ·q51Panel_8(SB), NOSPLIT, $0-48
+	MOVQ         nb+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         x+16(FP), DX
+	MOVQ         xs+24(FP), BX
+	LEAQ         (BX)(BX*2), SI
+	LEAQ         (DX)(BX*4), DI
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	VXORPS       Z2, Z2, Z2
+	VXORPS       Z3, Z3, Z3
+	VXORPS       Z4, Z4, Z4
+	VXORPS       Z5, Z5, Z5
+	VXORPS       Z6, Z6, Z6
+	VXORPS       Z7, Z7, Z7
+	MOVL         $0x0f0f0f0f, R8
+	VPBROADCASTD R8, Z8
+	MOVL         $0x10101010, R8
+	VPBROADCASTD R8, Z9
+	VPXORD       Z10, Z10, Z10
+
+loop:
+	TESTQ            AX, AX
+	JZ               done
+	VCVTPH2PS        (CX), Z11
+	VPXORD           Z10, Z10, Z12
+	VPXORD           Z10, Z10, Z13
+	VPXORD           Z10, Z10, Z14
+	VPXORD           Z10, Z10, Z15
+	VPXORD           Z10, Z10, Z16
+	VPXORD           Z10, Z10, Z17
+	VPXORD           Z10, Z10, Z18
+	VPXORD           Z10, Z10, Z19
+	VPANDD           128(CX), Z8, Z20
+	KMOVQ            64(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    8(DX), Z20, Z12
+	VPDPBUSD.BCST    8(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    8(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    8(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    8(DI), Z20, Z16
+	VPDPBUSD.BCST    8(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    8(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    8(DI)(SI*1), Z20, Z19
+	VPANDD           192(CX), Z8, Z20
+	KMOVQ            72(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    12(DX), Z20, Z12
+	VPDPBUSD.BCST    12(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    12(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    12(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    12(DI), Z20, Z16
+	VPDPBUSD.BCST    12(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    12(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    12(DI)(SI*1), Z20, Z19
+	VPANDD           256(CX), Z8, Z20
+	KMOVQ            80(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    16(DX), Z20, Z12
+	VPDPBUSD.BCST    16(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    16(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    16(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    16(DI), Z20, Z16
+	VPDPBUSD.BCST    16(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    16(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    16(DI)(SI*1), Z20, Z19
+	VPANDD           320(CX), Z8, Z20
+	KMOVQ            88(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    20(DX), Z20, Z12
+	VPDPBUSD.BCST    20(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    20(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    20(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    20(DI), Z20, Z16
+	VPDPBUSD.BCST    20(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    20(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    20(DI)(SI*1), Z20, Z19
+	VPSRLW           $0x04, 128(CX), Z20
+	VPANDD           Z8, Z20, Z20
+	KMOVQ            96(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    24(DX), Z20, Z12
+	VPDPBUSD.BCST    24(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    24(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    24(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    24(DI), Z20, Z16
+	VPDPBUSD.BCST    24(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    24(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    24(DI)(SI*1), Z20, Z19
+	VPSRLW           $0x04, 192(CX), Z20
+	VPANDD           Z8, Z20, Z20
+	KMOVQ            104(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    28(DX), Z20, Z12
+	VPDPBUSD.BCST    28(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    28(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    28(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    28(DI), Z20, Z16
+	VPDPBUSD.BCST    28(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    28(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    28(DI)(SI*1), Z20, Z19
+	VPSRLW           $0x04, 256(CX), Z20
+	VPANDD           Z8, Z20, Z20
+	KMOVQ            112(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    32(DX), Z20, Z12
+	VPDPBUSD.BCST    32(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    32(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    32(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    32(DI), Z20, Z16
+	VPDPBUSD.BCST    32(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    32(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    32(DI)(SI*1), Z20, Z19
+	VPSRLW           $0x04, 320(CX), Z20
+	VPANDD           Z8, Z20, Z20
+	KMOVQ            120(CX), K1
+	VPADDB           Z9, Z20, K1, Z20
+	VPDPBUSD.BCST    36(DX), Z20, Z12
+	VPDPBUSD.BCST    36(DX)(BX*1), Z20, Z13
+	VPDPBUSD.BCST    36(DX)(BX*2), Z20, Z14
+	VPDPBUSD.BCST    36(DX)(SI*1), Z20, Z15
+	VPDPBUSD.BCST    36(DI), Z20, Z16
+	VPDPBUSD.BCST    36(DI)(BX*1), Z20, Z17
+	VPDPBUSD.BCST    36(DI)(BX*2), Z20, Z18
+	VPDPBUSD.BCST    36(DI)(SI*1), Z20, Z19
+	VCVTDQ2PS        Z12, Z12
+	VMULPS.BCST      (DX), Z11, Z20
+	VFMADD231PS      Z20, Z12, Z0
+	VCVTDQ2PS        Z13, Z13
+	VMULPS.BCST      (DX)(BX*1), Z11, Z12
+	VFMADD231PS      Z12, Z13, Z1
+	VCVTDQ2PS        Z14, Z14
+	VMULPS.BCST      (DX)(BX*2), Z11, Z12
+	VFMADD231PS      Z12, Z14, Z2
+	VCVTDQ2PS        Z15, Z15
+	VMULPS.BCST      (DX)(SI*1), Z11, Z12
+	VFMADD231PS      Z12, Z15, Z3
+	VCVTDQ2PS        Z16, Z16
+	VMULPS.BCST      (DI), Z11, Z12
+	VFMADD231PS      Z12, Z16, Z4
+	VCVTDQ2PS        Z17, Z17
+	VMULPS.BCST      (DI)(BX*1), Z11, Z12
+	VFMADD231PS      Z12, Z17, Z5
+	VCVTDQ2PS        Z18, Z18
+	VMULPS.BCST      (DI)(BX*2), Z11, Z12
+	VFMADD231PS      Z12, Z18, Z6
+	VCVTDQ2PS        Z19, Z19
+	VMULPS.BCST      (DI)(SI*1), Z11, Z11
+	VFMADD231PS      Z11, Z19, Z7
+	VCVTPH2PS        32(CX), Z11
+	VFMADD231PS.BCST 4(DX), Z11, Z0
+	VFMADD231PS.BCST 4(DX)(BX*1), Z11, Z1
+	VFMADD231PS.BCST 4(DX)(BX*2), Z11, Z2
+	VFMADD231PS.BCST 4(DX)(SI*1), Z11, Z3
+	VFMADD231PS.BCST 4(DI), Z11, Z4
+	VFMADD231PS.BCST 4(DI)(BX*1), Z11, Z5
+	VFMADD231PS.BCST 4(DI)(BX*2), Z11, Z6
+	VFMADD231PS.BCST 4(DI)(SI*1), Z11, Z7
+	ADDQ             $0x00000180, CX
+	ADDQ             $0x00000028, DX
+	ADDQ             $0x00000028, DI
+	DECQ             AX
+	JMP              loop
 
 done:
 	MOVQ    out+32(FP), AX

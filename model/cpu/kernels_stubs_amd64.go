@@ -674,6 +674,11 @@ func q2KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51Panel_1 computes a 16-row panel of Q5_1 weights against 1 activation rows.
+//
+//go:noescape
+func q51Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_1 computes a 16-row panel of IQ4_XS weights against 1 activation rows.
 //
 //go:noescape
@@ -698,6 +703,11 @@ func q2KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q3KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51Panel_2 computes a 16-row panel of Q5_1 weights against 2 activation rows.
+//
+//go:noescape
+func q51Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows.
 //
@@ -724,6 +734,11 @@ func q2KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51Panel_3 computes a 16-row panel of Q5_1 weights against 3 activation rows.
+//
+//go:noescape
+func q51Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows.
 //
 //go:noescape
@@ -748,6 +763,11 @@ func q2KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q3KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51Panel_4 computes a 16-row panel of Q5_1 weights against 4 activation rows.
+//
+//go:noescape
+func q51Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows.
 //
@@ -774,6 +794,11 @@ func q2KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51Panel_5 computes a 16-row panel of Q5_1 weights against 5 activation rows.
+//
+//go:noescape
+func q51Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows.
 //
 //go:noescape
@@ -798,6 +823,11 @@ func q2KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q3KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51Panel_6 computes a 16-row panel of Q5_1 weights against 6 activation rows.
+//
+//go:noescape
+func q51Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows.
 //
@@ -824,6 +854,11 @@ func q2KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51Panel_7 computes a 16-row panel of Q5_1 weights against 7 activation rows.
+//
+//go:noescape
+func q51Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows.
 //
 //go:noescape
@@ -848,6 +883,11 @@ func q2KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q3KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51Panel_8 computes a 16-row panel of Q5_1 weights against 8 activation rows.
+//
+//go:noescape
+func q51Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows.
 //

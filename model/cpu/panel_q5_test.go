@@ -21,23 +21,38 @@ func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
 	return w
 }
 
-// TestQ50PanelsEqualPortable checks the Q5_0 panel kernels (every C, odd
-// and even block counts, partial panels, extreme quants) on repacked
-// weights against the portable kernel on the stored rows, bit for bit.
+// TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (every
+// C, odd and even block counts, partial panels, extreme quants) on
+// repacked weights against the portable kernel on the stored rows, bit for
+// bit.
 func TestQ50PanelsEqualPortable(t *testing.T) {
-	ps := archPanels(ggml.Q5_0)
+	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1} {
+		t.Run(typ.String(), func(t *testing.T) { testQ5PanelsEqualPortable(t, typ) })
+	}
+}
+
+func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
+	ps := archPanels(typ)
 	if ps == nil {
-		t.Skip("Q5_0: no panel kernels on this CPU")
+		t.Skipf("%s: no panel kernels on this CPU", typ)
+	}
+	portable, err := VecDotFor(typ)
+	if err != nil {
+		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(75, 76))
 	for _, nb := range []int{1, 2, 3, 7, 24, 25} {
 		n := ggml.QK * nb
-		wrow := nb * q50Bytes
-		qrow := nb * q80Bytes
+		wrow := mustRowBytes(t, typ, n)
+		qrow := mustRowBytes(t, typ.VecDotType(), n)
+		qoff := qrow/nb - 32 // the quants' offset in an activation block
 		rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
-		w := q50Weights(t, r, rows, n)
-		packed := repack(ggml.Q5_0, rows, n, w)
-		pb := nb * panelBlockBytes(ggml.Q5_0)
+		var w []byte
+		for range rows {
+			w = append(w, weightsOf(t, r, typ, n, r.IntN(2) == 0)...)
+		}
+		packed := repack(typ, rows, n, w)
+		pb := nb * panelBlockBytes(typ)
 		if len(packed) != (rows+panelRows-1)/panelRows*pb {
 			t.Fatalf("repacked %d bytes for %d rows of %d blocks", len(packed), rows, nb)
 		}
@@ -47,15 +62,15 @@ func TestQ50PanelsEqualPortable(t *testing.T) {
 			x := make([]byte, C*xs)
 			for c := range C {
 				qc := q[c*qrow : (c+1)*qrow]
-				ConvertActivation(ggml.Q5_0, randBytesVec(r, n), qc)
+				ConvertActivation(typ, randBytesVec(r, n), qc)
 				if r.IntN(3) == 0 {
 					for b := range nb {
-						for i := 2; i < q80Bytes; i++ {
-							qc[b*q80Bytes+i] = byte(r.Uint32())
+						for i := qoff; i < qrow/nb; i++ {
+							qc[b*qrow/nb+i] = byte(r.Uint32())
 						}
 					}
 				}
-				expandRow(ggml.Q5_0, nb, qc, x[c*xs:c*xs+nb*xBlock])
+				expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xBlock])
 			}
 			const os = panelRows + 3
 			for p := 0; p*panelRows < rows; p++ {
@@ -65,7 +80,7 @@ func TestQ50PanelsEqualPortable(t *testing.T) {
 					o := p*panelRows + i
 					for c := range C {
 						var want float32
-						withPortable(func() { want = dotQ50Q80(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+						withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
 						if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
 							t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 								ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
@@ -122,7 +137,7 @@ func TestQ50TilesEqualPortable(t *testing.T) {
 	}
 }
 
-// TestQ50MatMulEqualsPortable: MatMul of Q5_0 and IQ4_NL matrices (the
+// TestQ50MatMulEqualsPortable: MatMul of Q5_0, Q5_1 and IQ4_NL matrices (the
 // VNNI panels, then the AVX2 tiles or the portable kernel) gives the
 // portable kernel's bits whatever the activation rows and workers.
 func TestQ50MatMulEqualsPortable(t *testing.T) {
@@ -137,7 +152,7 @@ func testQ50MatMulEqualsPortable(t *testing.T) {
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
 	defer p2.Close()
-	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.IQ4_NL} {
+	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL} {
 		for _, shape := range [][2]int{{37, 96}, {64, 288}, {200, 64}} {
 			N, K := shape[0], shape[1]
 			var data []byte

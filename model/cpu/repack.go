@@ -31,6 +31,8 @@ func panelBlockBytes(t ggml.Type) int {
 		return panelRows * q40Bytes
 	case ggml.Q5_0:
 		return q50PanelBytes
+	case ggml.Q5_1:
+		return q51PanelBytes
 	}
 	if isKPanel(t) {
 		_, pb := kPanelBytes(t)
@@ -64,8 +66,8 @@ func repack(t ggml.Type, rows, cols int, data []byte) []byte {
 	if isKPanel(t) {
 		return repackK(t, rows, cols, data)
 	}
-	if t == ggml.Q5_0 {
-		return repackQ50(rows, cols, data)
+	if t == ggml.Q5_0 || t == ggml.Q5_1 {
+		return repackQ50(t, rows, cols, data)
 	}
 	nb := cols / ggml.QK
 	bsz, pbb := q80Bytes, panelBlockBytes(t)
@@ -123,6 +125,10 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 		expandRowK(nb, q, dst)
 		return
 	}
+	if t == ggml.Q5_1 {
+		expandRowQ81(nb, q, dst)
+		return
+	}
 	cw := int32(128)
 	switch t {
 	case ggml.Q4_0:
@@ -141,5 +147,19 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 		}
 		binary.LittleEndian.PutUint32(d[4:], uint32(-cw*sum))
 		copy(d[8:], src[2:])
+	}
+}
+
+// expandRowQ81 writes the Q8_1 activation row q (nb blocks) to dst in the
+// Q5_1 panel kernels' layout: per block the float32 d, the float32 s (d
+// times the sum of the quants, as Q8_1 stores it in f16) and the 32 quants.
+func expandRowQ81(nb int, q, dst []byte) {
+	_, _ = q[nb*q81Bytes-1], dst[nb*xBlock-1]
+	for b := range nb {
+		src := q[b*q81Bytes : (b+1)*q81Bytes]
+		d := dst[b*xBlock : (b+1)*xBlock]
+		binary.LittleEndian.PutUint32(d, math.Float32bits(f16Table[binary.LittleEndian.Uint16(src)]))
+		binary.LittleEndian.PutUint32(d[4:], math.Float32bits(f16Table[binary.LittleEndian.Uint16(src[2:])]))
+		copy(d[8:], src[4:])
 	}
 }

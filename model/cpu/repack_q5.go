@@ -22,22 +22,38 @@ import (
 // makes the unsigned 5-bit quants, and the activation's correction -16
 // times its sum takes the offset off. A panel takes as many bytes as its 16
 // rows did.
-const q50PanelBytes = panelRows * q50Bytes
+//
+// A Q5_1 panel block (q51PanelBytes) is Q5_0's with the 16 rows' f16 mins
+// inserted after their d (so everything after them 32 bytes on); its
+// kernel starts the sums at zero (the quants are unsigned) and adds the
+// min times the activation block's s, which expandRow puts where Q5_0's
+// correction is.
+const (
+	q50PanelBytes = panelRows * q50Bytes
+	q51PanelBytes = panelRows * q51Bytes
+)
 
-// repackQ50 returns the rows×cols Q5_0 matrix data in panels.
-func repackQ50(rows, cols int, data []byte) []byte {
+// repackQ50 returns the rows×cols Q5_0 or (t) Q5_1 matrix data in panels.
+func repackQ50(t ggml.Type, rows, cols int, data []byte) []byte {
 	nb := cols / ggml.QK
+	bsz, pbb, off := q50Bytes, q50PanelBytes, 0
+	if t == ggml.Q5_1 {
+		bsz, pbb, off = q51Bytes, q51PanelBytes, 2
+	}
 	panels := (rows + panelRows - 1) / panelRows
-	out := make([]byte, panels*nb*q50PanelBytes)
+	out := make([]byte, panels*nb*pbb)
 	for p := range panels {
 		for b := range nb {
-			dst := out[(p*nb+b)*q50PanelBytes : (p*nb+b+1)*q50PanelBytes]
+			dst := out[(p*nb+b)*pbb : (p*nb+b+1)*pbb]
 			var masks [8]uint64
 			for i := range min(panelRows, rows-p*panelRows) {
 				r := p*panelRows + i
-				src := data[(r*nb+b)*q50Bytes : (r*nb+b+1)*q50Bytes]
+				src := data[(r*nb+b)*bsz : (r*nb+b+1)*bsz]
 				copy(dst[2*i:2*i+2], src[0:2])
-				qh := binary.LittleEndian.Uint32(src[2:])
+				if off > 0 {
+					copy(dst[32+2*i:32+2*i+2], src[2:4])
+				}
+				qh := binary.LittleEndian.Uint32(src[2+off:])
 				for v := range 8 {
 					for k := range 4 {
 						e := 16*(v/4) + 4*(v%4) + k
@@ -45,11 +61,11 @@ func repackQ50(rows, cols int, data []byte) []byte {
 					}
 				}
 				for j := range 4 {
-					copy(dst[96+64*j+4*i:96+64*j+4*i+4], src[6+4*j:6+4*j+4])
+					copy(dst[16*off+96+64*j+4*i:16*off+96+64*j+4*i+4], src[off+6+4*j:off+6+4*j+4])
 				}
 			}
 			for v, m := range masks {
-				binary.LittleEndian.PutUint64(dst[32+8*v:], m)
+				binary.LittleEndian.PutUint64(dst[16*off+32+8*v:], m)
 			}
 		}
 	}

@@ -119,12 +119,13 @@ func main() {
 		q6KPanelAVX2(C)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q50Panel(C)
+		q50Panel(C, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
 		q4KPanel(C, true)
 		q23KPanel(C, false)
 		q23KPanel(C, true)
+		q50Panel(C, true)
 		iq4XSPanel(C)
 		panelKernel("iq4NLPanel", "IQ4_NL", C, true, true)
 	}

@@ -13,15 +13,27 @@ import (
 // nibbles as Q4_0's panels hold them.
 const q50PanelBytes = 16 * 22
 
+// q51PanelBytes is a Q5_1 panel block: Q5_0's with the 16 rows' f16 mins
+// after their d.
+const q51PanelBytes = 16 * 24
+
 // q50Panel emits q50Panel_C: panelKernel's Q4_0 kernel with the fifth bits
 // added: each nibble vector gets 16 added to the bytes its mask (KMOVQ)
 // selects, which makes the unsigned 5-bit quants, and the activation's
 // correction is -16 times its sum. The order is dotQ50Q80's (dotQ80Q80's)
-// for each row.
-func q50Panel(C int) {
-	TEXT(fmt.Sprintf("q50Panel_%d", C), NOSPLIT, panelSignature)
+// for each row. With one, it emits q51Panel_C, Q5_1's: the quants are the
+// unsigned 5-bit ones (the sum starts at zero), and after acc =
+// fma(float32(p), f16(w.d)*x.d, acc) comes acc = fma(f16(w.m), x.s, acc),
+// the activation block's float32 s where Q5_0's correction is:
+// dotQ51Q81's order.
+func q50Panel(C int, one bool) {
+	name, what, size, off := "q50Panel", "Q5_0", q50PanelBytes, 0
+	if one {
+		name, what, size, off = "q51Panel", "Q5_1", q51PanelBytes, 32
+	}
+	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("q50Panel_%d computes a 16-row panel of Q5_0 weights against %d activation rows.", C, C))
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, what, C))
 	nb := param("nb")
 	wp := param("w")
 	px := newPanelRowsX(C)
@@ -44,7 +56,11 @@ func q50Panel(C int) {
 	s2 := make([]reg.VecVirtual, C)
 	for c := range s {
 		s[c] = ZMM()
-		VPBROADCASTD(px.m(c, 4), s[c])
+		if one {
+			VPXORD(zero, zero, s[c])
+		} else {
+			VPBROADCASTD(px.m(c, 4), s[c])
+		}
 		if split {
 			s2[c] = ZMM()
 			VPXORD(zero, zero, s2[c])
@@ -52,7 +68,7 @@ func q50Panel(C int) {
 	}
 	for v := range 8 {
 		w := ZMM()
-		q := Mem{Base: wp, Disp: 96 + 64*(v%4)}
+		q := Mem{Base: wp, Disp: off + 96 + 64*(v%4)}
 		if v < 4 {
 			VPANDD(q, c0f, w)
 		} else {
@@ -60,7 +76,7 @@ func q50Panel(C int) {
 			VPANDD(c0f, w, w)
 		}
 		k := K()
-		KMOVQ(Mem{Base: wp, Disp: 32 + 8*v}, k)
+		KMOVQ(Mem{Base: wp, Disp: off + 32 + 8*v}, k)
 		VPADDB(c10, w, k, w)
 		xoff := 4 * v
 		if v >= 4 {
@@ -83,7 +99,14 @@ func q50Panel(C int) {
 		VMULPS_BCST(px.m(c, 0), dd, m)
 		VFMADD231PS(m, s[c], acc[c])
 	}
-	ADDQ(U32(q50PanelBytes), wp)
+	if one {
+		wm := ZMM()
+		VCVTPH2PS(Mem{Base: wp, Disp: 32}, wm)
+		for c := range s {
+			VFMADD231PS_BCST(px.m(c, 4), wm, acc[c])
+		}
+	}
+	ADDQ(U32(uint32(size)), wp)
 	px.advance(xBlock)
 	DECQ(nb)
 	JMP(LabelRef("loop"))
