@@ -590,8 +590,8 @@ type nodeStats struct {
 	EarlyRefused uint64
 }
 
-// stats snapshots the replica under mu; live also lists live sequences (for
-// heartbeats) and forgets logprob wishes of sequences that ended.
+// stats snapshots the replica; live also lists live sequences (for
+// heartbeats). It holds mu, never waiting for a forward pass.
 func (n *Node) stats(live bool) nodeStats {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -603,28 +603,21 @@ func (n *Node) stats(live bool) nodeStats {
 	if p == nil {
 		return s
 	}
-	t := p.runner.Table()
+	rs := p.runner.Stats(live) // does not wait for a forward pass
 	s.Placement, s.Ready = p.version, true
-	s.BlocksUsed, s.BlocksTotal, s.Sequences = t.BlocksUsed(), t.pool, t.Sequences()
-	if err := p.runner.CheckInvariants(); err != nil {
+	s.BlocksUsed, s.BlocksTotal, s.Sequences = rs.BlocksUsed, rs.BlocksTotal, rs.Sequences
+	if rs.Invariant != nil {
 		s.InvariantOK = false
-		n.log.Error("replica table invariant broken", "err", err)
+		n.log.Error("replica table invariant broken", "err", rs.Invariant)
 	}
 	for _, r := range Reasons() {
-		s.Freed[r] += t.Freed(r)
+		s.Freed[r] += rs.Freed[r]
 	}
-	for k, v := range t.refused {
+	for k, v := range rs.Refused {
 		s.Refused[k] += v
 	}
-	s.Early, s.EarlyRefused = t.Early(), s.EarlyRefused+t.EarlyRefused()
-	if live {
-		s.Live = t.Live()
-		for seq := range p.logprobs {
-			if !t.Has(seq) {
-				delete(p.logprobs, seq)
-			}
-		}
-	}
+	s.Early, s.EarlyRefused = rs.Early, s.EarlyRefused+rs.EarlyRefused
+	s.Live = rs.Live
 	return s
 }
 
@@ -671,13 +664,13 @@ func (n *Node) retireLocked(p *placement) {
 	if p == nil {
 		return
 	}
-	t := p.runner.Table()
+	rs := p.runner.Stats(false)
 	for _, r := range Reasons() {
-		n.baseFreed[r] += t.Freed(r)
+		n.baseFreed[r] += rs.Freed[r]
 	}
-	n.baseFreed[Epoch] += uint64(t.Sequences())
-	for k, v := range t.refused {
+	n.baseFreed[Epoch] += uint64(rs.Sequences) // none once the runner is closed
+	for k, v := range rs.Refused {
 		n.baseRefused[k] += v
 	}
-	n.baseEarly += t.EarlyRefused()
+	n.baseEarly += rs.EarlyRefused
 }

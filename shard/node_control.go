@@ -342,7 +342,7 @@ func (n *Node) applyTombstones(wire []*pb.Tombstone) {
 	r := n.p.runner
 	for _, t := range ts {
 		e := t.Epoch
-		switch cur := r.Table().Epoch(); {
+		switch cur := r.Epoch(); {
 		case e > cur:
 			r.SetEpoch(e)
 		case e != 0 && e < cur:
@@ -451,8 +451,8 @@ func (n *Node) load(runCtx, lctx context.Context, a *pb.Assign) {
 		p.close()
 		return
 	}
+	old := n.endRunner()
 	n.mu.Lock()
-	old := n.p
 	n.retireLocked(old)
 	n.p = p
 	p.runner.SetEpoch(n.epoch)
@@ -464,10 +464,24 @@ func (n *Node) load(runCtx, lctx context.Context, a *pb.Assign) {
 	n.log.Info("ready", "placement", v, "layers", fmt.Sprintf("%d-%d", a.GetFirstLayer(), a.GetEndLayer()))
 }
 
+// endRunner closes the current placement's runner, outside mu (Close
+// waits for a batch in progress): its sequences end (reason Epoch) and
+// later batches are refused, so that its counts are final when the caller
+// retires it. Only the goroutine that replaces the placement calls it.
+func (n *Node) endRunner() *placement {
+	n.mu.Lock()
+	p := n.p
+	n.mu.Unlock()
+	if p != nil {
+		p.runner.Close()
+	}
+	return p
+}
+
 // dropPlacement removes the served range, its KV and its link.
 func (n *Node) dropPlacement() {
+	old := n.endRunner()
 	n.mu.Lock()
-	old := n.p
 	n.retireLocked(old)
 	n.p = nil
 	n.mu.Unlock()

@@ -22,8 +22,8 @@ import (
 
 // placement is the range a shard serves under one placement version: the
 // loaded model, its Runner (fresh replica table) and the downstream link.
-// Its fields other than logprobs are immutable; logprobs and the Runner are
-// guarded by Node.mu.
+// Its fields are immutable; the Runner guards its own state (a batch
+// computes outside Node.mu).
 type placement struct {
 	version    uint64
 	assign     *pb.Assign
@@ -33,8 +33,7 @@ type placement struct {
 	last       bool
 	embd       int
 	hiddenType pb.HiddenType
-	maxHidden  int64           // RecvBatch's limit, bytes
-	logprobs   map[uint64]bool // sequences that asked for logprobs (last stage)
+	maxHidden  int64 // RecvBatch's limit, bytes
 	// limits is what BatchFromWire checks a batch against, but for the
 	// epoch, which is the runner's (batchLimits).
 	limits transport.BatchLimits
@@ -44,12 +43,15 @@ type placement struct {
 // the epoch its runner was moved to by the control stream.
 func (p *placement) batchLimits() transport.BatchLimits {
 	l := p.limits
-	l.Epoch = p.runner.Table().Epoch()
+	l.Epoch = p.runner.Epoch()
 	return l
 }
 
-// close stops the link (waiting for its goroutine) and releases the model.
+// close ends the runner (waiting for a batch in progress, freeing every
+// sequence), stops the link (waiting for its goroutine) and releases the
+// model.
 func (p *placement) close() {
+	p.runner.Close()
 	p.link.close()
 	p.model.release()
 }
@@ -120,7 +122,6 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 		last:       a.GetHead(),
 		embd:       m.Embd,
 		hiddenType: a.GetHiddenType(),
-		logprobs:   map[uint64]bool{},
 	}
 	if t := int64(a.GetMaxBatchTokens()); t > 0 {
 		p.maxHidden = t * int64(m.Embd) * 4
@@ -296,13 +297,15 @@ type processed struct {
 	dropped int // rows this stage dropped
 }
 
-// process checks and runs b under mu, the Runner's lock, released by defer
-// whatever happens.
+// process checks and runs b on the current placement. Node.mu is held only
+// to read which placement that is: the batch computes outside it, so
+// heartbeats, lease checks, tombstones and metrics never wait for a
+// forward pass (the Runner guards its own state).
 func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
 	shardID := n.ShardID()
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	p := n.p
+	n.mu.Unlock()
 	if p == nil {
 		return nil, &stageError{code: transport.CodeNotReady, err: errors.New("no range assigned")}
 	}
@@ -317,6 +320,8 @@ func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
 		return nil, &stageError{code: transport.CodeStaleEpoch, err: err}
 	case errors.Is(err, ErrFutureEpoch):
 		return nil, &stageError{code: transport.CodeFutureEpoch, err: err}
+	case errors.Is(err, ErrClosed):
+		return nil, &stageError{code: transport.CodeNotReady, err: err}
 	case err != nil:
 		se := &stageError{code: transport.CodeBackendError, err: err}
 		for _, r := range mb.Rows {
@@ -352,15 +357,12 @@ func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
 	}
 	next := make(map[uint64]int, len(res.Rows)) // a sampled row's next position
 	for _, r := range res.Rows {
-		if r.First && r.Logprobs {
-			p.logprobs[r.Seq] = true
-		}
 		next[r.Seq] = r.Pos + len(r.Tokens)
 	}
 	result := &transport.BatchResult{Epoch: mb.Epoch, Placement: mb.Placement, ID: mb.ID, Dropped: dropped}
 	for _, s := range res.Samples {
 		sm := transport.Sampled{Seq: s.Seq, Pos: next[s.Seq], Token: s.Result.Token}
-		if p.logprobs[s.Seq] {
+		if s.Logprobs {
 			sm.Logprob, sm.Top = s.Result.Logprob, s.Result.Top
 		}
 		result.Samples = append(result.Samples, sm)

@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/strata-llm/strata/model"
@@ -24,10 +25,13 @@ type Row = transport.Row
 // the previous stage's output (nil on stage 0).
 type Batch = transport.MicroBatch
 
-// Sampled is one token chosen by the last stage.
+// Sampled is one token chosen by the last stage. Logprobs says whether the
+// sequence asked for logprobs (its first row's Logprobs): Result's
+// logprob and alternatives go to the coordinator only then.
 type Sampled struct {
-	Seq    uint64
-	Result sample.Result
+	Seq      uint64
+	Result   sample.Result
+	Logprobs bool
 }
 
 // Dropped is a row a stage refused; the coordinator tombstones its sequence
@@ -54,73 +58,159 @@ type Result struct {
 var (
 	ErrStaleEpoch  = errors.New("shard: batch from an older epoch")
 	ErrFutureEpoch = errors.New("shard: batch from an epoch the control stream has not announced")
+	// ErrClosed refuses a batch for a runner whose placement ended (Close).
+	ErrClosed = errors.New("shard: the stage's placement ended")
 )
 
-// seqSampler is the last stage's state for one sequence.
+// seqSampler is the last stage's state for one sequence: everything it
+// holds leaves with the sequence, in Runner.endLocked.
 type seqSampler struct {
-	params  sample.Params
-	history []int32
+	params   sample.Params
+	history  []int32
+	logprobs bool // the sequence asked for logprobs
 }
 
 // Runner runs one pipeline stage: a layer range, its KV table and, on the
-// last stage, the sequences' sampler states. One goroutine uses it at a time.
+// last stage, the sequences' sampler states. It owns its sequences' state
+// and guards it with its own lock, held briefly: tombstones, heartbeats,
+// lease checks and metrics may come from any goroutine while a batch
+// computes, and never wait for the forward pass. Process calls are
+// serialized (one forward pass at a time on the stage's KV pool).
+//
+// A sequence's state ends in one place: the table's free, for every
+// reason, calls endLocked, which drops what the runner keeps beside the
+// block table (sampler state, token history, logprob wish, grammar
+// matcher).
 type Runner struct {
-	stage   *model.Stage
-	table   *Table
-	bs      int
-	states  map[uint64]*seqSampler
-	sampler sample.Sampler
+	stage *model.Stage
+	bs    int
+	// forward is stage.Forward; tests put a blocking fake in front of it.
+	forward func(rows []model.Row, hidden []float32) ([]float32, error)
 
-	rows   []model.Row
-	kept   []Row
-	hidden []float32
+	// compute serializes Process and guards the fields below it to mu:
+	// the batch buffers and the sampler's scratch.
+	compute sync.Mutex
+	sampler sample.Sampler
+	rows    []model.Row
+	kept    []Row
+	hidden  []float32
+
+	// mu guards the sequences' state: held by Process except across the
+	// forward pass, and by every other method.
+	mu     sync.Mutex
+	table  *Table
+	states map[uint64]*seqSampler
+	closed bool // Close was called: every later batch is refused
 }
 
 // NewRunner wraps a model stage whose KV pool has pool blocks of bs positions.
 func NewRunner(stage *model.Stage, pool, bs int) *Runner {
-	return &Runner{stage: stage, table: NewTable(pool), bs: bs, states: map[uint64]*seqSampler{}}
+	r := &Runner{stage: stage, forward: stage.Forward, table: NewTable(pool), bs: bs, states: map[uint64]*seqSampler{}}
+	r.table.onEnd = r.endLocked
+	return r
 }
 
-// Table returns the runner's replica table (for metrics and tests).
+// endLocked is the end of a sequence's state beside its block table: the
+// table's free calls it, under mu, whatever the reason.
+func (r *Runner) endLocked(seq uint64, _ Reason) {
+	delete(r.states, seq)
+}
+
+// Table returns the runner's replica table, for tests: it is not safe to
+// use while another goroutine calls the runner.
 func (r *Runner) Table() *Table { return r.table }
 
 // Tombstone applies one tombstone outside a batch (the control-stream
 // backstop); applying it twice is harmless.
 func (r *Runner) Tombstone(t Tombstone) {
-	r.table.Tombstone(t.Seq, t.Reason)
-	delete(r.states, t.Seq)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tombstoneLocked(t)
+}
+
+func (r *Runner) tombstoneLocked(t Tombstone) {
+	if !r.closed {
+		r.table.Tombstone(t.Seq, t.Reason)
+	}
+}
+
+// Epoch is the newest epoch the runner has seen.
+func (r *Runner) Epoch() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.table.Epoch()
 }
 
 // SetEpoch moves to epoch e, dropping every older sequence; false means e is
 // older than what the runner has seen.
 func (r *Runner) SetEpoch(e uint64) bool {
-	if !r.table.SetEpoch(e) {
-		return false
-	}
-	r.dropDeadStates()
-	return true
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.table.SetEpoch(e)
 }
 
 // Renew and Expire apply the coordinator's heartbeat reply and the lease
 // clock (see Table); sampler states of freed sequences go with them.
 func (r *Runner) Renew(unknown []uint64, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.table.Renew(unknown, now)
-	r.dropDeadStates()
 }
 
 // Expire frees sequences whose lease lapsed.
 func (r *Runner) Expire(now time.Time, lease time.Duration) int {
-	n := r.table.Expire(now, lease)
-	r.dropDeadStates()
-	return n
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.table.Expire(now, lease)
 }
 
-func (r *Runner) dropDeadStates() {
-	for seq := range r.states {
-		if !r.table.Has(seq) {
-			delete(r.states, seq)
-		}
+// Close ends the runner with its placement: it waits for a batch in
+// progress, frees every live sequence (reason Epoch: a placement change
+// drops them like an epoch) and refuses every later batch (ErrClosed);
+// tombstones and lease checks after it change nothing. Closing twice is
+// harmless.
+func (r *Runner) Close() {
+	r.compute.Lock()
+	defer r.compute.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.table.EndAll(Epoch)
+		r.closed = true
 	}
+}
+
+// RunnerStats is a consistent snapshot of a runner's sequence state.
+type RunnerStats struct {
+	Epoch        uint64
+	Sequences    int // live sequences
+	States       int // sampler states (the last stage's; at most Sequences)
+	BlocksUsed   int // distinct blocks named by live tables
+	BlocksTotal  int // the pool
+	Live         []uint64
+	Freed        [transport.NumReasons]uint64
+	Refused      map[transport.Code]uint64
+	Early        int    // tombstones kept above the high-water mark
+	EarlyRefused uint64 // tombstones refused past MaxEarlyTombstones
+	Invariant    error  // CheckInvariants' verdict
+}
+
+// Stats snapshots the runner's state without waiting for a forward pass;
+// live also lists the live sequences.
+func (r *Runner) Stats(live bool) RunnerStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.table
+	s := RunnerStats{Epoch: t.epoch, Sequences: len(t.live), States: len(r.states), BlocksUsed: t.BlocksUsed(), BlocksTotal: t.pool,
+		Freed: t.freed, Refused: make(map[transport.Code]uint64, len(t.refused)), Early: len(t.early), EarlyRefused: t.earlyRefused,
+		Invariant: r.checkLocked()}
+	for k, v := range t.refused {
+		s.Refused[k] = v
+	}
+	if live {
+		s.Live = t.Live()
+	}
+	return s
 }
 
 // Process runs a batch: tombstones first, then every row the table can
@@ -128,7 +218,25 @@ func (r *Runner) dropDeadStates() {
 // A batch of another epoch than the runner's is refused whole, with
 // ErrStaleEpoch when older and ErrFutureEpoch when newer: only SetEpoch
 // moves the epoch.
+//
+// The runner's lock is held throughout but across the forward pass, when a
+// tombstone, an epoch or a lease may end a sequence of the batch: its
+// computed row is then dropped from the sampling, and its state stays gone.
+// Inside Process, sequences end through r.table (the one exit), never
+// through the locking Tombstone.
 func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
+	r.compute.Lock()
+	defer r.compute.Unlock()
+	r.mu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			r.mu.Unlock()
+		}
+	}()
+	if r.closed {
+		return nil, fmt.Errorf("%w: batch %d", ErrClosed, b.ID)
+	}
 	switch cur := r.table.Epoch(); {
 	case b.Epoch < cur:
 		return nil, fmt.Errorf("%w: batch %d", ErrStaleEpoch, b.ID)
@@ -136,7 +244,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 		return nil, fmt.Errorf("%w: batch %d", ErrFutureEpoch, b.ID)
 	}
 	for _, t := range b.Tombstones {
-		r.Tombstone(t)
+		r.tombstoneLocked(t)
 	}
 	m := r.stage.Model()
 	E := m.Embd
@@ -169,7 +277,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			if row.Params != nil {
 				p = *row.Params
 			}
-			r.states[row.Seq] = &seqSampler{params: p}
+			r.states[row.Seq] = &seqSampler{params: p, logprobs: row.Logprobs}
 		}
 		if err != nil {
 			code := transport.CodeBadPosition
@@ -190,12 +298,16 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 		return res, nil
 	}
 	r.rows = toModel(r.kept, r.rows)
-	out, err := r.stage.Forward(r.rows, r.hidden)
+	r.mu.Unlock()
+	locked = false
+	out, err := r.forward(r.rows, r.hidden)
+	r.mu.Lock()
+	locked = true
 	if err != nil {
 		// The table admitted rows the model refused: a broken invariant on
 		// our side. Free those sequences rather than keep unwritten KV.
 		for _, row := range r.kept {
-			r.Tombstone(Tombstone{Seq: row.Seq, Reason: Failed})
+			r.table.Tombstone(row.Seq, Failed)
 			res.Dropped = append(res.Dropped, Dropped{Seq: row.Seq, Code: transport.CodeComputeError})
 		}
 		res.Rows = nil
@@ -208,6 +320,12 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 	V := m.Vocab
 	j := 0
 	for _, row := range r.kept {
+		if !r.table.Has(row.Seq) { // ended during the forward pass
+			if row.Sample {
+				j++
+			}
+			continue
+		}
 		st := r.states[row.Seq]
 		if st == nil { // created on an earlier placement of this shard's range without sampler state
 			st = &seqSampler{params: sample.DefaultParams()}
@@ -219,7 +337,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 		}
 		pos := row.Pos + len(row.Tokens)
 		s := r.sampler.Sample(out[j*V:(j+1)*V], &st.params, st.history, pos)
-		res.Samples = append(res.Samples, Sampled{Seq: row.Seq, Result: s})
+		res.Samples = append(res.Samples, Sampled{Seq: row.Seq, Result: s, Logprobs: st.logprobs})
 		j++
 	}
 	return res, nil
@@ -238,6 +356,12 @@ func toModel(rows []Row, dst []model.Row) []model.Row {
 // Table.CheckInvariants) and that sampler state exists only for live
 // sequences.
 func (r *Runner) CheckInvariants() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checkLocked()
+}
+
+func (r *Runner) checkLocked() error {
 	if err := r.table.CheckInvariants(r.bs); err != nil {
 		return err
 	}

@@ -313,7 +313,7 @@ func testNode(r *Runner, epoch uint64) *Node {
 		status:      &pb.Status{State: pb.Status_READY, PlacementVersion: 1},
 		statusCh:    make(chan struct{}, 1),
 		ctlOut:      make(chan *pb.BatchFailed, 64),
-		p:           &placement{version: 1, runner: r, last: true, logprobs: map[uint64]bool{}},
+		p:           &placement{version: 1, runner: r, last: true},
 		epoch:       epoch,
 		shardID:     "shard-test",
 		regEpoch:    epoch,

@@ -80,6 +80,10 @@ type Table struct {
 	freed        [transport.NumReasons]uint64
 	refused      map[transport.Code]uint64
 	earlyRefused uint64 // tombstones refused past MaxEarlyTombstones
+
+	// onEnd, when set, is called by free for every sequence that leaves
+	// the table: the Runner drops the rest of the sequence's state there.
+	onEnd func(seq uint64, r Reason)
 }
 
 // NewTable returns an empty table for a pool of pool blocks.
@@ -172,10 +176,27 @@ func (t *Table) created(seq uint64) {
 	heap.Init(&t.earlyOrder)
 }
 
-// free is the one door through which a sequence leaves the table.
+// free is the one door through which a sequence leaves the table, for
+// every reason: a tombstone (in a batch or on the backstop), a refused row,
+// a lapsed lease, a newer epoch, reconcile, or the end of the table's
+// placement (EndAll). It forgets the sequence's blocks, counts the reason
+// and tells onEnd, which frees the state the table does not hold.
 func (t *Table) free(seq uint64, r Reason) {
 	delete(t.live, seq)
 	t.freed[r]++
+	if t.onEnd != nil {
+		t.onEnd(seq, r)
+	}
+}
+
+// EndAll frees every live sequence with reason r (a placement that ends
+// takes its sequences with it) and returns how many it freed.
+func (t *Table) EndAll(r Reason) int {
+	n := len(t.live)
+	for seq := range t.live {
+		t.free(seq, r)
+	}
+	return n
 }
 
 // Place checks a row against the table and, when it fits, records it: a

@@ -313,23 +313,38 @@ var catalogue = []mutation{
 	// shard/runner.go: tombstones in a batch and out of band.
 	{
 		Name: "runner/tombstones-after-rows", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "\tfor _, t := range b.Tombstones {\n\t\tr.Tombstone(t)\n\t}\n",
-		Repl: "\tdefer func() {\n\t\tfor _, t := range b.Tombstones {\n\t\t\tr.Tombstone(t)\n\t\t}\n\t}()\n",
+		Orig: "\tfor _, t := range b.Tombstones {\n\t\tr.tombstoneLocked(t)\n\t}\n",
+		Repl: "\tdefer func() {\n\t\tfor _, t := range b.Tombstones {\n\t\t\tr.tombstoneLocked(t)\n\t\t}\n\t}()\n",
 		Why:  "a batch's tombstones are applied after its rows: a late row of the ended sequence is computed",
 	},
 	{
-		Name: "runner/tombstone-keeps-sampler", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "delete(r.states, t.Seq)", Repl: "_ = t.Seq",
-		Why: "a tombstoned sequence's sampler state (and token history) stays on the last stage",
+		Name: "runner/exit-keeps-sampler", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "\tdelete(r.states, seq)\n", Repl: "",
+		Why: "an ended sequence's sampler state (params, token history, logprob wish, grammar matcher) stays on the last stage",
 	},
 	{
-		Name: "runner/expire-keeps-sampler", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "n := r.table.Expire(now, lease)\n\tr.dropDeadStates()", Repl: "n := r.table.Expire(now, lease)",
-		Why: "sampler states of sequences whose lease lapsed stay on the last stage",
+		Name: "table/free-skips-exit", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "\tif t.onEnd != nil {\n\t\tt.onEnd(seq, r)\n\t}\n", Repl: "",
+		Why: "a sequence freed by the table (lease, epoch, reconcile, tombstone) keeps the runner's state beside it",
+	},
+	{
+		Name: "runner/close-keeps-sequences", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "r.table.EndAll(Epoch)", Repl: "_ = Epoch",
+		Why: "a placement that ends keeps its sequences' state and counts none of them freed",
+	},
+	{
+		Name: "runner/late-sample-of-ended", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if !r.table.Has(row.Seq) { // ended during the forward pass", Repl: "if false { // ended during the forward pass",
+		Why: "a sequence ended while its batch computed is sampled and gets a fresh sampler state after its end",
+	},
+	{
+		Name: "shard/compute-under-node-lock", File: "shard/node_stage.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "\tn.mu.Lock()\n\tp := n.p\n\tn.mu.Unlock()\n", Repl: "\tn.mu.Lock()\n\tdefer n.mu.Unlock()\n\tp := n.p\n",
+		Why: "a batch computes under Node.mu: heartbeats, lease renewal and /metrics wait behind the forward pass",
 	},
 	{
 		Name: "runner/bad-token-keeps-sequence", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "r.table.Tombstone(row.Seq, Failed)", Repl: "_ = row.Seq",
+		Orig: "r.table.Tombstone(row.Seq, Failed)\n\t\t\t\t\terr = &RowError{Seq: row.Seq, Code: transport.CodeBadToken", Repl: "_ = row.Seq\n\t\t\t\t\terr = &RowError{Seq: row.Seq, Code: transport.CodeBadToken",
 		Why: "a row with a token outside the vocabulary is dropped but its sequence keeps its blocks",
 	},
 	{
@@ -339,7 +354,7 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "runner/future-epoch-adopted", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
-		Orig: "case b.Epoch > cur:\n\t\treturn nil, fmt.Errorf(\"%w: batch %d\", ErrFutureEpoch, b.ID)", Repl: "case b.Epoch > cur:\n\t\tr.SetEpoch(b.Epoch)",
+		Orig: "case b.Epoch > cur:\n\t\treturn nil, fmt.Errorf(\"%w: batch %d\", ErrFutureEpoch, b.ID)", Repl: "case b.Epoch > cur:\n\t\tr.table.SetEpoch(b.Epoch)",
 		Why: "a batch of a newer epoch is adopted (only the coordinator's control stream may move the epoch): one forged batch fails every later request",
 	},
 	{
