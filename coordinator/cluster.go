@@ -15,6 +15,7 @@ import (
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 	"github.com/strata-llm/strata/transport/pb"
+	"github.com/strata-llm/strata/transport/trust"
 	"google.golang.org/grpc"
 )
 
@@ -70,7 +71,13 @@ type ClusterConfig struct {
 	// (tests use them to lose or delay control-stream and batch messages).
 	ServerOptions    []grpc.ServerOption
 	StageDialOptions []grpc.DialOption
-	Log              *slog.Logger
+	// Secure turns on the cluster's trust (join.go): a CA and the
+	// coordinator's certificate under DataDir/trust, mutual TLS on every
+	// gRPC call but Join, identities bound to certificates, and gossip
+	// encrypted and labelled with the cluster ID. Off: plaintext, for a
+	// trusted network (serve --insecure) and tests of other things.
+	Secure bool
+	Log    *slog.Logger
 }
 
 // DefaultClusterConfig returns the defaults of `coordinator serve`.
@@ -170,6 +177,7 @@ type Cluster struct {
 	ln    net.Listener
 	srv   *grpc.Server
 	node  *membership.Node // nil without membership
+	auth  *trust.Authority // nil: plaintext (ClusterConfig.Secure off)
 
 	ev         chan any      // events to the loop; unbuffered, the loop never blocks
 	stopped    chan struct{} // closed when the loop ends
@@ -270,12 +278,18 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	if restored != nil {
 		c.nextVersion = restored.Version + 1
 	}
+	if err := c.openTrust(now); err != nil {
+		ln.Close()
+		store.Close()
+		return nil, err
+	}
 	if c.node, err = c.startMembership(); err != nil {
 		ln.Close()
 		store.Close()
 		return nil, err
 	}
 	opts := append(transport.RecoverOptions(c.log, &c.refused), grpc.WaitForHandlers(true))
+	opts = append(opts, c.trustServerOptions()...)
 	c.srv = transport.NewServer(append(opts, cfg.ServerOptions...)...)
 	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
 	c.publish()
@@ -440,6 +454,7 @@ func (c *Cluster) startMembership() (*membership.Node, error) {
 		}
 	}
 	mc.Logger = c.cfg.Log
+	c.gossipTrust(&mc)
 	mc.Meta = membership.Meta{Role: membership.RoleCoordinator, NodeID: "coordinator-" + c.start.ClusterID,
 		Incarnation: c.start.Epoch, Protocol: transport.ProtocolVersion, GRPCAddr: c.cfg.GRPCAdvertise}
 	if mc.Meta.GRPCAddr == "" {

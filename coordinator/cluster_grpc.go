@@ -42,6 +42,9 @@ func (s *coordinatorService) Register(ctx context.Context, req *pb.RegisterReque
 		s.c.refused.Count(err)
 		return nil, status.Errorf(codes.InvalidArgument, "coordinator: register: %v", err)
 	}
+	if err := s.c.checkPeer(ctx, req.GetNodeId(), "", 0); err != nil {
+		return nil, err
+	}
 	reply := make(chan registerReply, 1)
 	if !s.c.post(ctx, evRegister{req: req, reply: reply}) {
 		return nil, errStopping
@@ -74,6 +77,9 @@ func (s *coordinatorService) Control(stream pb.Coordinator_ControlServer) error 
 	if err := transport.CheckHello(h); err != nil {
 		c.refused.Count(err)
 		return status.Errorf(codes.InvalidArgument, "coordinator: %v", err)
+	}
+	if err := c.checkPeer(ctx, h.GetNodeId(), h.GetShardId(), h.GetIncarnation()); err != nil {
+		return err
 	}
 	out := newOutbox()
 	reply := make(chan error, 1)
@@ -224,6 +230,9 @@ func (s *coordinatorService) Results(stream pb.Coordinator_ResultsServer) error 
 	if err := transport.CheckHello(h); err != nil {
 		c.refused.Count(err)
 		return status.Errorf(codes.InvalidArgument, "coordinator: the first Results message must be a valid hello: %v", err)
+	}
+	if err := c.checkPeer(stream.Context(), h.GetNodeId(), h.GetShardId(), h.GetIncarnation()); err != nil {
+		return err
 	}
 	if h.GetEpoch() != c.start.Epoch {
 		c.refused.Add(transport.CodeStaleEpoch)

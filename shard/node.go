@@ -25,6 +25,7 @@ import (
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 	"github.com/strata-llm/strata/transport/pb"
+	"github.com/strata-llm/strata/transport/trust"
 )
 
 // Config configures a shard node: what `shard join` runs.
@@ -78,6 +79,19 @@ type Config struct {
 	MaxBackoff time.Duration
 	// LeaseTick is how often lapsed leases are looked for.
 	LeaseTick time.Duration
+	// Insecure runs plaintext: gRPC without TLS, gossip without the key
+	// (--insecure, for a trusted network). The coordinator must agree.
+	Insecure bool
+	// Token is a join token (strata-<CA fingerprint>.<secret>), needed only
+	// until the node holds a certificate under DataDir/trust: Run then
+	// joins with it (node_trust.go).
+	Token string
+	// JoinAddr is the coordinator's gRPC address the token is presented
+	// to; empty means Coordinator's host with port 7070.
+	JoinAddr string
+	// Issuer, when set, gives the node its certificate directly: a shard
+	// in the coordinator's own process.
+	Issuer Issuer
 	// CalibrationBudget bounds the measuring of the local model's speed
 	// before Register (Calibrate); < 0 skips it (placement then counts
 	// this shard's memory only).
@@ -151,6 +165,16 @@ func (c Config) Validate() error {
 	if _, _, err := splitHostPort("--grpc", c.GRPC); err != nil {
 		return err
 	}
+	if c.Token != "" {
+		if _, err := trust.ParseToken(c.Token); err != nil {
+			return fmt.Errorf("--token: %w", err)
+		}
+	}
+	if c.JoinAddr != "" {
+		if _, _, err := splitHostPort("--coordinator-grpc", c.JoinAddr); err != nil {
+			return err
+		}
+	}
 	if c.Model != "" {
 		st, err := os.Stat(c.Model)
 		if err != nil {
@@ -196,8 +220,13 @@ type Node struct {
 
 	grpcLn    net.Listener
 	grpcAddr  string // advertised stage endpoint
-	grpcSrv   *grpc.Server
+	grpcSrv   *grpc.Server // made once the identity is known (newStageServer)
 	metricsLn net.Listener
+	// id is the node's certificate and the cluster's secrets (nil with
+	// Insecure, and until Run has joined); shardDial and coordDial are the
+	// dial options of links to other shards and to the coordinator.
+	id                   *trust.Identity
+	shardDial, coordDial []grpc.DialOption
 	registry  *prometheus.Registry
 	collector *collector
 	pool      *cpu.Pool
@@ -281,6 +310,10 @@ func New(cfg Config) (*Node, error) {
 		n.name = defaultName(n.nodeID)
 	}
 	n.log = log.With("component", "shard", "node", n.nodeID)
+	if err := n.loadIdentity(); err != nil {
+		n.store.Close()
+		return nil, err
+	}
 	if n.grpcLn, err = transport.Listen(cfg.GRPC); err != nil {
 		n.store.Close()
 		return nil, fmt.Errorf("--grpc: %w", err)
@@ -299,8 +332,9 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("--metrics: %w", err)
 		}
 	}
-	n.grpcSrv = transport.NewServer(transport.RecoverOptions(n.log, &n.refused)...)
-	pb.RegisterStageServer(n.grpcSrv, stageServer{n: n})
+	if n.id != nil || cfg.Insecure {
+		n.newStageServer()
+	}
 	n.registry = prometheus.NewRegistry()
 	n.collector = newCollector(n)
 	n.registry.MustRegister(n.collector)
@@ -399,6 +433,16 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	n.calibration = n.calibrate(ctx)
+	if n.grpcSrv == nil { // not joined yet: Config.Token
+		if err := n.join(ctx); err != nil {
+			n.grpcLn.Close()
+			return err
+		}
+		n.newStageServer()
+	} else if err := n.probeCoordinator(ctx); err != nil {
+		n.grpcLn.Close()
+		return err
+	}
 	ml, err := n.startGossip()
 	if err != nil {
 		n.grpcLn.Close()
@@ -506,6 +550,7 @@ func (n *Node) startGossip() (*membership.Node, error) {
 		Protocol:    transport.ProtocolVersion,
 	}
 	mc.Logger = n.cfg.Logger // membership adds its own component
+	n.gossipTrust(&mc)
 	ml, err := membership.New(mc)
 	if err != nil {
 		return nil, fmt.Errorf("--gossip: %w", err)

@@ -105,7 +105,7 @@ func (n *Node) controlLoop(ctx context.Context, ml *membership.Node, local *pb.M
 				cc.Close()
 			}
 			var err error
-			if cc, err = transport.Dial(coord.Meta.GRPCAddr); err != nil {
+			if cc, err = transport.Dial(coord.Meta.GRPCAddr, n.coordDial...); err != nil {
 				return err
 			}
 			ccAddr, registered = coord.Meta.GRPCAddr, false

@@ -190,6 +190,7 @@ func startCluster(t *testing.T, coord *fakeCoord, layers int, cuts ...int) *clus
 	c := &cluster{t: t, coord: coord, failed: make(chan *pb.BatchFailed, 16)}
 	for range len(bounds) - 1 {
 		cfg := DefaultConfig()
+		cfg.Insecure = true // this test's coordinator is a plaintext fake
 		cfg.Coordinator = ml.Local().Addr
 		cfg.Model = storiesPath
 		cfg.Gossip, cfg.GRPC, cfg.Metrics = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"

@@ -31,7 +31,7 @@ func (n *Node) streamModel(ctx context.Context, a *pb.Assign) (*loadedModel, err
 	if addr == "" {
 		return nil, fmt.Errorf("model %s: no local file with that SHA-256 and no coordinator to stream it from", a.GetModelSha256())
 	}
-	cc, err := transport.Dial(addr)
+	cc, err := transport.Dial(addr, n.coordDial...)
 	if err != nil {
 		return nil, err
 	}

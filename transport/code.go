@@ -43,6 +43,13 @@ const (
 	CodeWrongSender  // a message from a shard the placement does not name for it
 	CodeRegistryFull // a Register beyond the registry's limit
 	CodePanic        // a handler panicked; recovered
+	// CodeUnauthenticated: a call without a verified cluster certificate
+	// where one is required, or a Join whose token is refused.
+	CodeUnauthenticated
+	// CodeWrongIdentity: a message claiming a node ID other than the one
+	// in the sender's certificate, or a stage stream from a peer the
+	// placement does not name as this stage's upstream.
+	CodeWrongIdentity
 	numCodes
 )
 
@@ -54,6 +61,7 @@ var codeNames = [numCodes]string{
 	"bad_header", "hidden_too_large", "bad_chunks", "pipeline_lost",
 	"too_large", "bad_reason", "bad_params", "bad_string", "bad_field",
 	"unknown_batch", "wrong_sender", "registry_full", "panic",
+	"unauthenticated", "wrong_identity",
 }
 
 // Valid reports whether c is one of the Codes.

@@ -1,14 +1,22 @@
 package transport
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-llm/strata/transport/trust"
 )
 
 // ProtocolVersion is the wire protocol this build speaks. It travels in
@@ -44,8 +52,8 @@ const (
 )
 
 // DialOptions returns the client options every strata connection uses:
-// plaintext (inter-node traffic is for a trusted network until mTLS lands),
-// keepalive pings even without active streams, MaxMessageBytes both ways,
+// plaintext unless an option of DialCreds or JoinDialCreds follows (the
+// later credentials option wins), keepalive pings even without active streams, MaxMessageBytes both ways,
 // and a short reconnect backoff.
 func DialOptions() []grpc.DialOption {
 	bo := backoff.DefaultConfig
@@ -113,4 +121,77 @@ func Listen(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
 	}
 	return ln, nil
+}
+
+// ServerCreds returns the option that makes a server speak TLS as id,
+// verifying client certificates against the cluster CA: required when
+// requireClient (a shard's stage endpoint), else only checked when given
+// (the coordinator, whose Join comes before the caller has one; add
+// RequirePeerOptions).
+func ServerCreds(id *trust.Identity, requireClient bool) grpc.ServerOption {
+	return grpc.Creds(credentials.NewTLS(id.ServerTLS(requireClient)))
+}
+
+// DialCreds returns the option that makes a connection mutual TLS as id,
+// the server verified against the cluster CA and, when role is not empty,
+// required to hold a certificate of that role.
+func DialCreds(id *trust.Identity, role string) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(id.ClientTLS(role)))
+}
+
+// JoinDialCreds returns the option a joining shard dials the coordinator
+// with: TLS, the coordinator's CA pinned by the token's fingerprint, no
+// client certificate.
+func JoinDialCreds(fingerprint string) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(trust.JoinClientTLS(fingerprint)))
+}
+
+// PeerIdentity returns the role and node ID of the verified client
+// certificate of the call ctx belongs to; trust.ErrNotPeer when the call
+// came without one (plaintext, or a TLS client that sent none).
+func PeerIdentity(ctx context.Context) (role, id string, err error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return "", "", trust.ErrNotPeer
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return "", "", trust.ErrNotPeer
+	}
+	role, id, ok = trust.IDOf(ti.State.VerifiedChains[0][0])
+	if !ok {
+		return "", "", trust.ErrNotPeer
+	}
+	return role, id, nil
+}
+
+// RequirePeerOptions returns interceptors that refuse, with
+// codes.Unauthenticated and a count on refused (CodeUnauthenticated), every
+// call without a verified cluster certificate, except the full method
+// names in open (the coordinator's Join).
+func RequirePeerOptions(refused *Refusals, open ...string) []grpc.ServerOption {
+	check := func(ctx context.Context, method string) error {
+		if slices.Contains(open, method) {
+			return nil
+		}
+		if _, _, err := PeerIdentity(ctx); err != nil {
+			refused.Add(CodeUnauthenticated)
+			return status.Error(codes.Unauthenticated, "a cluster certificate is required: join with a token first (shard join --token)")
+		}
+		return nil
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := check(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := check(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
 }

@@ -43,6 +43,7 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 	if cfg.Private {
 		cc.LeaveTimeout = 0 // nobody outside this process to tell
 	}
+	cc.Secure = !cfg.Insecure
 	cc.Log = cfg.Log // the cluster adds its component
 	if hist != nil {
 		cc.Log = slog.New(hist.LogHandler(cfg.Log.Handler()))
@@ -54,10 +55,14 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 	b := &backend{c: c}
 	if cfg.LocalShards > 0 {
 		host, _, _ := net.SplitHostPort(cfg.Gossip) // checked by NewCluster
-		b.local, err = newLocalShards(localConfig{
+		lc := localConfig{
 			Shards: cfg.LocalShards, Coordinator: c.GossipAddr(), Host: host, Model: modelPath, SHA256: sha,
 			DataDir: dataDir, Threads: cfg.Threads, KVMemory: cfg.KVMemory, Log: cfg.Log,
-		})
+		}
+		if a := c.Authority(); a != nil {
+			lc.Issuer = a
+		}
+		b.local, err = newLocalShards(lc)
 		if err != nil {
 			b.discard()
 			return nil, err

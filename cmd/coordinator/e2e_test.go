@@ -179,12 +179,32 @@ func startE2EModel(t *testing.T, path string, nShards int) *e2eCluster {
 	return c
 }
 
+// joinArgs waits for the join line a secure coordinator prints at start
+// ("shard join --coordinator … --token T") and returns its flags: the
+// shards of these tests join the way a user is told to.
+func joinArgs(t *testing.T, coord *proc) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for line := range strings.Lines(coord.out.String()) {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "shard" && f[1] == "join" {
+				return f[2:]
+			}
+		}
+		if time.Now().After(deadline) || coord.exited() {
+			t.Fatalf("the coordinator printed no join line within 30s:\n%s", tail(coord.out.String(), 3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (c *e2eCluster) addShard() *proc {
 	c.t.Helper()
 	i := len(c.shards)
 	m := freeAddr(c.t)
-	p := start(c.t, fmt.Sprintf("shard-%d", i), c.shardBin, "join", "--coordinator", c.gossip, "--model", c.model,
-		"--gossip", freeAddr(c.t), "--grpc", freeAddr(c.t), "--metrics", m, "--data-dir", c.t.TempDir(), "--threads", "1")
+	args := append([]string{"join"}, joinArgs(c.t, c.coord)...)
+	p := start(c.t, fmt.Sprintf("shard-%d", i), c.shardBin, append(args, "--model", c.model,
+		"--gossip", freeAddr(c.t), "--grpc", freeAddr(c.t), "--metrics", m, "--data-dir", c.t.TempDir(), "--threads", "1")...)
 	c.shards = append(c.shards, p)
 	c.shardMets = append(c.shardMets, m)
 	return p

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +27,13 @@ func TestE2EWeightStreaming(t *testing.T) {
 		coord = start(t, fmt.Sprintf("coordinator-%d", round), coordBin, "serve", "--model", stories, "--listen", api,
 			"--gossip", gossip, "--grpc", grpcAddr, "--min-shards", "2", "--data-dir", coordData,
 			"--threads", "1", "--kv-memory", "8MiB")
-		with = start(t, fmt.Sprintf("shard-with-file-%d", round), shardBin, "join", "--coordinator", gossip, "--model", stories,
-			"--gossip", withAddrs[0], "--grpc", withAddrs[1], "--data-dir", withData, "--threads", "1")
-		without = start(t, fmt.Sprintf("shard-without-file-%d", round), shardBin, "join", "--coordinator", gossip,
-			"--gossip", withoutAddrs[0], "--grpc", withoutAddrs[1], "--data-dir", withoutData, "--threads", "1")
+		// The token joins at the first round; the second reuses the
+		// certificates under the data dirs.
+		join := append([]string{"join"}, joinArgs(t, coord)...)
+		with = start(t, fmt.Sprintf("shard-with-file-%d", round), shardBin, append(join, "--model", stories,
+			"--gossip", withAddrs[0], "--grpc", withAddrs[1], "--data-dir", withData, "--threads", "1")...)
+		without = start(t, fmt.Sprintf("shard-without-file-%d", round), shardBin, append(slices.Clip(join),
+			"--gossip", withoutAddrs[0], "--grpc", withoutAddrs[1], "--data-dir", withoutData, "--threads", "1")...)
 		waitReady(t, "http://"+api+"/readyz", 60*time.Second)
 		return coord, with, without
 	}

@@ -29,7 +29,10 @@ type localConfig struct {
 	DataDir  string // shard i keeps its node identity in DataDir/local-shard-i
 	Threads  int    // workers of the one pool the shards share
 	KVMemory int64  // bytes of KV cache each shard offers
-	Log      *slog.Logger
+	// Issuer gives each shard its certificate (the cluster's authority);
+	// nil runs them plaintext, like the cluster (--insecure).
+	Issuer shard.Issuer
+	Log    *slog.Logger
 }
 
 // localShards are shard.Nodes run inside the coordinator's process. Each
@@ -58,6 +61,7 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
 		sc.Name = fmt.Sprintf("local-%d", i)
 		sc.Pool, sc.KVMemory = l.pool, cfg.KVMemory
+		sc.Issuer, sc.Insecure = cfg.Issuer, cfg.Issuer == nil
 		// No gossip leave: the shards stop when the coordinator in this
 		// process does, and announcing it to a cluster that is going away
 		// only slows the shutdown. Retries within 1 s: the coordinator is

@@ -194,6 +194,7 @@ func startLossy(t *testing.T, seed uint64) *lossyCluster {
 	lc := &lossyCluster{t: t, c: c, pipe: c.Pipeline(), l: l, lease: cc.Lease, next: 1}
 	for range 2 {
 		sc := shard.DefaultConfig()
+		sc.Insecure = true // the cluster here runs plaintext: these tests are about loss, not trust
 		sc.Coordinator, sc.Model = c.GossipAddr(), stories
 		sc.Gossip, sc.GRPC = "127.0.0.1:0", "127.0.0.1:0"
 		sc.DataDir, sc.Threads = t.TempDir(), 1

@@ -31,6 +31,7 @@ const usage = `usage: coordinator <command> [flags]
 commands:
   serve      run the OpenAI-compatible API over shards in this process and remote ones
   generate   run a prompt through the whole model in this process
+  token      make, list and revoke join tokens (create [--ttl D], list, revoke ID)
 
 Run "coordinator <command> -h" for a command's flags.
 `
@@ -51,6 +52,8 @@ func main() {
 		}
 	case "generate":
 		err = generate(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "token":
+		err = token(os.Args[2:], os.Stdout, os.Stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
 		return

@@ -48,7 +48,12 @@ type serveConfig struct {
 	MaxConns        int
 	IdleTimeout     time.Duration
 	LogEvery        time.Duration
-	Log             *slog.Logger
+	// Insecure runs the cluster plaintext (no TLS, no gossip key, no join
+	// tokens); TokenTTL is the default join token's lifetime (0: none).
+	Insecure bool
+	TokenTTL time.Duration
+	Log      *slog.Logger
+	Stderr   io.Writer // where the join line is printed (nil: os.Stderr)
 	// Ready, when set, receives the listening address once serving.
 	Ready func(addr string)
 }
@@ -85,6 +90,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; with --tls-key)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster plaintext: gRPC without TLS, gossip unencrypted, any process that reaches the ports may join (a trusted network only; shards need --insecure too)")
+	fs.DurationVar(&cfg.TokenTTL, "join-token-ttl", 24*time.Hour, "lifetime of the default join token printed at start (0: no expiry); `coordinator token create` makes more")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long in-flight requests may run before they are failed")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {
@@ -110,6 +117,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		return cfg, errors.New("serve: --body-timeout, --write-timeout and --idle-timeout must be positive")
 	case (cfg.TLSCert == "") != (cfg.TLSKey == ""):
 		return cfg, errors.New("serve: --tls-cert and --tls-key go together")
+	case cfg.TokenTTL < 0:
+		return cfg, fmt.Errorf("serve: --join-token-ttl must be >= 0, got %v", cfg.TokenTTL)
 	}
 	n, err := shard.ParseSize(*kvMem)
 	if err != nil {
@@ -135,6 +144,10 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		level = slog.LevelDebug
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Stderr = stderr
+	if cfg.Insecure {
+		cfg.Log.Warn("WARNING: --insecure: cluster traffic is plaintext and unauthenticated; anyone who reaches the gossip and gRPC ports can join, read the model and inject results")
+	}
 	if set["api-key"] {
 		cfg.Log.Warn("--api-key is visible to anyone who can list this machine's processes; use --api-key-file or $STRATA_API_KEY")
 	}
@@ -261,6 +274,10 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	hist := coordinator.NewHistory(0, 0)
 	be, err := newBackend(cfg, dataDir, modelPath, f, m, ec.Sched.MaxBatchTokens, hist)
 	if err != nil {
+		return err
+	}
+	if err := printJoin(cfg, be.c, stderrOf(cfg)); err != nil {
+		be.discard()
 		return err
 	}
 	ec.Epoch = be.c.Epoch()

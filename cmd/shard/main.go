@@ -1,11 +1,15 @@
 // Command shard runs a strata shard.
 //
-//	shard join --coordinator HOST:PORT [--model FILE.gguf] [--device cpu]
+//	shard join --coordinator HOST:PORT --token T [--coordinator-grpc HOST:PORT]
+//	           [--token-file F] [--insecure] [--model FILE.gguf] [--device cpu]
 //	           [--gossip ADDR] [--grpc ADDR] [--advertise HOST] [--metrics ADDR]
 //	           [--data-dir DIR] [--threads N] [--kv-memory SIZE]
 //
 // joins the cluster whose coordinator gossips at HOST:PORT, serves the layer
-// range the coordinator assigns, and leaves gracefully on SIGTERM.
+// range the coordinator assigns, and leaves gracefully on SIGTERM. The
+// first start presents the join token (--token, --token-file or
+// $STRATA_TOKEN) and keeps the certificate it receives under --data-dir;
+// later starts need no token.
 package main
 
 import (
@@ -17,13 +21,14 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/shard"
 )
 
-const usage = `usage: shard join --coordinator HOST:PORT [flags]
+const usage = `usage: shard join --coordinator HOST:PORT --token T [flags]
 
 Run "shard join -h" for the flags.
 `
@@ -74,6 +79,10 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve /metrics on this address (default: off)")
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node identity and cached weights")
 	fs.IntVar(&cfg.Threads, "threads", 0, "compute threads (0: all CPUs)")
+	fs.StringVar(&cfg.Token, "token", "", "join token (strata-<CA fingerprint>.<secret>) printed by `coordinator serve`; needed at the first start only (visible in ps: prefer --token-file or $STRATA_TOKEN)")
+	tokenFile := fs.String("token-file", "", "read the join token from this file")
+	fs.StringVar(&cfg.JoinAddr, "coordinator-grpc", "", "the coordinator's gRPC address the token is presented to (default: the --coordinator host, port 7070)")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "plaintext: no TLS, no gossip key, no token (a trusted network only; the coordinator must run --insecure too)")
 	kvMem := fs.String("kv-memory", "0", "KV cache memory budget, e.g. 512MiB or 4GiB (0: no budget of the shard's own)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -81,6 +90,19 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("join: unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.Token == "" && *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return cfg, fmt.Errorf("--token-file: %w", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+	}
+	if cfg.Token == "" {
+		cfg.Token = strings.TrimSpace(os.Getenv("STRATA_TOKEN"))
+	}
+	if cfg.Insecure {
+		cfg.Token = ""
 	}
 	if *kvMem != "0" {
 		v, err := shard.ParseSize(*kvMem)
@@ -94,5 +116,8 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 		return cfg, fmt.Errorf("--log-level must be debug, info, warn or error, got %q", *logLevel)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if cfg.Insecure {
+		cfg.Logger.Warn("WARNING: --insecure: cluster traffic is plaintext and unauthenticated (a trusted network only)")
+	}
 	return cfg, cfg.Validate()
 }

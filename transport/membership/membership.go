@@ -50,6 +50,14 @@ type Config struct {
 	// With a Transport, the member's Name must be the one the transport
 	// was created under.
 	Transport memberlist.Transport
+	// SecretKey, when set, encrypts and authenticates every gossip message
+	// (memberlist's keyring; 16, 24 or 32 bytes for AES-128/192/256), and
+	// messages without it are refused both ways. Empty: plaintext.
+	SecretKey []byte
+	// Label is put on every packet and stream (the cluster ID) and checked
+	// on every one received: a member of another cluster, or one without
+	// the label, cannot join. Empty: no label.
+	Label string
 
 	// ProbeInterval is how often a random member is probed.
 	ProbeInterval time.Duration
@@ -111,6 +119,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("membership: GossipInterval must be > 0, got %v", c.GossipInterval)
 	case c.PushPullInterval <= 0:
 		return fmt.Errorf("membership: PushPullInterval must be > 0, got %v", c.PushPullInterval)
+	case len(c.SecretKey) != 0 && len(c.SecretKey) != 16 && len(c.SecretKey) != 24 && len(c.SecretKey) != 32:
+		return fmt.Errorf("membership: SecretKey must be 16, 24 or 32 bytes, got %d", len(c.SecretKey))
+	case len(c.Label) > 255:
+		return fmt.Errorf("membership: Label must be at most 255 bytes, got %d", len(c.Label))
 	}
 	return nil
 }
@@ -230,6 +242,11 @@ func New(cfg Config) (*Node, error) {
 	mc.SuspicionMult = cfg.SuspicionMult
 	mc.GossipInterval, mc.PushPullInterval = cfg.GossipInterval, cfg.PushPullInterval
 	mc.Transport = cfg.Transport
+	if len(cfg.SecretKey) > 0 {
+		mc.SecretKey = slices.Clone(cfg.SecretKey)
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	mc.Label = cfg.Label
 	mc.Delegate = delegate{n}
 	mc.Events = eventDelegate{n}
 	mc.Logger = log.New(logWriter{logger}, "", 0)

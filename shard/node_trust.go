@@ -1,0 +1,211 @@
+package shard
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/membership"
+	"github.com/strata-llm/strata/transport/pb"
+	"github.com/strata-llm/strata/transport/trust"
+)
+
+// TrustDir is where a shard keeps its certificate, key, the CA and the
+// gossip secrets, inside Config.DataDir.
+const TrustDir = "trust"
+
+// DefaultCoordinatorGRPCPort is the port Join dials on the --coordinator
+// host when Config.JoinAddr is empty: `coordinator serve`'s --grpc default.
+const DefaultCoordinatorGRPCPort = "7070"
+
+// joinTimeout bounds the Join call: a coordinator that does not answer a
+// TLS handshake and one call in this time is reported, not waited for.
+const joinTimeout = 15 * time.Second
+
+// Issuer gives an in-process shard its identity directly, without a token:
+// the coordinator's authority (trust.Authority).
+type Issuer interface {
+	ShardIdentity(nodeID string) (*trust.Identity, error)
+}
+
+// ErrInsecureCoordinator: the coordinator answered Join as a plaintext
+// cluster, or did not speak TLS at all.
+var ErrInsecureCoordinator = errors.New("the coordinator runs --insecure (plaintext): start the shard with --insecure too, or the coordinator without it")
+
+// loadIdentity sets the node's identity at New: none with Insecure, the
+// Issuer's, or the one saved under DataDir/trust. Without any, a token
+// must be given: Run joins with it (join).
+func (n *Node) loadIdentity() error {
+	switch {
+	case n.cfg.Insecure:
+		return nil
+	case n.cfg.Issuer != nil:
+		id, err := n.cfg.Issuer.ShardIdentity(n.nodeID)
+		if err != nil {
+			return fmt.Errorf("identity: %w", err)
+		}
+		n.setIdentity(id)
+		return nil
+	}
+	dir := filepath.Join(n.cfg.DataDir, TrustDir)
+	id, err := trust.LoadIdentity(dir)
+	switch {
+	case errors.Is(err, trust.ErrNoIdentity) && n.cfg.Token == "":
+		return fmt.Errorf("this shard has not joined a cluster (no certificate in %s): give --token (printed by `coordinator serve`, or made by `coordinator token create`), or run with --insecure on a trusted network", dir)
+	case errors.Is(err, trust.ErrNoIdentity):
+		return nil // Run joins
+	case err != nil:
+		return fmt.Errorf("identity in %s: %w", dir, err)
+	case id.Role != trust.RoleShard || id.ID != n.nodeID:
+		return fmt.Errorf("identity in %s is %s %s, not this node's (%s): remove the directory and join again", dir, id.Role, id.ID, n.nodeID)
+	}
+	n.setIdentity(id)
+	return nil
+}
+
+func (n *Node) setIdentity(id *trust.Identity) {
+	n.id = id
+	n.shardDial = []grpc.DialOption{transport.DialCreds(id, trust.RoleShard)}
+	n.coordDial = []grpc.DialOption{transport.DialCreds(id, trust.RoleCoordinator)}
+}
+
+// joinAddr is the coordinator's gRPC address Join dials.
+func (n *Node) joinAddr() string {
+	if n.cfg.JoinAddr != "" {
+		return n.cfg.JoinAddr
+	}
+	host, _, _ := net.SplitHostPort(n.cfg.Coordinator) // checked by Validate
+	return net.JoinHostPort(host, DefaultCoordinatorGRPCPort)
+}
+
+// join sends the token's secret and a certificate request to the
+// coordinator over TLS pinned to the token's CA, and saves the identity it
+// gets under DataDir/trust, to be reused at every later start.
+func (n *Node) join(ctx context.Context) error {
+	tok, err := trust.ParseToken(n.cfg.Token)
+	if err != nil {
+		return err
+	}
+	key, csr, err := trust.NewCSR(n.nodeID)
+	if err != nil {
+		return err
+	}
+	addr := n.joinAddr()
+	cc, err := transport.Dial(addr, transport.JoinDialCreds(tok.Fingerprint))
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	jctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	var rep *pb.JoinReply
+	var last error // the last Unavailable, for a timeout's message
+	// Unavailable is retried within the timeout: a coordinator starting
+	// beside this shard may not listen yet.
+	for {
+		rep, err = pb.NewCoordinatorClient(cc).Join(jctx, &pb.JoinRequest{Secret: tok.Secret, NodeId: n.nodeID, Csr: csr})
+		if status.Code(err) != codes.Unavailable || jctx.Err() != nil || handshakeFailed(err) {
+			break
+		}
+		last = err
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-jctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	switch {
+	case err == nil:
+	case status.Code(err) == codes.FailedPrecondition || notTLS(err):
+		return fmt.Errorf("join %s: %w", addr, ErrInsecureCoordinator)
+	case status.Code(err) == codes.DeadlineExceeded && last != nil:
+		return fmt.Errorf("join %s: no answer within %v: %s", addr, joinTimeout, status.Convert(last).Message())
+	default:
+		return fmt.Errorf("join %s: %s", addr, status.Convert(err).Message())
+	}
+	id, err := trust.NewIdentity(rep.GetCertificate(), key, rep.GetCa(), trust.Cluster{ID: rep.GetClusterId(), GossipKey: rep.GetGossipKey()})
+	if err != nil {
+		return fmt.Errorf("join %s: the coordinator's answer: %w", addr, err)
+	}
+	if id.Fingerprint() != tok.Fingerprint || id.ID != n.nodeID || id.Role != trust.RoleShard {
+		return fmt.Errorf("join %s: the certificate received is not for this node under the token's CA", addr)
+	}
+	dir := filepath.Join(n.cfg.DataDir, TrustDir)
+	if err := trust.SaveIdentity(dir, id); err != nil {
+		return err
+	}
+	n.setIdentity(id)
+	n.log.Info("joined the cluster: certificate saved", "dir", dir, "ca_fingerprint", id.Fingerprint())
+	return nil
+}
+
+// handshakeFailed reports a TLS handshake that failed (a coordinator
+// whose CA is not the token's): retrying cannot help.
+func handshakeFailed(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), "handshake failed")
+}
+
+// notTLS reports a handshake with a server that does not speak TLS (a
+// plaintext gRPC server answers the ClientHello with an HTTP/2 frame).
+func notTLS(err error) bool {
+	m := status.Convert(err).Message()
+	return strings.Contains(m, "first record does not look like a TLS handshake") || strings.Contains(m, "tls: record overflow")
+}
+
+// serverOptions are the stage endpoint's TLS options: mutual TLS with the
+// cluster CA (every caller is a member), plaintext with Insecure.
+func (n *Node) serverOptions() []grpc.ServerOption {
+	if n.id == nil {
+		return nil
+	}
+	return []grpc.ServerOption{transport.ServerCreds(n.id, true)}
+}
+
+// gossipTrust encrypts the gossip member's messages with the cluster key
+// and labels them with the cluster ID.
+func (n *Node) gossipTrust(mc *membership.Config) {
+	if n.id == nil {
+		return
+	}
+	mc.SecretKey, mc.Label = n.id.Cluster.GossipKey, n.id.Cluster.ID
+}
+
+// newStageServer makes the stage endpoint's gRPC server, once the node's
+// identity is known (at New, or in Run after join).
+func (n *Node) newStageServer() {
+	n.grpcSrv = transport.NewServer(append(transport.RecoverOptions(n.log, &n.refused), n.serverOptions()...)...)
+	pb.RegisterStageServer(n.grpcSrv, stageServer{n: n})
+}
+
+// probeCoordinator fails fast when a shard with a certificate meets a
+// coordinator whose gRPC port does not speak TLS (it runs --insecure):
+// gossip would only fail, again and again, with nothing to say why. Any
+// other outcome (no answer yet, a handshake) is left to the control loop.
+func (n *Node) probeCoordinator(ctx context.Context) error {
+	if n.id == nil || n.cfg.Issuer != nil {
+		return nil
+	}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 3 * time.Second}, Config: n.id.ClientTLS(trust.RoleCoordinator)}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := d.DialContext(pctx, "tcp", n.joinAddr())
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return fmt.Errorf("coordinator %s: %w", n.joinAddr(), ErrInsecureCoordinator)
+	}
+	return nil
+}
