@@ -227,14 +227,6 @@ func rejectUnsupported(f fields, chatReq bool) *apiError {
 		if raw, ok := f.get("function_call"); ok && string(raw) != `"none"` {
 			return unsupported("function_call", "function_call is not supported (no functions), got %s", show(raw))
 		}
-		if raw, ok := f.get("response_format"); ok {
-			var rf struct {
-				Type string `json:"type"`
-			}
-			if kindOf(raw) != "object" || json.Unmarshal(raw, &rf) != nil || rf.Type != "text" {
-				return unsupported("response_format", `response_format must be {"type": "text"} (structured output is not supported), got %s`, show(raw))
-			}
-		}
 		if raw, ok := f.get("modalities"); ok && string(raw) != `["text"]` {
 			return unsupported("modalities", `modalities must be ["text"], got %s`, show(raw))
 		}
@@ -646,6 +638,9 @@ func (s *Server) parseCommon(f fields, req *genRequest, maxField string) *apiErr
 			return invalid(strings.SplitN(name, "[", 2)[0], "%s must be %s, got %s", name, pe.Limit, pe.Value)
 		}
 		return invalid("", "%v", verr)
+	}
+	if p.Constraint, err = parseResponseFormat(f); err != nil {
+		return err
 	}
 	req.sample = p
 

@@ -95,6 +95,10 @@ type live struct {
 	// why the loop failed it (it ends with FinishFailed and this error).
 	dispatched bool
 	failErr    error
+	// output is a constrained request's generated tokens, which a
+	// recomputed sequence's first row carries when a prefix-cache hit
+	// skips them (sample.Params.Output).
+	output []int32
 }
 
 type rowInfo struct {
@@ -190,6 +194,11 @@ func (e *Engine) Submit(ctx context.Context, p GenParams) (*Stream, error) {
 	// A request that shows no logprobs spares the last stage the sum over
 	// the vocabulary behind the sampled token's (the same token either way).
 	p.Sample.NoLogprob = !p.Logprobs && p.Sample.TopLogprobs == 0
+	// A constrained request's automaton reads its output from here on.
+	p.Sample.OutputStart, p.Sample.Output = 0, nil
+	if len(p.Sample.Constraint) > 0 {
+		p.Sample.OutputStart = len(p.Prompt)
+	}
 	st := newStream(p.ID, e.cfg.StreamLimit)
 	sub := submission{p: p, s: st, reply: make(chan error, 1)}
 	select {
@@ -400,6 +409,9 @@ func (e *Engine) step(now time.Time) {
 			wr := transport.Row{Seq: uint64(r.Seq), Pos: r.Pos, First: r.First, Tokens: r.Tokens, Blocks: blocks, Sample: r.Sample}
 			if r.First && l != nil {
 				p := l.p.Sample
+				if len(p.Constraint) > 0 && r.Pos > l.promptLen {
+					p.Output = l.output[:min(len(l.output), r.Pos-l.promptLen)]
+				}
 				wr.Params = &p
 			}
 			wb.Rows[j] = wr
@@ -437,6 +449,9 @@ func (e *Engine) update(u sched.Update) {
 			delete(l.logprobs, idx)
 		}
 		l.delivered += len(toks)
+		if len(l.p.Sample.Constraint) > 0 {
+			l.output = append(l.output, u.Tokens...)
+		}
 		e.genTok += uint64(len(toks))
 		if !l.s.push(toks) && !u.Done {
 			// The reader fell too far behind: end the request now rather

@@ -123,6 +123,9 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 		embd:       m.Embd,
 		hiddenType: a.GetHiddenType(),
 	}
+	if p.last {
+		p.runner.SetVocab(ModelVocab(lm.sha, lm.file)) // constrained decoding
+	}
 	if t := int64(a.GetMaxBatchTokens()); t > 0 {
 		p.maxHidden = t * int64(m.Embd) * 4
 	}
@@ -472,7 +475,7 @@ func (n *Node) startLink(ctx context.Context, next string) *link {
 // failed upstream, never retried. A second goroutine relays the next
 // stage's BatchFailed replies upstream.
 func (n *Node) runNext(ctx context.Context, l *link, next string) {
-	cc, err := transport.Dial(next, n.shardDial...)
+	cc, err := transport.Dial(next)
 	if err != nil {
 		n.log.Error("dial next stage", "next", next, "err", err)
 		<-ctx.Done()
@@ -564,7 +567,7 @@ func (n *Node) runResults(ctx context.Context, l *link) {
 			if cc != nil {
 				cc.Close()
 			}
-			c, err := transport.Dial(addr, n.coordDial...)
+			c, err := transport.Dial(addr)
 			if err != nil {
 				return err
 			}

@@ -67,7 +67,8 @@ var (
 type seqSampler struct {
 	params   sample.Params
 	history  []int32
-	logprobs bool // the sequence asked for logprobs
+	logprobs bool        // the sequence asked for logprobs
+	con      *constraint // nil unless decoding is constrained (constrain.go)
 }
 
 // Runner runs one pipeline stage: a layer range, its KV table and, on the
@@ -86,6 +87,7 @@ type Runner struct {
 	bs    int
 	// forward is stage.Forward; tests put a blocking fake in front of it.
 	forward func(rows []model.Row, hidden []float32) ([]float32, error)
+	vocab   VocabSource // for constrained sequences (constrain.go); set before use
 
 	// compute serializes Process and guards the fields below it to mu:
 	// the batch buffers and the sampler's scratch.
@@ -277,7 +279,16 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			if row.Params != nil {
 				p = *row.Params
 			}
-			r.states[row.Seq] = &seqSampler{params: p, logprobs: row.Logprobs}
+			st := &seqSampler{params: p, logprobs: row.Logprobs}
+			if len(p.Constraint) > 0 {
+				if st.con, err = r.newConstraint(&p, row.Pos); err != nil {
+					r.table.Tombstone(row.Seq, Failed)
+					err = &RowError{Seq: row.Seq, Code: transport.CodeComputeError, Msg: "constraint: " + err.Error()}
+				}
+			}
+			if err == nil {
+				r.states[row.Seq] = st
+			}
 		}
 		if err != nil {
 			code := transport.CodeBadPosition
@@ -332,11 +343,28 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			r.states[row.Seq] = st
 		}
 		st.history = append(st.history, row.Tokens...)
+		if st.con != nil {
+			if err := st.con.read(row.Pos, row.Tokens); err != nil {
+				// Only tokens sampled under the mask are read, so this is a
+				// broken invariant: end the sequence rather than leave the
+				// grammar.
+				r.table.Tombstone(row.Seq, Failed)
+				res.Dropped = append(res.Dropped, Dropped{Seq: row.Seq, Code: transport.CodeBadToken})
+				if row.Sample {
+					j++
+				}
+				continue
+			}
+		}
 		if !row.Sample {
 			continue
 		}
 		pos := row.Pos + len(row.Tokens)
-		s := r.sampler.Sample(out[j*V:(j+1)*V], &st.params, st.history, pos)
+		logits := out[j*V : (j+1)*V]
+		if st.con != nil {
+			st.con.apply(logits)
+		}
+		s := r.sampler.Sample(logits, &st.params, st.history, pos)
 		res.Samples = append(res.Samples, Sampled{Seq: row.Seq, Result: s, Logprobs: st.logprobs})
 		j++
 	}

@@ -194,6 +194,11 @@ func BatchFromWire(b *Batch, lim BatchLimits) (*MicroBatch, error) {
 			if err != nil {
 				return nil, fmt.Errorf("batch %d: sequence %d: %w", id, seq, err)
 			}
+			// A constrained sequence's output starts inside the context, and
+			// the output it carries precedes the row.
+			if p.OutputStart >= context || len(p.Output) > max(0, pos-p.OutputStart) {
+				return nil, refuse(CodeBadParams, "batch %d: sequence %d: output_start %d and %d output tokens for a first row at %d (context %d)", id, seq, p.OutputStart, len(p.Output), pos, context)
+			}
 			m.Rows[i].Params, m.Rows[i].Logprobs = p, r.GetParams().GetLogprobs() || p.TopLogprobs > 0
 		}
 	}
@@ -263,7 +268,13 @@ func ParamsToWire(p *sample.Params, logprobs bool) (*pb.SampleParams, error) {
 		Seed:              p.Seed,
 		Logprobs:          logprobs,
 		TopLogprobs:       int32(p.TopLogprobs),
+		Constraint:        p.Constraint,
+		Output:            p.Output,
 	}
+	if len(p.Constraint) > sample.MaxConstraint || p.OutputStart < 0 || p.OutputStart > math.MaxInt32 || len(p.Output) > math.MaxInt32 {
+		return nil, refuse(CodeBadParams, "constraint of %d bytes (limit %d), output_start %d or %d output tokens out of range", len(p.Constraint), sample.MaxConstraint, p.OutputStart, len(p.Output))
+	}
+	w.OutputStart = int32(p.OutputStart)
 	if len(p.LogitBias) > 0 {
 		w.LogitBias = make(map[int32]float32, len(p.LogitBias))
 		for k, v := range p.LogitBias {
@@ -297,6 +308,14 @@ func ParamsFromWire(p *pb.SampleParams, vocab int) (*sample.Params, error) {
 	out.Seed = p.GetSeed()
 	out.TopLogprobs = int(p.GetTopLogprobs())
 	out.NoLogprob = !p.GetLogprobs() && out.TopLogprobs == 0
+	if len(p.GetConstraint()) > sample.MaxConstraint {
+		return nil, refuse(CodeBadParams, "constraint of %d bytes, limit %d", len(p.GetConstraint()), sample.MaxConstraint)
+	}
+	if len(p.GetConstraint()) > 0 {
+		out.Constraint = p.GetConstraint()
+	}
+	out.OutputStart = int(p.GetOutputStart())
+	out.Output = p.GetOutput()
 	if len(p.GetLogitBias()) > 0 {
 		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
 		for k, v := range p.GetLogitBias() {

@@ -394,3 +394,19 @@ func (g *Grammar) Match(doc []byte) bool {
 	}
 	return false
 }
+
+// MatchPrefix reports whether doc is the start of some document of the
+// grammar (a whole one included): what output cut at max_tokens is.
+func (g *Grammar) MatchPrefix(doc []byte) bool {
+	var a, z config
+	var scratch []frame
+	a.push([]frame{g.initFrame(g.root)})
+	for _, c := range doc {
+		g.stepConfig(&a, c, &z, &scratch, maxStacks)
+		if z.len() == 0 {
+			return false
+		}
+		a, z = z, a
+	}
+	return true
+}

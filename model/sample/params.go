@@ -11,6 +11,9 @@ const (
 	MaxPenalty     = 2   // |FrequencyPenalty|, |PresencePenalty|
 	MaxBias        = 100 // |LogitBias value|
 	MaxTopLogprobs = 20
+	// MaxConstraint bounds Params.Constraint: a response_format with its
+	// JSON schema, compact.
+	MaxConstraint = 64 << 10
 )
 
 // ParamError is a Params field that Validate rejects. Field is the Go field
@@ -52,6 +55,17 @@ func (p *Params) Validate(vocab int) error {
 		return bad("PresencePenalty", fmt.Sprintf("in [-%d, %d]", MaxPenalty, MaxPenalty), p.PresencePenalty)
 	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
 		return bad("TopLogprobs", fmt.Sprintf("in [0, %d]", MaxTopLogprobs), p.TopLogprobs)
+	case len(p.Constraint) > MaxConstraint:
+		return bad("Constraint", fmt.Sprintf("at most %d bytes", MaxConstraint), len(p.Constraint))
+	case p.OutputStart < 0:
+		return bad("OutputStart", ">= 0", p.OutputStart)
+	case len(p.Output) > 0 && len(p.Constraint) == 0:
+		return bad("Output", "empty without a Constraint", len(p.Output))
+	}
+	for i, id := range p.Output {
+		if id < 0 || int(id) >= vocab {
+			return bad(fmt.Sprintf("Output[%d]", i), fmt.Sprintf("a token ID in [0, %d)", vocab), id)
+		}
 	}
 	// Check bias entries in ID order so the error is deterministic.
 	ids := make([]int32, 0, len(p.LogitBias))

@@ -34,6 +34,24 @@ type Params struct {
 	// then takes no exp at all, and top-k or min-p only over the tokens they
 	// keep. The zero value computes Logprob.
 	NoLogprob bool
+
+	// Constraint is the request's response format (OpenAI's
+	// response_format object, compact JSON, at most MaxConstraint bytes)
+	// when decoding is constrained to it; nil means free text. Sample
+	// ignores it: the last stage compiles it (model/grammar) and masks the
+	// logits before calling Sample, so that every filter, the draw and the
+	// logprobs see the masked logits.
+	Constraint []byte
+	// OutputStart is the position of the request's first generated token
+	// (the original prompt's length): a constrained sequence's automaton
+	// reads the tokens from there on, including those a recomputed
+	// sequence re-reads as prefill.
+	OutputStart int
+	// Output holds a recomputed constrained sequence's generated tokens
+	// that precede its first row (positions [OutputStart, first row's Pos),
+	// skipped by a prefix-cache hit), so that the automaton reads them
+	// although the stage computes nothing for them.
+	Output []int32
 }
 
 // DefaultParams returns greedy sampling with every filter and penalty off.

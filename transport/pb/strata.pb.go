@@ -348,8 +348,16 @@ type SampleParams struct {
 	// logprobs records that the client asked for log-probabilities (the
 	// last stage reports the sampled token's logprob regardless);
 	// top_logprobs is how many alternatives to report with it.
-	Logprobs      bool  `protobuf:"varint,10,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
-	TopLogprobs   int32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	Logprobs    bool  `protobuf:"varint,10,opt,name=logprobs,proto3" json:"logprobs,omitempty"`
+	TopLogprobs int32 `protobuf:"varint,11,opt,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	// constraint is the response_format (compact JSON, at most 64 KiB) the
+	// last stage constrains decoding to; empty means free text.
+	Constraint []byte `protobuf:"bytes,12,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	// output_start is the position of the request's first generated token;
+	// output the generated tokens of a recomputed sequence that precede its
+	// first row (a prefix-cache hit). Both only with constraint.
+	OutputStart   int32   `protobuf:"varint,13,opt,name=output_start,json=outputStart,proto3" json:"output_start,omitempty"`
+	Output        []int32 `protobuf:"varint,14,rep,packed,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +467,27 @@ func (x *SampleParams) GetTopLogprobs() int32 {
 		return x.TopLogprobs
 	}
 	return 0
+}
+
+func (x *SampleParams) GetConstraint() []byte {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
+func (x *SampleParams) GetOutputStart() int32 {
+	if x != nil {
+		return x.OutputStart
+	}
+	return 0
+}
+
+func (x *SampleParams) GetOutput() []int32 {
+	if x != nil {
+		return x.Output
+	}
+	return nil
 }
 
 // Row is one sequence's slice of a micro-batch: a decode row (one token) or
@@ -3249,7 +3278,7 @@ const file_strata_proto_rawDesc = "" +
 	"\x06FAILED\x10\x05\x12\t\n" +
 	"\x05LEASE\x10\x06\x12\t\n" +
 	"\x05EPOCH\x10\a\x12\r\n" +
-	"\tRECONCILE\x10\b\"\xce\x03\n" +
+	"\tRECONCILE\x10\b\"\xa9\x04\n" +
 	"\fSampleParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -3263,7 +3292,12 @@ const file_strata_proto_rawDesc = "" +
 	"\x04seed\x18\t \x01(\x04R\x04seed\x12\x1a\n" +
 	"\blogprobs\x18\n" +
 	" \x01(\bR\blogprobs\x12!\n" +
-	"\ftop_logprobs\x18\v \x01(\x05R\vtopLogprobs\x1a<\n" +
+	"\ftop_logprobs\x18\v \x01(\x05R\vtopLogprobs\x12\x1e\n" +
+	"\n" +
+	"constraint\x18\f \x01(\fR\n" +
+	"constraint\x12!\n" +
+	"\foutput_start\x18\r \x01(\x05R\voutputStart\x12\x16\n" +
+	"\x06output\x18\x0e \x03(\x05R\x06output\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xb8\x01\n" +
