@@ -475,7 +475,7 @@ func (n *Node) startLink(ctx context.Context, next string) *link {
 // failed upstream, never retried. A second goroutine relays the next
 // stage's BatchFailed replies upstream.
 func (n *Node) runNext(ctx context.Context, l *link, next string) {
-	cc, err := transport.Dial(next)
+	cc, err := transport.Dial(next, n.shardDial...)
 	if err != nil {
 		n.log.Error("dial next stage", "next", next, "err", err)
 		<-ctx.Done()
@@ -567,7 +567,7 @@ func (n *Node) runResults(ctx context.Context, l *link) {
 			if cc != nil {
 				cc.Close()
 			}
-			c, err := transport.Dial(addr)
+			c, err := transport.Dial(addr, n.coordDial...)
 			if err != nil {
 				return err
 			}
