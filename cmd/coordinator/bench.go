@@ -100,8 +100,8 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		}
 		bw[th] = v
 	}
-	head := "| model | type | threads | kernels | pp128 tok/s | tg64 tok/s | e2e tok/s | e2e/tg64 | weights GB/s (triad) |"
-	sep := "|---|---|---|---|---|---|---|---|---|"
+	head := "| model | type | threads | kernels | pp128 tok/s | tg64 tok/s | e2e tok/s | e2e/tg64 | weights GB/s (triad) | load RSS / file MB (s) |"
+	sep := "|---|---|---|---|---|---|---|---|---|---|"
 	for _, n := range cfg.Batches {
 		head += fmt.Sprintf(" %d seqs ms/step |", n)
 		sep += "---|"
@@ -133,7 +133,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				if e2e < 0.85*r.TG {
 					ratio += " (gap > 15 %)"
 				}
-				line := fmt.Sprintf("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %.1f (%.1f) |", size, typ.Name, th, r.ISA, r.PP, r.TG, e2e, ratio, r.TGGBps, bw[th])
+				line := fmt.Sprintf("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %.1f (%.1f) | %s |", size, typ.Name, th, r.ISA, r.PP, r.TG, e2e, ratio, r.TGGBps, bw[th], loadCell(r))
 				for _, b := range r.Batched {
 					line += fmt.Sprintf(" %.1f |", b.StepMs)
 				}
@@ -142,6 +142,16 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// loadCell is the load column: the resident memory the load added beside
+// the file's size, their ratio (issue 12's goal is at most 1.1), and the
+// load time.
+func loadCell(r bench.Result) string {
+	if r.LoadRSS <= 0 || r.FileBytes <= 0 {
+		return fmt.Sprintf("? (%.1f)", r.LoadTime.Seconds())
+	}
+	return fmt.Sprintf("%.0f / %.0f = %.2f× (%.1f)", float64(r.LoadRSS)/1e6, float64(r.FileBytes)/1e6, float64(r.LoadRSS)/float64(r.FileBytes), r.LoadTime.Seconds())
 }
 
 // benchGenerate runs `generate` on the model file with a short prompt,

@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/model/gguf"
 )
 
 var _ model.Backend = (*Backend)(nil)
@@ -60,8 +61,12 @@ func NewBackend(pool *Pool) *Backend {
 
 // Prepare repacks w for the panel kernels when this CPU has them for its
 // type, so that the first MatMul need not. The copy lives as long as the
-// Backend; the stored matrix is still read for embeddings (a model whose
-// output matrix is its token embedding).
+// Backend. When w.Data is a view of a file mapping (gguf.Open), its pages
+// are then released (gguf.Release), so that the process keeps one copy of
+// the matrix resident, not two; the stored matrix still reads the same
+// bytes, from the file, where something reads it again (embeddings of a
+// model whose output matrix is its token embedding, another Backend's
+// repacking).
 func (b *Backend) Prepare(w *model.Weight) { b.packedFor(w) }
 
 func (b *Backend) packedFor(w *model.Weight) []byte {
@@ -72,6 +77,7 @@ func (b *Backend) packedFor(w *model.Weight) []byte {
 	if !ok {
 		p = repack(w.Type, w.Rows, w.Cols, w.Data)
 		b.packed[w] = p
+		gguf.Release(w.Data)
 	}
 	return p
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // mapFile maps f's size bytes read-only and returns the mapping and the
-// function that releases it.
+// function that releases it. The mapping is registered for Release until
+// that function runs.
 func mapFile(f *os.File, size int64) ([]byte, func([]byte) error, error) {
 	if size > math.MaxInt {
 		return nil, nil, fmt.Errorf("file of %d bytes is too large to map", size)
@@ -19,5 +20,9 @@ func mapFile(f *os.File, size int64) ([]byte, func([]byte) error, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mmap: %w", err)
 	}
-	return data, syscall.Munmap, nil
+	register(data)
+	return data, func(b []byte) error {
+		unregister(b) // before the range can be mapped again by anything else
+		return syscall.Munmap(b)
+	}, nil
 }

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -75,6 +77,13 @@ type Result struct {
 	TG          float64 // generated tokens per second
 	TGGBps      float64 // WeightBytes*TG: GB/s of weights streamed while generating
 	Batched     []Batched
+	// FileBytes is the model file's size (0 when Run generated it); LoadRSS
+	// is how much the process's resident set (VmRSS) grew from the opened
+	// file to the ready stage (model.Load, the repacking; 0 where
+	// /proc/self/status is unreadable); LoadTime is how long those took.
+	FileBytes int64
+	LoadRSS   int64
+	LoadTime  time.Duration
 }
 
 // Batched is the batched-decode figure for one sequence count.
@@ -109,13 +118,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: generate model: %w", err)
 	}
 	defer f.Close()
+	pool := cpu.NewPool(cfg.Threads)
+	defer pool.Close()
+	runtime.GC()
+	debug.FreeOSMemory() // the generator's garbage out of the baseline
+	rss0 := VmRSS()
+	start := time.Now()
 	m, err := model.Load(f)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: load model: %w", err)
 	}
-	pool := cpu.NewPool(cfg.Threads)
-	defer pool.Close()
 	res := Result{Spec: cfg.Spec, Threads: pool.Workers(), ISA: isas(m)}
+	if cfg.Path != "" {
+		if st, err := os.Stat(cfg.Path); err == nil {
+			res.FileBytes = st.Size()
+		}
+	}
 	res.Params, res.WeightBytes = sizes(m)
 
 	maxSeqs := 1
@@ -131,6 +149,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	st, err := model.NewStage(m, 0, m.Layers, cpu.NewBackend(pool), kv)
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)
+	}
+	res.LoadTime = time.Since(start)
+	if rss0 > 0 {
+		res.LoadRSS = VmRSS() - rss0
 	}
 	tables := make([][]int32, maxSeqs)
 	for s := range tables {

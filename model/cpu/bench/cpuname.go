@@ -51,3 +51,26 @@ func cpuinfo(path string) (name, vendor string) {
 	}
 	return name, vendor
 }
+
+// VmRSS returns this process's resident set in bytes (VmRSS from
+// /proc/self/status), or 0 where that is unreadable.
+func VmRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			fs := strings.Fields(v)
+			if len(fs) == 2 && fs[1] == "kB" {
+				if kb, err := strconv.ParseInt(fs[0], 10, 64); err == nil {
+					return kb << 10
+				}
+			}
+			return 0
+		}
+	}
+	return 0
+}
