@@ -117,9 +117,45 @@ func TestKMix(t *testing.T) {
 	if len(spec.Types) != 13 {
 		t.Errorf("%d overrides, want 13", len(spec.Types))
 	}
-	for _, bad := range []string{"Q8_K", "Q4_K_S", ""} {
+	for _, bad := range []string{"Q8_K", "Q4_K_S", "IQ4_XS_S", ""} {
 		if _, err := ParseKind(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// TestOtherMixes pins Q3_K_M's and IQ4_XS's rules on the 110M shape (12
+// layers: no layer in the first sixteenth, one in the first eighth).
+func TestOtherMixes(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		base      ggml.Type
+		overrides map[string]ggml.Type
+	}{
+		{"Q3_K_M", ggml.Q3_K, map[string]ggml.Type{
+			"output.weight": ggml.Q6_K, "attn_output.weight": ggml.Q4_K,
+			"blk.0.attn_v.weight": ggml.Q5_K, "blk.1.attn_v.weight": ggml.Q5_K, "blk.2.attn_v.weight": ggml.Q4_K,
+			"blk.11.attn_v.weight": ggml.Q4_K, "blk.0.ffn_down.weight": ggml.Q4_K, "blk.11.ffn_down.weight": ggml.Q4_K,
+		}},
+		{"IQ4_XS_M", ggml.IQ4_XS, map[string]ggml.Type{
+			"output.weight": ggml.Q6_K, "blk.0.ffn_down.weight": ggml.Q5_K,
+		}},
+	} {
+		k, err := ParseKind(c.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := k.Mix(Spec110M(ggml.F32))
+		if spec.Type != c.base {
+			t.Errorf("%s: base %v, want %v", c.name, spec.Type, c.base)
+		}
+		for name, want := range c.overrides {
+			if got := spec.Types[name]; got != want {
+				t.Errorf("%s: %s is %v, want %v", c.name, name, got, want)
+			}
+		}
+		if c.name == "IQ4_XS_M" && len(spec.Types) != 2 {
+			t.Errorf("IQ4_XS_M: %d overrides, want 2: %v", len(spec.Types), spec.Types)
 		}
 	}
 }
