@@ -219,18 +219,19 @@ type Node struct {
 	calibration *pb.Calibration // the local model's, set by Run before the control loop starts
 
 	grpcLn    net.Listener
-	grpcAddr  string // advertised stage endpoint
+	grpcAddr  string       // advertised stage endpoint
 	grpcSrv   *grpc.Server // made once the identity is known (newStageServer)
 	metricsLn net.Listener
+	registry  *prometheus.Registry
+	collector *collector
+	pool      *cpu.Pool
+	ownPool   bool
+
 	// id is the node's certificate and the cluster's secrets (nil with
 	// Insecure, and until Run has joined); shardDial and coordDial are the
 	// dial options of links to other shards and to the coordinator.
 	id                   *trust.Identity
 	shardDial, coordDial []grpc.DialOption
-	registry  *prometheus.Registry
-	collector *collector
-	pool      *cpu.Pool
-	ownPool   bool
 
 	counters counters
 	// refused counts the messages this node refused (transport's checks,
