@@ -49,6 +49,9 @@ type ClusterConfig struct {
 	// KVMemory caps each shard's KV pool in bytes (--kv-memory); 0 means
 	// what each shard offers.
 	KVMemory int64
+	// PlacementMix is the load placement balances the stages for, from
+	// the shards' calibrations (--placement-mix); empty means MixBalanced.
+	PlacementMix Mix
 	// Heartbeat is how often shards send heartbeats.
 	Heartbeat time.Duration
 	// Lease is the sequence lease each heartbeat reply renews on a shard.
@@ -123,6 +126,11 @@ func (c ClusterConfig) Validate() error {
 		return fmt.Errorf("coordinator: ClusterConfig.LossConfirm (%v) and PlacementWait (%v) must be > 0", c.LossConfirm, c.PlacementWait)
 	case c.LeaveTimeout < 0:
 		return fmt.Errorf("coordinator: ClusterConfig.LeaveTimeout must be >= 0, got %v", c.LeaveTimeout)
+	}
+	if c.PlacementMix != "" {
+		if _, err := ParseMix(string(c.PlacementMix)); err != nil {
+			return fmt.Errorf("coordinator: ClusterConfig.PlacementMix: %w", err)
+		}
 	}
 	return c.Shape.Validate()
 }
@@ -224,6 +232,7 @@ type shardState struct {
 	unacked  []*pb.Tombstones // ack_id ascending
 	dropped  uint64           // backstop messages dropped past maxUnacked
 	assigned bool             // held a range in some placement (gets spare Assigns)
+	speed    *Speed           // its calibration on the served model; nil: none
 }
 
 func (s *shardState) connected() bool { return s.ctl != nil }
@@ -664,6 +673,7 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		s.lost, s.failed = false, ""
 	}
 	s.rec = rec
+	s.speed = SpeedFromWire(req.GetCalibration(), c.cfg.Shape.SHA256, c.cfg.Shape.Layers)
 	if err := c.store.PutShard(rec); err != nil {
 		c.log.Warn("persist shard", "shard_id", id, "err", err)
 	}

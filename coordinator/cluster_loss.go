@@ -114,10 +114,14 @@ func (c *Cluster) place(now time.Time) {
 				kvm = c.cfg.KVMemory
 			}
 			caps[i] = Capacity{ShardID: s.rec.ShardID, NodeID: s.rec.NodeID, Incarnation: s.rec.Incarnation,
-				Addr: s.rec.GRPCAddr, Memory: int64(s.rec.MemoryBytes), KVMemory: kvm}
+				Addr: s.rec.GRPCAddr, Memory: int64(s.rec.MemoryBytes), KVMemory: kvm, Speed: s.speed}
+		}
+		mix := c.cfg.PlacementMix
+		if mix == "" {
+			mix = MixBalanced
 		}
 		var err error
-		if p, err = Plan(c.cfg.Shape, caps, c.nextVersion, c.start.Epoch); err != nil {
+		if p, err = PlanFor(c.cfg.Shape, caps, mix, c.nextVersion, c.start.Epoch); err != nil {
 			why := fmt.Sprintf("cannot place the model on %d shards: %v", len(cands), err)
 			if c.lastLoss != "" {
 				why = fmt.Sprintf("%s; cannot place the model on the shards left (%d): %v", c.lastLoss, len(cands), err)

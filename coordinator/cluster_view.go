@@ -11,9 +11,11 @@ import (
 type ClusterView struct {
 	ClusterID string `json:"cluster_id"`
 	Epoch     uint64 `json:"epoch"`
-	// Placement is the active placement version (0: none yet).
-	Placement uint64 `json:"placement_version"`
-	Ready     bool   `json:"ready"`
+	// Placement is the active placement version (0: none yet);
+	// PlacementMix the load mix its stage times were predicted for.
+	Placement    uint64 `json:"placement_version"`
+	PlacementMix string `json:"placement_mix,omitempty"`
+	Ready        bool   `json:"ready"`
 	// NotReadyReason and NotReadySince say why and since when no pipeline
 	// is dispatching (zero when Ready).
 	NotReadyReason string    `json:"not_ready_reason,omitempty"`
@@ -77,6 +79,12 @@ type ShardView struct {
 	// BackstopDropped the backstop messages dropped past maxUnacked.
 	TombstonesUnacked int    `json:"tombstones_unacked"`
 	BackstopDropped   uint64 `json:"backstop_dropped"`
+	// Calibration is the shard's measured time per layer on the served
+	// model (nil: none; placement counted its memory only), and
+	// PredictedStageNs the time placement predicted for its stage's batch
+	// of the placement's mix (PlacementMix).
+	Calibration      *Speed `json:"calibration,omitempty"`
+	PredictedStageNs int64  `json:"predicted_stage_ns,omitempty"`
 }
 
 // View returns the latest snapshot, published by the loop after every
@@ -120,7 +128,7 @@ func (c *Cluster) publish() {
 		}
 	}
 	if p := c.active; p != nil {
-		v.Placement, v.KVBlocks, v.BlockSize = p.Version, p.Blocks, p.BlockSize
+		v.Placement, v.KVBlocks, v.BlockSize, v.PlacementMix = p.Version, p.Blocks, p.BlockSize, p.Mix
 	}
 	for _, s := range c.shards {
 		sv := ShardView{
@@ -132,7 +140,9 @@ func (c *Cluster) publish() {
 		if sv.Stage >= 0 {
 			st := c.active.Stages[sv.Stage]
 			sv.First, sv.End, sv.Embed, sv.Head = st.First, st.End, st.Embed, st.Head
+			sv.PredictedStageNs = st.PredictedNs
 		}
+		sv.Calibration = s.speed
 		if hb := s.hb; hb != nil {
 			sv.KVUsed, sv.KVTotal, sv.Sequences = hb.GetKv().GetBlocksUsed(), hb.GetKv().GetBlocksTotal(), hb.GetKv().GetSequences()
 			sv.InvariantOK = hb.GetInvariantOk()

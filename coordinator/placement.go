@@ -23,6 +23,11 @@ type ModelShape struct {
 	Layers int
 	// LayerBytes are each transformer layer's weight bytes (len Layers).
 	LayerBytes []int64
+	// ActiveBytes are the bytes of each layer a token's pass reads (len
+	// Layers, or nil for LayerBytes): a mixture-of-experts layer's expert
+	// tensors count ExpertsUsed/Experts of their bytes. Placement by speed
+	// weighs layers by them.
+	ActiveBytes []int64
 	// EmbedBytes are the token embedding's bytes (stage 0); HeadBytes the
 	// final norm's and output head's (the last stage; the embedding again
 	// when the head is tied to it).
@@ -65,7 +70,7 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 		return ModelShape{}, fmt.Errorf("coordinator: KV type must be f16 or f32, got %v", kvType)
 	}
 	s := ModelShape{
-		SHA256: sha, Layers: m.Layers, LayerBytes: make([]int64, m.Layers),
+		SHA256: sha, Layers: m.Layers, LayerBytes: make([]int64, m.Layers), ActiveBytes: make([]int64, m.Layers),
 		KVBytesPerBlockLayer: 2 * int64(blockSize) * int64(m.HeadsKV*m.HeadDim) * int64(kvType.TypeSize()),
 		BlockSize:            blockSize, HiddenDim: m.Embd, MaxBatchTokens: maxBatchTokens, Vocab: m.Vocab,
 	}
@@ -80,6 +85,11 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 			var i int
 			if _, err := fmt.Sscanf(t.Name, "blk.%d.", &i); err == nil && i >= 0 && i < m.Layers {
 				s.LayerBytes[i] += n
+				if strings.Contains(t.Name, "_exps.") && m.Experts > 0 {
+					s.ActiveBytes[i] += n * int64(m.ExpertsUsed) / int64(m.Experts)
+				} else {
+					s.ActiveBytes[i] += n
+				}
 			}
 		case strings.HasPrefix(t.Name, "token_embd"):
 			s.EmbedBytes += n
@@ -100,6 +110,8 @@ func (s ModelShape) Validate() error {
 		return fmt.Errorf("coordinator: ModelShape.Layers must be >= 1, got %d", s.Layers)
 	case len(s.LayerBytes) != s.Layers:
 		return fmt.Errorf("coordinator: ModelShape.LayerBytes has %d entries for %d layers", len(s.LayerBytes), s.Layers)
+	case s.ActiveBytes != nil && len(s.ActiveBytes) != s.Layers:
+		return fmt.Errorf("coordinator: ModelShape.ActiveBytes has %d entries for %d layers", len(s.ActiveBytes), s.Layers)
 	case s.KVBytesPerBlockLayer < 1:
 		return fmt.Errorf("coordinator: ModelShape.KVBytesPerBlockLayer must be >= 1, got %d", s.KVBytesPerBlockLayer)
 	case s.BlockSize < 1:
@@ -121,6 +133,10 @@ type Stage struct {
 	// Blocks is the KV blocks this stage could hold; the pool is the
 	// smallest.
 	Blocks int `json:"blocks"`
+	// PredictedNs is the time the stage was predicted to take for one
+	// batch of the placement's Mix, from its shard's calibration; 0
+	// without one.
+	PredictedNs int64 `json:"predicted_ns,omitempty"`
 }
 
 // Placement is one version of which shard holds which layer range.
@@ -131,6 +147,8 @@ type Placement struct {
 	Stages    []Stage `json:"stages"`
 	Blocks    int     `json:"blocks"` // the KV pool: the smallest stage's capacity
 	BlockSize int     `json:"block_size"`
+	// Mix is the load mix the stages' PredictedNs are for (PlanFor).
+	Mix string `json:"mix,omitempty"`
 }
 
 // Assign returns stage i's Assign message.
@@ -175,6 +193,9 @@ type Capacity struct {
 	Memory int64
 	// KVMemory caps its KV pool in bytes; 0 means what fits after weights.
 	KVMemory int64
+	// Speed is the shard's calibration on the served model; nil: none
+	// (PlanFor then places by memory).
+	Speed *Speed
 }
 
 // ErrNoFit is wrapped by Plan when the shards cannot hold the model.
@@ -239,24 +260,10 @@ func Plan(shape ModelShape, shards []Capacity, version, epoch uint64) (*Placemen
 		st := Stage{ShardID: s.ShardID, NodeID: s.NodeID, Incarnation: s.Incarnation, Addr: s.Addr,
 			First: first, End: first + sizes[i], Embed: i == 0, Head: i == n-1}
 		first = st.End
-		var weights int64
-		for l := st.First; l < st.End; l++ {
-			weights += shape.LayerBytes[l]
+		var err error
+		if st.Blocks, err = stageBlocks(shape, s, st); err != nil {
+			return nil, err
 		}
-		if st.Embed {
-			weights += shape.EmbedBytes
-		}
-		if st.Head {
-			weights += shape.HeadBytes
-		}
-		free := s.Memory - weights
-		if free <= 0 {
-			return nil, fmt.Errorf("%w: shard %s: layers %d-%d need %d bytes of weights, memory is %d", ErrNoFit, s.ShardID, st.First, st.End, weights, s.Memory)
-		}
-		if s.KVMemory > 0 {
-			free = min(free, s.KVMemory)
-		}
-		st.Blocks = int(free / (int64(st.End-st.First) * shape.KVBytesPerBlockLayer))
 		if p.Blocks < 0 || st.Blocks < p.Blocks {
 			p.Blocks = st.Blocks
 		}

@@ -40,6 +40,7 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 	cc := coordinator.DefaultClusterConfig()
 	cc.GossipAddr, cc.GRPCAddr, cc.DataDir = cfg.Gossip, cfg.GRPC, dataDir
 	cc.MinShards, cc.ModelPath, cc.Shape, cc.KVMemory = cfg.MinShards, modelPath, shape, cfg.KVMemory
+	cc.PlacementMix = cfg.PlacementMix
 	if cfg.Private {
 		cc.LeaveTimeout = 0 // nobody outside this process to tell
 	}

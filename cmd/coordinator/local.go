@@ -53,6 +53,7 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		return nil, fmt.Errorf("local shards: coordinator gossip address %q: %w", cfg.Coordinator, err)
 	}
 	l := &localShards{pool: cpu.NewPool(cfg.Threads)}
+	cal := &shard.SharedCalibration{} // one pool: one measurement for all
 	for i := range cfg.Shards {
 		sc := shard.DefaultConfig()
 		sc.Coordinator, sc.Model, sc.ModelSHA256 = cfg.Coordinator, cfg.Model, cfg.SHA256
@@ -60,7 +61,7 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		sc.Advertise = advertise
 		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
 		sc.Name = fmt.Sprintf("local-%d", i)
-		sc.Pool, sc.KVMemory = l.pool, cfg.KVMemory
+		sc.Pool, sc.KVMemory, sc.SharedCalibration = l.pool, cfg.KVMemory, cal
 		sc.Issuer, sc.Insecure = cfg.Issuer, cfg.Issuer == nil
 		// No gossip leave: the shards stop when the coordinator in this
 		// process does, and announcing it to a cluster that is going away

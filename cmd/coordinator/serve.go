@@ -42,6 +42,10 @@ type serveConfig struct {
 	Engine      coordinator.EngineConfig
 	Server      coordinator.ServerConfig
 	Grace       time.Duration // drain time after SIGTERM
+
+	// PlacementMix is the load placement balances stages for.
+	PlacementMix coordinator.Mix
+
 	// HTTP: TLS on the API when both are set; the most connections served
 	// at once (0: no limit); how long a keep-alive connection may idle.
 	TLSCert, TLSKey string
@@ -77,6 +81,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&cfg.Threads, "threads", runtime.NumCPU(), "worker threads shared by the local shards")
 	kvMem := fs.String("kv-memory", "512MiB", "KV cache memory per shard (e.g. 512MiB, 4GiB)")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
+	placementMix := fs.String("placement-mix", "balanced", "load placement balances the stages for, from each shard's measured speed: decode, prefill or balanced")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "longest prompt + output in tokens (default: the model's context)")
 	fs.DurationVar(&cfg.Server.RequestTimeout, "request-timeout", 10*time.Minute, "deadline of a request from its arrival (0: none)")
 	fs.DurationVar(&cfg.Engine.Sched.QueueTimeout, "queue-timeout", cfg.Engine.Sched.QueueTimeout, "longest wait for admission (0: none)")
@@ -125,6 +130,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
 	}
 	cfg.KVMemory = n
+	if cfg.PlacementMix, err = coordinator.ParseMix(*placementMix); err != nil {
+		return cfg, fmt.Errorf("serve: %w", err)
+	}
 	switch *kvType {
 	case "f16":
 		cfg.KVType = ggml.F16
