@@ -56,6 +56,9 @@ type serveConfig struct {
 	// tokens); TokenTTL is the default join token's lifetime (0: none).
 	Insecure bool
 	TokenTTL time.Duration
+	// TokenOut, when set, is a file the default join token is also written
+	// to (0600): a volume shared with shards that read it (--token-file).
+	TokenOut string
 	Log      *slog.Logger
 	Stderr   io.Writer // where the join line is printed (nil: os.Stderr)
 	// Ready, when set, receives the listening address once serving.
@@ -97,6 +100,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "the private key of --tls-cert (PEM)")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "run the cluster plaintext: gRPC without TLS, gossip unencrypted, any process that reaches the ports may join (a trusted network only; shards need --insecure too)")
 	fs.DurationVar(&cfg.TokenTTL, "join-token-ttl", 24*time.Hour, "lifetime of the default join token printed at start (0: no expiry); `coordinator token create` makes more")
+	fs.StringVar(&cfg.TokenOut, "join-token-out", "", "also write the default join token to this file (0600), for shards that share it (shard join --token-file)")
 	fs.DurationVar(&cfg.Grace, "grace", cfg.Grace, "on SIGTERM, how long in-flight requests may run before they are failed")
 	verbose := fs.Bool("v", false, "debug logging")
 	if err := fs.Parse(args); err != nil {

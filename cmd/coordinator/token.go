@@ -35,6 +35,11 @@ func printJoin(cfg serveConfig, c *coordinator.Cluster, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("serve: default join token: %w", err)
 	}
+	if cfg.TokenOut != "" {
+		if err := writeSecret(cfg.TokenOut, tok.String()+"\n"); err != nil {
+			return fmt.Errorf("serve: --join-token-out: %w", err)
+		}
+	}
 	ghost, gport, _ := net.SplitHostPort(c.GossipAddr())
 	_, rport, _ := net.SplitHostPort(c.GRPCAddr())
 	line := "shard join --coordinator " + net.JoinHostPort(ghost, gport)
@@ -51,6 +56,24 @@ func printJoin(cfg serveConfig, c *coordinator.Cluster, w io.Writer) error {
 	fmt.Fprintf(w, "\nTo add a shard (%s; the token is also in %s; more: coordinator token create):\n\n  %s --token %s\n\n",
 		ttl, filepath.Join(a.Dir, trust.DefaultTokenFile), line, tok)
 	return nil
+}
+
+// writeSecret writes s to path, 0600, through a temporary file and a
+// rename so that a reader never sees half of it.
+func writeSecret(path, s string) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".token-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after the rename: a no-op
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 const tokenUsage = `usage: coordinator token <create|list|revoke> [flags]

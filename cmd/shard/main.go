@@ -21,8 +21,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/shard"
@@ -91,12 +93,12 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("join: unexpected argument %q", fs.Arg(0))
 	}
-	if cfg.Token == "" && *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
+	if cfg.Token == "" && *tokenFile != "" && !joined(cfg.DataDir) {
+		tok, err := readTokenFile(*tokenFile, tokenFileWait)
 		if err != nil {
 			return cfg, fmt.Errorf("--token-file: %w", err)
 		}
-		cfg.Token = strings.TrimSpace(string(b))
+		cfg.Token = tok
 	}
 	if cfg.Token == "" {
 		cfg.Token = strings.TrimSpace(os.Getenv("STRATA_TOKEN"))
@@ -120,4 +122,32 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 		cfg.Logger.Warn("WARNING: --insecure: cluster traffic is plaintext and unauthenticated (a trusted network only)")
 	}
 	return cfg, cfg.Validate()
+}
+
+// tokenFileWait is how long a --token-file that does not exist yet is
+// waited for: a coordinator started beside the shard (compose) writes it
+// once it has made its CA.
+const tokenFileWait = time.Minute
+
+// joined reports whether dataDir already holds the node's certificate: the
+// token is then not needed (nor waited for).
+func joined(dataDir string) bool {
+	_, err := os.Stat(filepath.Join(dataDir, shard.TrustDir, "node.pem"))
+	return err == nil
+}
+
+// readTokenFile reads a join token file, waiting up to wait for it to
+// appear.
+func readTokenFile(path string, wait time.Duration) (string, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			return strings.TrimSpace(string(b)), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+			return "", err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }

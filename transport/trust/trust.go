@@ -367,6 +367,7 @@ func writeFile(dir, name string, b []byte) error {
 		f.Close()
 		return fmt.Errorf("trust: %w", err)
 	}
+	matchOwner(f.Name(), dir)
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return fmt.Errorf("trust: write %s: %w", name, err)
