@@ -332,11 +332,26 @@ func TestClusterShardLossReplaces(t *testing.T) {
 	}
 }
 
+// connected reports whether v shows node's control stream up.
+func connected(v ClusterView, node string) bool {
+	for _, s := range v.Shards {
+		if s.NodeID == node {
+			return s.Connected
+		}
+	}
+	return false
+}
+
 func TestClusterMinShardsAndSpare(t *testing.T) {
 	c := startCluster(t, t.TempDir(), 2, nil)
 	a := newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20)
 	a.join()
-	time.Sleep(300 * time.Millisecond)
+	// The view is published after the loop has handled an event and
+	// reconciled: once it shows a's stream, placement has been decided.
+	waitUntil(t, "node-a connected", func() bool { return connected(c.View(), "node-a") })
+	if v := c.View(); v.Placement != 0 {
+		t.Fatalf("placement %d below --min-shards", v.Placement)
+	}
 	if as, _, _, _ := a.snapshot(); len(as) != 0 {
 		t.Fatalf("assigned below --min-shards: %v", as)
 	}
@@ -354,8 +369,11 @@ func TestClusterMinShardsAndSpare(t *testing.T) {
 	// A third shard joining a healthy pipeline is a spare.
 	s := newFakeShard(t, c.GRPCAddr(), "node-s", 3, 1<<20)
 	s.join()
-	waitUntil(t, "the spare in the view", func() bool { return len(c.View().Shards) == 3 })
-	time.Sleep(200 * time.Millisecond)
+	version := c.View().Placement
+	waitUntil(t, "the spare connected", func() bool { return connected(c.View(), "node-s") })
+	if v := c.View(); v.Placement != version {
+		t.Fatalf("a spare's arrival re-placed: placement %d -> %d", version, v.Placement)
+	}
 	if as, _, _, _ := s.snapshot(); len(as) != 0 {
 		t.Fatalf("spare assigned: %v", as)
 	}

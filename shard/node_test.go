@@ -30,6 +30,9 @@ type fakeCoord struct {
 	leaseMs     int64
 	heartbeatMs int64
 	reply       atomic.Bool // answer heartbeats (renewing leases)
+	// lastBeat is when the latest heartbeat arrived and the sequences it
+	// listed live.
+	lastBeat atomic.Pointer[beat]
 
 	mu      sync.Mutex
 	assigns map[string]*pb.Assign // by node ID
@@ -38,6 +41,12 @@ type fakeCoord struct {
 
 	acks    chan uint64
 	results chan *pb.BatchResult
+}
+
+// beat is a heartbeat as the fake coordinator saw it.
+type beat struct {
+	at   time.Time
+	live []uint64
 }
 
 func newFakeCoord(epoch uint64) *fakeCoord {
@@ -107,6 +116,9 @@ func (c *fakeCoord) Control(s pb.Coordinator_ControlServer) error {
 				return err
 			}
 		case m := <-in:
+			if hb := m.GetHeartbeat(); hb != nil {
+				c.lastBeat.Store(&beat{at: time.Now(), live: hb.GetLiveSeqs()})
+			}
 			switch {
 			case m.GetHeartbeat() != nil && c.reply.Load():
 				if err := s.Send(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{Epoch: c.epoch.Load(), LeaseMs: c.leaseMs}}}); err != nil {
@@ -465,8 +477,20 @@ func TestNodeLeaseExpiry(t *testing.T) {
 	c := startCluster(t, coord, m.Layers)
 	n := c.nodes[0]
 	c.greedy(100, 1, 1, 1)
-	// While heartbeat replies renew it, the sequence outlives its lease.
-	time.Sleep(1500 * time.Millisecond)
+	created := time.Now() // after the create
+	// While heartbeat replies renew it, the sequence outlives its lease: a
+	// heartbeat sent 1.5 leases after the create still lists it.
+	lease := time.Duration(coord.leaseMs) * time.Millisecond
+	waitFor(t, 30*time.Second, "a heartbeat 1.5 leases after the create", func() bool {
+		b := coord.lastBeat.Load()
+		if b == nil || b.at.Sub(created) < lease*3/2 {
+			return false
+		}
+		if !slices.Contains(b.live, 1) {
+			t.Fatalf("heartbeat %v after the create lists %v: the sequence lapsed while replies renewed its lease", b.at.Sub(created), b.live)
+		}
+		return true
+	})
 	if v := metric(t, n, labelled(n, "strata_kv_sequences", "")); v != 1 {
 		t.Fatalf("sequences %v while leases are renewed, want 1", v)
 	}

@@ -12,13 +12,15 @@ import (
 
 // mixedView is the part of GET /v1/cluster the mixed test reads.
 type mixedView struct {
-	Ready  bool `json:"ready"`
-	Shards []struct {
-		ShardID string `json:"shard_id"`
-		NodeID  string `json:"node_id"`
-		Stage   int    `json:"stage"`
-		State   string `json:"state"`
-		Local   bool   `json:"local"`
+	Ready     bool   `json:"ready"`
+	Placement uint64 `json:"placement_version"`
+	Shards    []struct {
+		ShardID   string `json:"shard_id"`
+		NodeID    string `json:"node_id"`
+		Stage     int    `json:"stage"`
+		State     string `json:"state"`
+		Local     bool   `json:"local"`
+		Connected bool   `json:"connected"`
 	} `json:"shards"`
 }
 
@@ -77,19 +79,25 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 		"--local-shards", "1", "--min-shards", "2", "--data-dir", c.dataDir, "--threads", "1", "--kv-memory", "8MiB", "--grace", "1s"}
 	c.coord = start(t, "coordinator", coordBin, serveArgs...)
 
-	// The local shard registers, but the pipeline waits for the remote one.
+	// The local shard registers and opens its control stream, but the
+	// pipeline waits for the remote one. The view is published after the
+	// cluster's loop has handled an event and tried to place: once it shows
+	// the stream up, a 1-stage pipeline would have been placed, were it
+	// wrong to.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		v, err := readMixedView(c.api)
-		if err == nil && len(v.Shards) == 1 && v.Shards[0].Local {
+		if err == nil && len(v.Shards) == 1 && v.Shards[0].Local && v.Shards[0].Connected {
+			if v.Placement != 0 {
+				t.Fatalf("placed with 1 of --min-shards 2 joined: %+v", v)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the local shard did not register within 30s: %+v, %v", v, err)
+			t.Fatalf("the local shard did not register and connect within 30s: %+v, %v", v, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // time enough to form a 1-stage pipeline, were it wrong to
 	resp, err := http.Get("http://" + c.api + "/readyz")
 	if err != nil {
 		t.Fatal(err)
