@@ -59,15 +59,17 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// Q4_K and Q6_K have AVX2 panel kernels as well (Q8_0 and Q4_0 have AVX2
+// Q4_K, Q5_K and Q6_K have AVX2 panel kernels as well (Q8_0 and Q4_0 have AVX2
 // tile kernels on the stored rows instead).
 func archPanels(t ggml.Type) *panelSet {
-	if (t == ggml.Q4_K || t == ggml.Q6_K) && (!haveVNNI || avx2Only) {
+	if (t == ggml.Q4_K || t == ggml.Q5_K || t == ggml.Q6_K) && (!haveVNNI || avx2Only) {
 		switch {
 		case !haveF16C:
 			return nil
 		case t == ggml.Q4_K:
 			return &q4KPanelsAVX2
+		case t == ggml.Q5_K:
+			return &q5KPanelsAVX2
 		default:
 			return &q6KPanelsAVX2
 		}
@@ -148,6 +150,10 @@ var q6KPanels = panelSet{name: "q6KVNNI", k: [maxPanelC]panelFunc{
 
 var q4KPanelsAVX2 = panelSet{name: "q4KAVX2", k: [maxPanelC]panelFunc{
 	q4KPanelAVX2_1, q4KPanelAVX2_2, q4KPanelAVX2_3, q4KPanelAVX2_4, q4KPanelAVX2_5, q4KPanelAVX2_6, q4KPanelAVX2_7, q4KPanelAVX2_8,
+}}
+
+var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", k: [maxPanelC]panelFunc{
+	q5KPanelAVX2_1, q5KPanelAVX2_2, q5KPanelAVX2_3, q5KPanelAVX2_4, q5KPanelAVX2_5, q5KPanelAVX2_6, q5KPanelAVX2_7, q5KPanelAVX2_8,
 }}
 
 var q6KPanelsAVX2 = panelSet{name: "q6KAVX2", k: [maxPanelC]panelFunc{

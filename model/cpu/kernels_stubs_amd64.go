@@ -679,6 +679,11 @@ func q3KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q5KPanelAVX2_1 computes a 16-row panel of Q5_K weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_1 computes a 16-row panel of IQ4_XS weights against 1 activation rows.
 //
 //go:noescape
@@ -708,6 +713,11 @@ func q3KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVX2_2 computes a 16-row panel of Q5_K weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows.
 //
@@ -739,6 +749,11 @@ func q3KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q5KPanelAVX2_3 computes a 16-row panel of Q5_K weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows.
 //
 //go:noescape
@@ -768,6 +783,11 @@ func q3KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVX2_4 computes a 16-row panel of Q5_K weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows.
 //
@@ -799,6 +819,11 @@ func q3KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q5KPanelAVX2_5 computes a 16-row panel of Q5_K weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows.
 //
 //go:noescape
@@ -828,6 +853,11 @@ func q3KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVX2_6 computes a 16-row panel of Q5_K weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows.
 //
@@ -859,6 +889,11 @@ func q3KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q5KPanelAVX2_7 computes a 16-row panel of Q5_K weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // iq4XSPanel_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows.
 //
 //go:noescape
@@ -888,6 +923,11 @@ func q3KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVX2_8 computes a 16-row panel of Q5_K weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q5KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // iq4XSPanel_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows.
 //

@@ -814,9 +814,49 @@ func storePanelAVX2(C int, acc Mem) {
 	}
 }
 
-// q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2.
-func q4KPanelAVX2(C int) {
-	nb, wp, px, acc, dm := panelHeadAVX2("q4KPanelAVX2", "Q4_K", C)
+// q5KBitsAVX2 is the AVX2 Q5_K kernels' constants, made by the first: a
+// VPSHUFB control that gives byte b of a broadcast dword the dword's byte
+// b/8 ([0:32)), the bits 1<<(b%8) ([32:64)) and 0x10 in every byte
+// ([64:96)). With them a 32-bit mask (bit b for byte b, one half's eight
+// rows of a Q5_K mask) becomes 0x10 in the bytes whose bit is set.
+var q5KBitsAVX2 *Mem
+
+func q5KBits() Mem {
+	if q5KBitsAVX2 == nil {
+		m := GLOBL("q5KBitsAVX2", RODATA|NOPTR)
+		for b := range 96 { // in order: the assembler takes no other
+			switch {
+			case b < 32:
+				DATA(b, U8(uint8(b/8)))
+			case b < 64:
+				DATA(b, U8(uint8(1)<<(b%8)))
+			default:
+				DATA(b, U8(0x10))
+			}
+		}
+		q5KBitsAVX2 = &m
+	}
+	return *q5KBitsAVX2
+}
+
+// q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2; with
+// five, q5KPanelAVX2_C for Q5_K: each nibble vector gets 0x10 ORed into
+// the bytes its half of the mask selects (q5KBits). A Q5_K quant times an
+// activation quant, paired by VPMADDUBSW, is at most 2*31*128 in magnitude,
+// so only four of them (not eight, as Q4_K's) are summed in int16; the
+// first four vectors' sums, widened by VPMADDWD with the scale, wait on
+// the stack for the last four's.
+func q4KPanelAVX2(C int, five bool) {
+	name, what, size := "q4KPanelAVX2", "Q4_K", q4KPanelBytes
+	if five {
+		name, what, size = "q5KPanelAVX2", "Q5_K", q5KPanelBytes
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
+	var part, bits Mem
+	if five {
+		part = AllocLocal(32 * C)
+		bits = q5KBits()
+	}
 	c0f := bcastConstY(0x0f0f0f0f)
 	Label("loop")
 	TESTQ(nb, nb)
@@ -829,6 +869,12 @@ func q4KPanelAVX2(C int) {
 			t := YMM()
 			VPSLLD(Imm(16), sc, t)
 			VPOR(t, sc, sc)
+			var h2 reg.GPVirtual // hr/2: a mask's half is 4 bytes on
+			if five {
+				h2 = GP64()
+				MOVQ(hr, h2)
+				SHRQ(Imm(1), h2)
+			}
 			sum := make([]reg.VecVirtual, C)
 			for j := range 8 {
 				w := YMM()
@@ -840,19 +886,37 @@ func q4KPanelAVX2(C int) {
 					VPSRLW(Imm(4), w, w)
 					VPAND(c0f, w, w)
 				}
+				if five {
+					hb := YMM()
+					VPBROADCASTD(at(Mem{Base: wp, Disp: q4KPanelBytes + 64*s + 8*j}, h2, 1), hb)
+					VPSHUFB(bits, hb, hb)
+					VPAND(bits.Offset(32), hb, hb)
+					VPCMPEQB(bits.Offset(32), hb, hb)
+					VPAND(bits.Offset(64), hb, hb)
+					VPOR(hb, w, w)
+				}
 				for c := range C {
 					xb := YMM()
 					VPBROADCASTD(px.m(c, xKQuants+32*s+4*j), xb)
 					VPMADDUBSW(xb, w, xb)
-					if j == 0 {
+					if j == 0 || (five && j == 4) {
 						sum[c] = xb
 					} else {
 						VPADDW(xb, sum[c], sum[c])
 					}
 				}
+				if five && j == 3 {
+					for c := range C {
+						VPMADDWD(sc, sum[c], sum[c])
+						VMOVDQU(sum[c], part.Offset(32*c))
+					}
+				}
 			}
 			for c := range C {
 				VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
+				if five {
+					VPADDD(part.Offset(32*c), sum[c], sum[c])
+				}
 				VCVTDQ2PS(sum[c], sum[c])
 				fmaAcc(sum[c], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 			}
@@ -885,7 +949,7 @@ func q4KPanelAVX2(C int) {
 			fmaAcc(mins, dmin, acc.Offset(64*c+32*h), true)
 		}
 	}
-	ADDQ(U32(q4KPanelBytes), wp)
+	ADDQ(U32(uint32(size)), wp)
 	px.advance(xKBlock)
 	DECQ(nb)
 	JMP(LabelRef("loop"))

@@ -115,7 +115,7 @@ func main() {
 	}
 	quantQ8KX()
 	for C := 1; C <= maxPanelC; C++ {
-		q4KPanelAVX2(C)
+		q4KPanelAVX2(C, false)
 		q6KPanelAVX2(C)
 	}
 	for C := 1; C <= maxPanelC; C++ {
@@ -126,6 +126,7 @@ func main() {
 		q23KPanel(C, false)
 		q23KPanel(C, true)
 		q50Panel(C, true)
+		q4KPanelAVX2(C, true)
 		iq4XSPanel(C)
 		panelKernel("iq4NLPanel", "IQ4_NL", C, true, true)
 	}
