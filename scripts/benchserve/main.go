@@ -45,6 +45,7 @@ type config struct {
 	threads     int
 	churn       bool
 	serverLog   string
+	serveFlags  []string // extra flags of coordinator serve (--insecure)
 }
 
 func main() {
@@ -69,6 +70,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.perStream, "requests-per-stream", 6, "requests each stream sends per case")
 	fs.IntVar(&cfg.threads, "threads", 2, "--threads of the coordinator (llama.cpp's figures used 2)")
 	fs.BoolVar(&cfg.churn, "churn", true, "also run the abort churn case (8 streams, 25% disconnect after 16 tokens)")
+	fs.Func("serve-flag", "an extra flag for coordinator serve, repeatable (e.g. --serve-flag=--insecure)", func(v string) error {
+		cfg.serveFlags = append(cfg.serveFlags, v)
+		return nil
+	})
 	fs.StringVar(&cfg.serverLog, "server-log", "", "append the coordinator's output to this file (default: discard)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -113,8 +118,8 @@ func benchShards(ctx context.Context, cfg config, n int, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(cfg.coordinator, "serve", "--model", cfg.modelPath, "--listen", addr,
-		"--local-shards", strconv.Itoa(n), "--threads", strconv.Itoa(cfg.threads), "--grace", "5s")
+	cmd := exec.Command(cfg.coordinator, append([]string{"serve", "--model", cfg.modelPath, "--listen", addr,
+		"--local-shards", strconv.Itoa(n), "--threads", strconv.Itoa(cfg.threads), "--grace", "5s"}, cfg.serveFlags...)...)
 	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
 	if cfg.serverLog != "" {
 		f, err := os.OpenFile(cfg.serverLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

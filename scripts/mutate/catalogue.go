@@ -56,6 +56,10 @@ const (
 	runCoordWire = `^Test(ClusterRefusesForgedAnswers|ClusterRegistryBounded|RegistryExpiry|ClusterErrorsDoNotEcho)$`
 )
 
+// runCoordTrust is the coordinator's test of Join and of identity binding:
+// a secure cluster on loopback, no shard process.
+const runCoordTrust = `^Test(SecureJoinAndBinding|InsecureClusterRefusesJoin)$`
+
 // The scheduler's fill loops, whole: the batching policy mutation swaps
 // them.
 const (
@@ -577,5 +581,36 @@ var catalogue = []mutation{
 		Orig: `status.Error(codes.FailedPrecondition, "coordinator: a stream of another epoch: register again")`,
 		Repl: `status.Errorf(codes.FailedPrecondition, "coordinator: epoch %d: register again", c.start.Epoch)`,
 		Why:  "an unauthenticated caller learns the epoch from an error",
+	},
+	// Trust: who may join, and what a certificate lets its holder claim.
+	{
+		Name: "trust/join-any-secret", File: "coordinator/join.go", Pkgs: pkgCoord, Run: runCoordTrust,
+		Orig: "if err := c.auth.Tokens.Check(req.GetSecret(), now); err != nil {", Repl: "if err := error(nil); err != nil {",
+		Why: "Join issues a certificate without a live token's secret: anyone who reaches the port joins",
+	},
+	{
+		Name: "trust/peer-id-unchecked", File: "coordinator/join.go", Pkgs: pkgCoord, Run: runCoordTrust,
+		Orig: "if role != trust.RoleShard || id != nodeID ||", Repl: "if false && role != trust.RoleShard || id != nodeID && false ||",
+		Why: "a shard registers and opens streams as another node ID than its certificate's",
+	},
+	{
+		Name: "trust/shard-id-unbound", File: "coordinator/join.go", Pkgs: pkgCoord, Run: runCoordTrust,
+		Orig: `(shardID != "" && shardID != fmt.Sprintf("%s-%016x", id, incarnation))`, Repl: "false",
+		Why: "a shard opens a control or results stream under another node's shard ID",
+	},
+	{
+		Name: "trust/cert-not-required", File: "transport/grpc.go", Pkgs: pkgCoord, Run: runCoordTrust,
+		Orig: "if slices.Contains(open, method) {", Repl: "if true {",
+		Why: "calls without a cluster certificate reach the coordinator's handlers (weights, streams)",
+	},
+	{
+		Name: "trust/ca-not-pinned", File: "transport/trust/trust.go", Pkgs: []string{"./transport/trust"}, Run: "^TestTLSPinningAndRoles$",
+		Orig: "if Fingerprint(c.Raw) == fingerprint {", Repl: "if true {",
+		Why: "a joining shard trusts any coordinator, whatever CA the token names, and hands it the secret",
+	},
+	{
+		Name: "trust/gossip-unkeyed", File: "transport/membership/membership.go", Pkgs: []string{"./transport/membership"}, Run: "^TestSecretKeyAndLabel$",
+		Orig: "mc.SecretKey = slices.Clone(cfg.SecretKey)", Repl: "_ = slices.Clone(cfg.SecretKey)",
+		Why: "gossip goes unencrypted: a member without the key joins the cluster",
 	},
 }
