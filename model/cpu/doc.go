@@ -21,7 +21,7 @@
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16, Q8_0, Q4_0 and Q5_0 (on the
+// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q4_0 and Q5_0 (on the
 // stored rows) and Q4_K, Q5_K and Q6_K (on the same panels), chosen at run
 // time with golang.org/x/sys/cpu. Every other case, and other architectures (or
 // the purego tag), runs the portable Go kernels, which give the same bits:
@@ -32,5 +32,10 @@
 // do, so SIMD kernels can reproduce them. Matrix products use R×C tile
 // kernels (up to 4 weight rows × 4 activation rows per call) or panel
 // kernels (16 weight rows × up to 8 activation rows) that reduce each
-// output exactly as the single-row kernel does.
+// output exactly as the single-row kernel does. BF16 runs no VDPBF16PS,
+// though Zen 4 and Sapphire Rapids have it: that instruction treats
+// subnormal inputs as zero, flushes subnormal results and adds each lane's
+// odd product before its even one, so it cannot give the bits of the
+// portable kernel (and of the AVX2 and AVX-512 ones that widen bf16 to
+// float32 exactly and round each product, then each sum) on every input.
 package cpu

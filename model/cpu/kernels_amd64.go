@@ -39,8 +39,11 @@ func archTiles(t ggml.Type) *tileSet {
 			return &f16AVX2
 		}
 	case ggml.BF16:
-		if haveAVX512 {
+		if haveAVX512 && !avx2Only {
 			return &bf16AVX512
+		}
+		if haveAVX2 {
+			return &bf16AVX2
 		}
 	case ggml.Q8_0:
 		if haveF16C {
@@ -255,5 +258,16 @@ var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2,
 func f16AVX21(n int, w, x *byte) float32 {
 	var out float32
 	f16AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{bf16AVX2_1x1, bf16AVX2_1x2},
+	{bf16AVX2_2x1, bf16AVX2_2x2},
+}}
+
+func bf16AVX21(n int, w, x *byte) float32 {
+	var out float32
+	bf16AVX2_1x1(n, w, 0, x, 0, &out, 0)
 	return out
 }

@@ -6810,6 +6810,546 @@ done:
 	VZEROUPPER
 	RET
 
+// func bf16AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2
+TEXT ·bf16AVX2_1x1(SB), NOSPLIT, $64-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VPMOVZXWD (DX), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD 16(DX), Y3
+	VPSLLD    $0x10, Y3, Y3
+	VPMOVZXWD (CX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(CX), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VMULPS    Y4, Y2, Y2
+	VADDPS    Y2, Y0, Y0
+	VMULPS    Y5, Y3, Y2
+	VADDPS    Y2, Y1, Y1
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y2, Y2, Y2
+	VMOVUPS Y2, (SP)
+	VMOVUPS Y2, 32(SP)
+	LEAQ    (CX), CX
+	XORQ    BX, BX
+
+copy0:
+	MOVW (CX)(BX*2), SI
+	MOVW SI, (SP)(BX*2)
+	INCQ BX
+	CMPQ BX, AX
+	JL   copy0
+	LEAQ (DX), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW      (CX)(DX*2), BX
+	MOVW      BX, 32(SP)(DX*2)
+	INCQ      DX
+	CMPQ      DX, AX
+	JL        copy1
+	MOVQ      $0x00000010, CX
+	SUBQ      AX, CX
+	LEAQ      maskTab<>+0(SB), AX
+	VMOVDQU   (AX)(CX*4), Y2
+	VMOVDQU   32(AX)(CX*4), Y3
+	VPMOVZXWD (SP), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 32(SP), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VMULPS    Y4, Y5, Y5
+	VADDPS    Y0, Y5, Y5
+	VBLENDVPS Y2, Y5, Y0, Y0
+	VPMOVZXWD 16(SP), Y2
+	VPSLLD    $0x10, Y2, Y2
+	VPMOVZXWD 48(SP), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VMULPS    Y2, Y4, Y4
+	VADDPS    Y1, Y4, Y4
+	VBLENDVPS Y3, Y4, Y1, Y1
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VZEROUPPER
+	RET
+
+// func bf16AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2
+TEXT ·bf16AVX2_1x2(SB), NOSPLIT, $96-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), DX
+	MOVQ   xs+32(FP), BX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VPMOVZXWD (DX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(DX), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD (DX)(BX*1), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 16(DX)(BX*1), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VPMOVZXWD (CX), Y8
+	VPSLLD    $0x10, Y8, Y8
+	VPMOVZXWD 16(CX), Y9
+	VPSLLD    $0x10, Y9, Y9
+	VMULPS    Y8, Y4, Y4
+	VADDPS    Y4, Y0, Y0
+	VMULPS    Y9, Y5, Y4
+	VADDPS    Y4, Y1, Y1
+	VMULPS    Y8, Y6, Y4
+	VADDPS    Y4, Y2, Y2
+	VMULPS    Y9, Y7, Y4
+	VADDPS    Y4, Y3, Y3
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, DX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y4, Y4, Y4
+	VMOVUPS Y4, (SP)
+	VMOVUPS Y4, 32(SP)
+	VMOVUPS Y4, 64(SP)
+	LEAQ    (CX), CX
+	XORQ    SI, SI
+
+copy0:
+	MOVW (CX)(SI*2), DI
+	MOVW DI, (SP)(SI*2)
+	INCQ SI
+	CMPQ SI, AX
+	JL   copy0
+	LEAQ (DX), CX
+	XORQ SI, SI
+
+copy1:
+	MOVW (CX)(SI*2), DI
+	MOVW DI, 32(SP)(SI*2)
+	INCQ SI
+	CMPQ SI, AX
+	JL   copy1
+	LEAQ (DX)(BX*1), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW      (CX)(DX*2), BX
+	MOVW      BX, 64(SP)(DX*2)
+	INCQ      DX
+	CMPQ      DX, AX
+	JL        copy2
+	MOVQ      $0x00000010, CX
+	SUBQ      AX, CX
+	LEAQ      maskTab<>+0(SB), AX
+	VMOVDQU   (AX)(CX*4), Y4
+	VMOVDQU   32(AX)(CX*4), Y5
+	VPMOVZXWD (SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 32(SP), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y7, Y7
+	VADDPS    Y0, Y7, Y7
+	VBLENDVPS Y4, Y7, Y0, Y0
+	VPMOVZXWD 64(SP), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y7, Y7
+	VADDPS    Y2, Y7, Y7
+	VBLENDVPS Y4, Y7, Y2, Y2
+	VPMOVZXWD 16(SP), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 48(SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VMULPS    Y4, Y6, Y6
+	VADDPS    Y1, Y6, Y6
+	VBLENDVPS Y5, Y6, Y1, Y1
+	VPMOVZXWD 80(SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VMULPS    Y4, Y6, Y6
+	VADDPS    Y3, Y6, Y6
+	VBLENDVPS Y5, Y6, Y3, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	VZEROUPPER
+	RET
+
+// func bf16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2
+TEXT ·bf16AVX2_2x1(SB), NOSPLIT, $96-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VPMOVZXWD (BX), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 16(BX), Y5
+	VPSLLD    $0x10, Y5, Y5
+	VPMOVZXWD (CX), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 16(CX), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y4, Y6
+	VADDPS    Y6, Y0, Y0
+	VMULPS    Y7, Y5, Y6
+	VADDPS    Y6, Y1, Y1
+	VPMOVZXWD (CX)(DX*1), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 16(CX)(DX*1), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y4, Y4
+	VADDPS    Y4, Y2, Y2
+	VMULPS    Y7, Y5, Y4
+	VADDPS    Y4, Y3, Y3
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, BX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y4, Y4, Y4
+	VMOVUPS Y4, (SP)
+	VMOVUPS Y4, 32(SP)
+	VMOVUPS Y4, 64(SP)
+	LEAQ    (CX), SI
+	XORQ    DI, DI
+
+copy0:
+	MOVW (SI)(DI*2), R8
+	MOVW R8, (SP)(DI*2)
+	INCQ DI
+	CMPQ DI, AX
+	JL   copy0
+	LEAQ (CX)(DX*1), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW (CX)(DX*2), SI
+	MOVW SI, 32(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy1
+	LEAQ (BX), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW      (CX)(DX*2), BX
+	MOVW      BX, 64(SP)(DX*2)
+	INCQ      DX
+	CMPQ      DX, AX
+	JL        copy2
+	MOVQ      $0x00000010, CX
+	SUBQ      AX, CX
+	LEAQ      maskTab<>+0(SB), AX
+	VMOVDQU   (AX)(CX*4), Y4
+	VMOVDQU   32(AX)(CX*4), Y5
+	VPMOVZXWD (SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 64(SP), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y7, Y7
+	VADDPS    Y0, Y7, Y7
+	VBLENDVPS Y4, Y7, Y0, Y0
+	VPMOVZXWD 16(SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 80(SP), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y7, Y7
+	VADDPS    Y1, Y7, Y7
+	VBLENDVPS Y5, Y7, Y1, Y1
+	VPMOVZXWD 32(SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VPMOVZXWD 64(SP), Y7
+	VPSLLD    $0x10, Y7, Y7
+	VMULPS    Y6, Y7, Y7
+	VADDPS    Y2, Y7, Y7
+	VBLENDVPS Y4, Y7, Y2, Y2
+	VPMOVZXWD 48(SP), Y4
+	VPSLLD    $0x10, Y4, Y4
+	VPMOVZXWD 80(SP), Y6
+	VPSLLD    $0x10, Y6, Y6
+	VMULPS    Y4, Y6, Y6
+	VADDPS    Y3, Y6, Y6
+	VBLENDVPS Y5, Y6, Y3, Y3
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	VZEROUPPER
+	RET
+
+// func bf16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2
+TEXT ·bf16AVX2_2x2(SB), NOSPLIT, $128-56
+	MOVQ   n+0(FP), AX
+	MOVQ   w+8(FP), CX
+	MOVQ   ws+16(FP), DX
+	MOVQ   x+24(FP), BX
+	MOVQ   xs+32(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+
+loop:
+	CMPQ      AX, $0x10
+	JL        tail
+	VPMOVZXWD (BX), Y8
+	VPSLLD    $0x10, Y8, Y8
+	VPMOVZXWD 16(BX), Y9
+	VPSLLD    $0x10, Y9, Y9
+	VPMOVZXWD (BX)(SI*1), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VPMOVZXWD 16(BX)(SI*1), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VPMOVZXWD (CX), Y12
+	VPSLLD    $0x10, Y12, Y12
+	VPMOVZXWD 16(CX), Y13
+	VPSLLD    $0x10, Y13, Y13
+	VMULPS    Y12, Y8, Y14
+	VADDPS    Y14, Y0, Y0
+	VMULPS    Y13, Y9, Y14
+	VADDPS    Y14, Y1, Y1
+	VMULPS    Y12, Y10, Y12
+	VADDPS    Y12, Y2, Y2
+	VMULPS    Y13, Y11, Y12
+	VADDPS    Y12, Y3, Y3
+	VPMOVZXWD (CX)(DX*1), Y12
+	VPSLLD    $0x10, Y12, Y12
+	VPMOVZXWD 16(CX)(DX*1), Y13
+	VPSLLD    $0x10, Y13, Y13
+	VMULPS    Y12, Y8, Y8
+	VADDPS    Y8, Y4, Y4
+	VMULPS    Y13, Y9, Y8
+	VADDPS    Y8, Y5, Y5
+	VMULPS    Y12, Y10, Y8
+	VADDPS    Y8, Y6, Y6
+	VMULPS    Y13, Y11, Y8
+	VADDPS    Y8, Y7, Y7
+	ADDQ      $0x20, CX
+	ADDQ      $0x20, BX
+	SUBQ      $0x10, AX
+	JMP       loop
+
+tail:
+	TESTQ   AX, AX
+	JZ      done
+	VXORPS  Y8, Y8, Y8
+	VMOVUPS Y8, (SP)
+	VMOVUPS Y8, 32(SP)
+	VMOVUPS Y8, 64(SP)
+	VMOVUPS Y8, 96(SP)
+	LEAQ    (CX), DI
+	XORQ    R8, R8
+
+copy0:
+	MOVW (DI)(R8*2), R9
+	MOVW R9, (SP)(R8*2)
+	INCQ R8
+	CMPQ R8, AX
+	JL   copy0
+	LEAQ (CX)(DX*1), CX
+	XORQ DX, DX
+
+copy1:
+	MOVW (CX)(DX*2), DI
+	MOVW DI, 32(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy1
+	LEAQ (BX), CX
+	XORQ DX, DX
+
+copy2:
+	MOVW (CX)(DX*2), DI
+	MOVW DI, 64(SP)(DX*2)
+	INCQ DX
+	CMPQ DX, AX
+	JL   copy2
+	LEAQ (BX)(SI*1), CX
+	XORQ DX, DX
+
+copy3:
+	MOVW      (CX)(DX*2), BX
+	MOVW      BX, 96(SP)(DX*2)
+	INCQ      DX
+	CMPQ      DX, AX
+	JL        copy3
+	MOVQ      $0x00000010, CX
+	SUBQ      AX, CX
+	LEAQ      maskTab<>+0(SB), AX
+	VMOVDQU   (AX)(CX*4), Y8
+	VMOVDQU   32(AX)(CX*4), Y9
+	VPMOVZXWD (SP), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VPMOVZXWD 64(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y0, Y11, Y11
+	VBLENDVPS Y8, Y11, Y0, Y0
+	VPMOVZXWD 96(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y2, Y11, Y11
+	VBLENDVPS Y8, Y11, Y2, Y2
+	VPMOVZXWD 16(SP), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VPMOVZXWD 80(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y1, Y11, Y11
+	VBLENDVPS Y9, Y11, Y1, Y1
+	VPMOVZXWD 112(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y3, Y11, Y11
+	VBLENDVPS Y9, Y11, Y3, Y3
+	VPMOVZXWD 32(SP), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VPMOVZXWD 64(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y4, Y11, Y11
+	VBLENDVPS Y8, Y11, Y4, Y4
+	VPMOVZXWD 96(SP), Y11
+	VPSLLD    $0x10, Y11, Y11
+	VMULPS    Y10, Y11, Y11
+	VADDPS    Y6, Y11, Y11
+	VBLENDVPS Y8, Y11, Y6, Y6
+	VPMOVZXWD 48(SP), Y8
+	VPSLLD    $0x10, Y8, Y8
+	VPMOVZXWD 80(SP), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VMULPS    Y8, Y10, Y10
+	VADDPS    Y5, Y10, Y10
+	VBLENDVPS Y9, Y10, Y5, Y5
+	VPMOVZXWD 112(SP), Y10
+	VPSLLD    $0x10, Y10, Y10
+	VMULPS    Y8, Y10, Y10
+	VADDPS    Y7, Y10, Y10
+	VBLENDVPS Y9, Y10, Y7, Y7
+
+done:
+	MOVQ         out+40(FP), AX
+	MOVQ         os+48(FP), CX
+	VADDPS       Y1, Y0, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)
+	VADDPS       Y3, Y2, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, (AX)(CX*1)
+	VADDPS       Y5, Y4, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)
+	VADDPS       Y7, Y6, Y0
+	VEXTRACTF128 $0x01, Y0, X1
+	VADDPS       X1, X0, X1
+	VMOVHLPS     X1, X1, X0
+	VADDPS       X0, X1, X1
+	VMOVSHDUP    X1, X0
+	VADDSS       X0, X1, X1
+	VMOVSS       X1, 4(AX)(CX*1)
+	VZEROUPPER
+	RET
+
 // func q80AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 // Requires: AVX, AVX2, F16C, FMA3
 TEXT ·q80AVX2_1x1(SB), NOSPLIT, $0-56

@@ -284,6 +284,26 @@ func f16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //go:noescape
 func f16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// bf16AVX2_1x1 computes a 1×1 tile of bf16 dot products with AVX2.
+//
+//go:noescape
+func bf16AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16AVX2_1x2 computes a 1×2 tile of bf16 dot products with AVX2.
+//
+//go:noescape
+func bf16AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16AVX2_2x1 computes a 2×1 tile of bf16 dot products with AVX2.
+//
+//go:noescape
+func bf16AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16AVX2_2x2 computes a 2×2 tile of bf16 dot products with AVX2.
+//
+//go:noescape
+func bf16AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
 // q80AVX2_1x1 computes a 1×1 tile of q80AVX2 dot products with AVX2 and FMA.
 //
 //go:noescape

@@ -80,6 +80,15 @@ func main() {
 			ret()
 		}
 	}
+	for r := 1; r <= 2; r++ {
+		for c := 1; c <= 2; c++ {
+			TEXT(fmt.Sprintf("bf16AVX2_%dx%d", r, c), NOSPLIT, signature)
+			Pragma("noescape")
+			Doc(fmt.Sprintf("bf16AVX2_%dx%d computes a %d×%d tile of bf16 dot products with AVX2.", r, c, r, c))
+			bf16AVX2(newTile(r, c))
+			ret()
+		}
+	}
 	for _, k := range []struct {
 		name string
 		gen  func(t *tile)
@@ -1183,7 +1192,32 @@ func q40AVX2(t *tile) {
 // with 16 lanes held in two YMM registers, as f32AVX2. A tail of r < 16
 // elements is copied to zeroed stack buffers (AVX2 has no masked 16-bit
 // load) and its FMA blended into lanes 0..r-1 only.
-func f16AVX2(t *tile) {
+func f16AVX2(t *tile) { halfAVX2(t, false) }
+
+// bf16AVX2 is dotBF16's order with AVX2, f16AVX2's loop: each bf16 widened
+// exactly (zero-extended and shifted left 16), and each product rounded
+// before its add, as dotBF16 and bf16AVX512 do.
+func bf16AVX2(t *tile) { halfAVX2(t, true) }
+
+// halfAVX2 is f16AVX2, or bf16AVX2 with bf16.
+func halfAVX2(t *tile, bf16 bool) {
+	load := func(m Mem, y reg.VecVirtual) {
+		if bf16 {
+			VPMOVZXWD(m, y)
+			VPSLLD(Imm(16), y, y)
+		} else {
+			VCVTPH2PS(m, y)
+		}
+	}
+	// madd leaves w*x+a in x (rounded once, or the product first for bf16).
+	madd := func(a, w, x reg.VecVirtual) {
+		if bf16 {
+			VMULPS(w, x, x)
+			VADDPS(a, x, x)
+		} else {
+			VFMADD213PS(a, w, x)
+		}
+	}
 	type pair struct{ lo, hi reg.VecVirtual }
 	acc := make([][]pair, t.R)
 	for r := range acc {
@@ -1201,14 +1235,26 @@ func f16AVX2(t *tile) {
 	xv := make([]pair, t.C)
 	for c := range xv {
 		xv[c] = pair{YMM(), YMM()}
-		VCVTPH2PS(t.x(c, 0), xv[c].lo)
-		VCVTPH2PS(t.x(c, 16), xv[c].hi)
+		load(t.x(c, 0), xv[c].lo)
+		load(t.x(c, 16), xv[c].hi)
 	}
 	for r := 0; r < t.R; r++ {
 		wlo, whi := YMM(), YMM()
-		VCVTPH2PS(t.w(r, 0), wlo)
-		VCVTPH2PS(t.w(r, 16), whi)
+		load(t.w(r, 0), wlo)
+		load(t.w(r, 16), whi)
 		for c := range xv {
+			if bf16 {
+				for h, w := range []reg.VecVirtual{wlo, whi} {
+					a, x := acc[r][c].lo, xv[c].lo
+					if h == 1 {
+						a, x = acc[r][c].hi, xv[c].hi
+					}
+					p := YMM()
+					VMULPS(w, x, p)
+					VADDPS(p, a, a)
+				}
+				continue
+			}
 			VFMADD231PS(wlo, xv[c].lo, acc[r][c].lo)
 			VFMADD231PS(whi, xv[c].hi, acc[r][c].hi)
 		}
@@ -1257,15 +1303,15 @@ func f16AVX2(t *tile) {
 	for r := 0; r < t.R; r++ {
 		for hf, m := range []reg.VecVirtual{mlo, mhi} {
 			w := YMM()
-			VCVTPH2PS(buf.Offset(32*r+16*hf), w)
+			load(buf.Offset(32*r+16*hf), w)
 			for c := 0; c < t.C; c++ {
 				a := acc[r][c].lo
 				if hf == 1 {
 					a = acc[r][c].hi
 				}
 				x := YMM()
-				VCVTPH2PS(buf.Offset(32*(t.R+c)+16*hf), x)
-				VFMADD213PS(a, w, x)  // x = w*x + acc
+				load(buf.Offset(32*(t.R+c)+16*hf), x)
+				madd(a, w, x)         // x = w*x + acc
 				VBLENDVPS(m, x, a, a) // lanes in the tail take the FMA
 			}
 		}
