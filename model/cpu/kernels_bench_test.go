@@ -48,7 +48,8 @@ func BenchmarkTile(b *testing.B) {
 // cache: GMAC/s is multiply-adds per second (16*C*n per call).
 func BenchmarkPanel(b *testing.B) {
 	r := rand.New(rand.NewPCG(45, 46))
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q4_K, ggml.Q6_K} {
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL, ggml.Q5_0, ggml.Q5_1,
+		ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
 		ps := archPanels(typ)
 		if ps == nil {
 			continue
@@ -88,7 +89,7 @@ func BenchmarkMatVec(b *testing.B) {
 	r := rand.New(rand.NewPCG(43, 44))
 	pool := NewPool(1)
 	defer pool.Close()
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.Q8_0, ggml.Q4_0,
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0,
 		ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL, ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
 		b.Run(typ.String(), func(b *testing.B) {
 			const K = 2048
