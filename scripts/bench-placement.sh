@@ -1,0 +1,98 @@
+#!/bin/bash
+# Placement by measured speed against memory-only placement (issue 15,
+# item 3): a coordinator with no local shards and two `shard join`
+# processes of unequal speed, shard A with --threads 1 and shard B with
+# --threads 2 (A registers first), on the 110M Q8_0 random model that
+# scripts/bench-serve.sh writes ($TMPDIR/strata-bench-110M-q8_0.gguf).
+# Each round runs a decode-heavy load (8 streams, 32-token prompts, 48
+# output tokens) and a prefill-heavy one (8 streams, 256-token prompts, 4
+# output tokens), each once with --placement-mix memory (memory only) and
+# once with the mix named in MIX (default balanced), alternating which goes
+# first; ROUNDS rounds (default 3). It prints one line per run: the load,
+# the mix, the placement (layers per shard, predicted stage times), output
+# tok/s and requests/s. Only loopback addresses are used.
+#
+# Prediction, written before the first run: both shards report the same
+# memory, so memory-only placement splits the 12 layers 6/6; B measures
+# about twice A's speed, so speed placement gives A about 4 layers and B 8
+# and the head. If B is 2x as fast under load too, the slowest stage drops
+# from A's 6 layers to about 4 layers' time: about 1.4x the throughput for
+# the prefill-heavy load (compute-bound), somewhat less (1.2-1.4x) for the
+# decode-heavy one (per-step overheads and hops do not shrink).
+set -u
+cd "$(dirname "$0")/.."
+M="${MODEL:-${TMPDIR:-/tmp}/strata-bench-110M-q8_0.gguf}"
+[ -f "$M" ] || { echo "no model at $M: run scripts/bench-serve.sh once, or set MODEL" >&2; exit 1; }
+ROUNDS=${ROUNDS:-3}
+MIX=${MIX:-balanced}
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+go build -o "$bin/coordinator" ./cmd/coordinator && go build -o "$bin/shard" ./cmd/shard && go build -o "$bin/loadgen" ./cmd/loadgen || exit 1
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) CPUs; model $M"
+
+waitlog() { # $1 = file, $2 = pattern: up to 60 s
+	for _ in $(seq 1 240); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.25; done
+	echo "timed out waiting for '$2' in $1" >&2
+	return 1
+}
+
+run() { # $1 = mix, $2 = load name, $3 = prompt-len, $4 = output-len, $5 = requests
+	d=$(mktemp -d)
+	"$bin/coordinator" serve --insecure --model "$M" --local-shards 0 --min-shards 2 --placement-mix "$1" \
+		--listen 127.0.0.1:18600 --gossip 127.0.0.1:18601 --grpc 127.0.0.1:18602 --data-dir "$d/c" \
+		--threads 1 --kv-memory 256MiB >"$d/c.log" 2>&1 &
+	pids=$!
+	waitlog "$d/c.log" serving || { kill $pids; return; }
+	i=0
+	for th in 1 2; do
+		"$bin/shard" join --insecure --coordinator 127.0.0.1:18601 --model "$M" --name "threads$th" \
+			--gossip 127.0.0.1:$((18610 + i)) --grpc 127.0.0.1:$((18620 + i)) --data-dir "$d/s$i" \
+			--threads "$th" --kv-memory 256MiB >"$d/s$i.log" 2>&1 &
+		pids="$pids $!"
+		# One at a time: each calibrates alone, then registers.
+		waitlog "$d/s$i.log" registered || { kill $pids; return; }
+		i=$((i + 1))
+	done
+	for _ in $(seq 1 240); do curl -sf 127.0.0.1:18600/readyz >/dev/null && break; sleep 0.25; done
+	"$bin/loadgen" --url http://127.0.0.1:18600 --clients 1 --requests 1 --output-len 4 >/dev/null 2>&1 # warm up
+	placement=$(curl -s 127.0.0.1:18600/v1/cluster | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+out = []
+for s in sorted(v["shards"], key=lambda s: s["stage"]):
+    c = s.get("calibration") or {}
+    out.append("%s[%d,%d) pred %.1fms cal d8 %.2fms p %.1fms" % (s["name"], s["first_layer"], s["end_layer"],
+        s.get("predicted_stage_ns", 0) / 1e6, c.get("decode8_ns", 0) / 1e6, c.get("prefill_ns", 0) / 1e6))
+print("; ".join(out))')
+	load1=$(cut -d' ' -f1 /proc/loadavg)
+	"$bin/loadgen" --url http://127.0.0.1:18600 --clients 8 --requests "$5" --prompt-len "$3" --output-len "$4" \
+		--timeout 10m --json >"$d/report.json" 2>"$d/loadgen.err"
+	python3 - "$d/report.json" "$1" "$2" "$placement" "$load1" <<'EOF'
+import json, sys
+path, mix, load, placement, load1 = sys.argv[1:]
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"{load:8} {mix:9} loadgen failed: {e}")
+    sys.exit()
+el = r["Elapsed"] / 1e9
+print(f"{load:8} {mix:9} {r['TokensPerSec']:7.2f} tok/s {r['Completed'] / el:6.3f} req/s  errors {r['Errors'] or 0}  load {load1}  | {placement}")
+EOF
+	kill $pids
+	wait 2>/dev/null
+	rm -rf "$d"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+	order="memory $MIX"
+	[ $((round % 2)) -eq 0 ] && order="$MIX memory"
+	for load in decode prefill; do
+		for mix in $order; do
+			if [ "$load" = decode ]; then
+				run "$mix" decode 32 48 16
+			else
+				run "$mix" prefill 256 4 16
+			fi
+		done
+	done
+done
