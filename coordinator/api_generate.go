@@ -63,6 +63,9 @@ func (s *Server) generate(c *call, parse func([]byte) (*genRequest, *apiError)) 
 	c.log.Debug("submitted", "prompt_tokens", len(req.prompt), "max_tokens", req.maxTokens,
 		"seed", req.sample.Seed, "seed_random", req.seedRandom, "stream", req.stream)
 	g := &genRun{s: s, req: req, st: st, dec: s.info.Tokenizer.NewDecoder(), p: p, timer: s.metrics.timer(arrived)}
+	if req.tools != nil {
+		g.tc = &toolStream{ts: req.tools}
+	}
 	if req.echo {
 		g.offset = len(req.promptText)
 	}
@@ -88,6 +91,7 @@ type genRun struct {
 	lps     []tokLP
 	finish  string // "stop" or "length" once ended normally
 	timer   tokenTimer
+	tc      *toolStream // chat with tools: splits text and calls
 }
 
 type tokLP struct {
@@ -105,6 +109,14 @@ func (g *genRun) feed(t Token) string {
 		return "" // the end-of-generation token is not text
 	}
 	piece := g.dec.Add(t.ID)
+	if g.tc != nil && piece == "" {
+		// A call marker that is a control token ([TOOL_CALLS] in Mistral's
+		// vocabulary) has no text, but opens the calls the parser looks for.
+		tok := g.s.info.Tokenizer
+		if m := g.tc.ts.syntax.Marker(); len(tok.TokenBytes(t.ID)) == 0 && tok.Piece(t.ID) == m {
+			piece = m
+		}
+	}
 	if g.req.logprobs {
 		g.lps = append(g.lps, tokLP{id: t.ID, logprob: t.Logprob, top: t.Top, offset: g.offset})
 	}
@@ -306,17 +318,32 @@ func (s *Server) wholeResponse(ctx context.Context, c *call, g *genRun) {
 			text.WriteString(out)
 		}
 	}
-	s.logDone(c, g)
 	now := time.Now().Unix()
 	if g.req.chat {
+		msg := &chatMessage{Role: "assistant", Content: new(text.String())}
+		if g.tc != nil {
+			g.tc.push(text.String())
+			content, calls := g.tc.finish()
+			if len(calls) > 0 {
+				msg.Content, g.finish = nil, "tool_calls"
+				if content != "" {
+					msg.Content = &content
+				}
+				for _, call := range calls {
+					msg.ToolCalls = append(msg.ToolCalls, toolCallOut{ID: callID(g.tc.ts.syntax), Type: "function",
+						Function: toolFunction{Name: call.Name, Arguments: call.Arguments}})
+				}
+			}
+		}
+		s.logDone(c, g)
 		s.writeJSON(c, http.StatusOK, chatResponse{
 			ID: "chatcmpl-" + c.rid, Object: "chat.completion", Created: now, Model: s.info.Name,
-			Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: text.String()},
-				Logprobs: g.takeLogprobs(true), FinishReason: g.finish}},
-			Usage: new(g.usage()),
+			Choices: []chatChoice{{Message: msg, Logprobs: g.takeLogprobs(true), FinishReason: g.finish}},
+			Usage:   new(g.usage()),
 		})
 		return
 	}
+	s.logDone(c, g)
 	s.writeJSON(c, http.StatusOK, completionResponse{
 		ID: "cmpl-" + c.rid, Object: "text_completion", Created: now, Model: s.info.Name,
 		Choices: []completionChoice{{Text: text.String(), Logprobs: g.takeLogprobs(true), FinishReason: &g.finish}},
@@ -472,14 +499,38 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 			}
 			text.WriteString(out)
 		}
-		if lp := g.takeLogprobs(false); text.Len() > 0 || lp != nil {
-			ev.send(chunk(text.String(), lp, ""))
+		out := text.String()
+		if g.tc != nil {
+			out = g.tc.push(out)
+		}
+		if lp := g.takeLogprobs(false); out != "" || lp != nil {
+			ev.send(chunk(out, lp, ""))
 		}
 	}
 	if ev.err != nil {
 		c.log.Debug("client gone", "err", ev.err, "completion_tokens", g.tokens)
 		g.st.Abort()
 		return
+	}
+	if g.tc != nil && ev.err == nil {
+		rest, calls := g.tc.finish()
+		if rest != "" {
+			ev.send(chunk(rest, nil, ""))
+		}
+		// As OpenAI streams calls: per call, a chunk with its index, ID,
+		// type and name (empty arguments), then its arguments.
+		for i, call := range calls {
+			for _, d := range []toolCallDelta{
+				{Index: i, ID: callID(g.tc.ts.syntax), Type: "function", Function: toolFunction{Name: call.Name}},
+				{Index: i, Function: toolFunction{Arguments: call.Arguments}},
+			} {
+				ev.send(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.info.Name,
+					Choices: []chatChoice{{Delta: &chatDelta{ToolCalls: []toolCallDelta{d}}}}, Usage: usageNull(g.req.includeUsage)})
+			}
+		}
+		if len(calls) > 0 {
+			g.finish = "tool_calls"
+		}
 	}
 	ev.send(chunk("", nil, g.finish))
 	if g.req.includeUsage {
@@ -524,13 +575,24 @@ type usage struct {
 }
 
 type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"` // null beside tool calls
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
 }
 
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string          `json:"role,omitempty"`
+	Content   *string         `json:"content,omitempty"`
+	ToolCalls []toolCallDelta `json:"tool_calls,omitempty"`
+}
+
+// usageNull is a streamed chunk's usage: null when the client asked for
+// usage (the last chunk carries it), absent otherwise.
+func usageNull(include bool) **usage {
+	if include {
+		return new(*usage)
+	}
+	return nil
 }
 
 type chatChoice struct {

@@ -35,6 +35,7 @@ type genRequest struct {
 	echo         bool
 	stream       bool
 	includeUsage bool
+	tools        *toolSet // chat with tools (tool_choice not none); nil otherwise
 }
 
 // fields is a request object by field, each value still raw, so that each
@@ -220,10 +221,7 @@ func rejectUnsupported(f fields, chatReq bool) *apiError {
 	}
 	names := []string{"guided_json", "guided_regex", "guided_choice", "guided_grammar", "grammar", "json_schema", "min_tokens"}
 	if chatReq {
-		names = append(names, "tools", "functions", "audio", "prediction", "web_search_options")
-		if raw, ok := f.get("tool_choice"); ok && string(raw) != `"none"` {
-			return unsupported("tool_choice", "tool_choice is not supported (no tools), got %s", show(raw))
-		}
+		names = append(names, "functions", "audio", "prediction", "web_search_options")
 		if raw, ok := f.get("function_call"); ok && string(raw) != `"none"` {
 			return unsupported("function_call", "function_call is not supported (no functions), got %s", show(raw))
 		}
@@ -310,6 +308,9 @@ func (s *Server) parseChat(body []byte) (*genRequest, *apiError) {
 		return nil, err
 	}
 	req := &genRequest{chat: true}
+	if req.tools, _, err = s.parseTools(f); err != nil {
+		return nil, err
+	}
 	if req.prompt, err = s.chatTokens(f, true); err != nil {
 		return nil, err
 	}
@@ -336,6 +337,18 @@ func (s *Server) parseChat(body []byte) (*genRequest, *apiError) {
 	if err := s.parseCommon(f, req, maxField); err != nil {
 		return nil, err
 	}
+	if req.tools != nil {
+		c, err := req.tools.constraint()
+		if err != nil {
+			return nil, err
+		}
+		if c != nil && req.sample.Constraint != nil {
+			return nil, invalid("tool_choice", "tool_choice %q and response_format cannot both constrain the output", req.tools.choice)
+		}
+		if c != nil {
+			req.sample.Constraint = c
+		}
+	}
 	return req, nil
 }
 
@@ -361,6 +374,10 @@ func (s *Server) chatTokens(f fields, addGen bool) ([]int32, *apiError) {
 	if err != nil {
 		return nil, err
 	}
+	_, tools, err := s.parseTools(f)
+	if err != nil {
+		return nil, err
+	}
 	var all strings.Builder
 	for _, m := range msgs {
 		all.WriteString(m.Content)
@@ -368,7 +385,7 @@ func (s *Server) chatTokens(f fields, addGen bool) ([]int32, *apiError) {
 	if err := s.fitsContext("messages", all.String()); err != nil {
 		return nil, err
 	}
-	text, rerr := s.info.Template.Render(msgs, chat.Options{BOS: s.info.BOS, EOS: s.info.EOS, AddGenerationPrompt: addGen})
+	text, rerr := s.info.Template.Render(msgs, chat.Options{BOS: s.info.BOS, EOS: s.info.EOS, AddGenerationPrompt: addGen, Tools: tools})
 	if rerr != nil {
 		if re, ok := errors.AsType[*chat.RaiseError](rerr); ok {
 			return nil, invalid("messages", "the model's chat template refuses these messages: %s", re.Message)
@@ -393,7 +410,7 @@ func (s *Server) chatTokens(f fields, addGen bool) ([]int32, *apiError) {
 	return toks, nil
 }
 
-var chatRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+var chatRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 func parseMessages(f fields) ([]chat.Message, *apiError) {
 	raw, ok := f.get("messages")
@@ -425,16 +442,16 @@ func parseMessages(f fields) ([]chat.Message, *apiError) {
 		}
 		mapped, known := chatRoles[role]
 		if !known {
-			return nil, invalid(name+".role", "%s.role must be one of system, developer, user, assistant, got %q", name, role)
-		}
-		if raw, ok := m.get("tool_calls"); ok && string(raw) != "[]" {
-			return nil, unsupported(name+".tool_calls", "%s.tool_calls is not supported (no tools)", name)
+			return nil, invalid(name+".role", "%s.role must be one of system, developer, user, assistant, tool, got %q", name, role)
 		}
 		content, err := messageContent(name, m)
 		if err != nil {
 			return nil, err
 		}
 		msgs[i] = chat.Message{Role: mapped, Content: content}
+		if err := toolMessage(name, role, m, &msgs[i]); err != nil {
+			return nil, err
+		}
 	}
 	return msgs, nil
 }

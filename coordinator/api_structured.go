@@ -27,6 +27,12 @@ func parseResponseFormat(f fields) ([]byte, *apiError) {
 	if err := json.Compact(&buf, raw); err != nil {
 		return nil, wrongType("response_format", "an object", raw)
 	}
+	var rf struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(buf.Bytes(), &rf) != nil || rf.Type == grammar.Wrapped {
+		return nil, invalid("response_format", `response_format.type must be "text", "json_object" or "json_schema", got %s`, show(raw))
+	}
 	if buf.Len() > sample.MaxConstraint {
 		return nil, invalid("response_format", "response_format must be <= %d bytes as compact JSON, got %d", sample.MaxConstraint, buf.Len())
 	}

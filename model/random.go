@@ -67,6 +67,10 @@ type RandomSpec struct {
 	// RawExpertWeights writes expert_weights_norm = false: the chosen
 	// experts' probabilities are not renormalised.
 	RawExpertWeights bool
+
+	// ChatTemplate, when set, is written as tokenizer.chat_template (tests
+	// of templates' tool calls use it).
+	ChatTemplate string
 }
 
 // moe returns the expert count, the experts used per token and each
@@ -195,6 +199,9 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(0)},
 		{Key: "tokenizer.ggml.bos_token_id", Value: uint32(1)},
 		{Key: "tokenizer.ggml.eos_token_id", Value: uint32(2)},
+	}
+	if s.ChatTemplate != "" {
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: s.ChatTemplate})
 	}
 	if nExp > 0 {
 		kvs = append(kvs,

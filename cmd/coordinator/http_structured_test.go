@@ -136,10 +136,21 @@ func postStructured(ctx context.Context, base string, chat, stream bool, body ma
 // supported subset each get output that validates (an independent
 // validator) when the document completes (finish_reason "stop"), and a
 // prefix of a document when max_tokens cuts it ("length", max_tokens
-// tokens); whole and streamed alike, on both endpoints. Requests run
-// concurrently, so they share batches.
+// tokens); whole and streamed alike, on both endpoints. Requests run 64 at
+// a time, so they share batches, in other company on one and two stages:
+// each answer must be the same through both, and the same again for a few
+// requests sent alone (the mask depends on the sequence's tokens only).
+//
+// 200 schemas (each 8 requests per model); 8 under the race detector (CI),
+// 4 with -short; STRATA_STRUCTURED_SCHEMAS overrides.
 func TestHTTPStructuredOutputs(t *testing.T) {
 	n := 200
+	switch {
+	case testing.Short():
+		n = 4
+	case raceEnabled:
+		n = 8
+	}
 	if v, err := strconv.Atoi(os.Getenv("STRATA_STRUCTURED_SCHEMAS")); err == nil && v > 0 {
 		n = v
 	}
@@ -161,44 +172,56 @@ func TestHTTPStructuredOutputs(t *testing.T) {
 		}
 	}
 	const maxTokens = 48
+	type key struct {
+		i            int
+		stream, chat bool
+	}
+	request := func(i int, chat bool) map[string]any {
+		rf := map[string]any{"type": "json_object"}
+		if schemas[i] != "" {
+			rf = map[string]any{"type": "json_schema", "json_schema": map[string]any{
+				"name": "s" + strconv.Itoa(i), "strict": true, "schema": json.RawMessage(schemas[i])}}
+		}
+		body := map[string]any{"max_tokens": maxTokens, "seed": i, "response_format": rf}
+		if chat {
+			body["messages"] = []map[string]string{{"role": "user", "content": "Tell me a story as JSON."}}
+		} else {
+			body["prompt"] = "Once upon a time"
+		}
+		return body
+	}
+	answers := map[string]map[key]structuredResult{} // by model
 	for _, tc := range []struct {
-		name string
-		args []string
+		name, model string
+		args        []string
 	}{
-		{"stories/1", []string{"--model", stories, "--local-shards", "1"}},
-		{"stories/2", []string{"--model", stories, "--local-shards", "2"}},
-		{"demo/1", []string{"--local-shards", "1"}},
-		{"demo/2", []string{"--local-shards", "2"}},
+		{"stories/1", "stories", []string{"--model", stories, "--local-shards", "1"}},
+		{"stories/2", "stories", []string{"--model", stories, "--local-shards", "2"}},
+		{"demo/1", "demo", []string{"--local-shards", "1"}},
+		{"demo/2", "demo", []string{"--local-shards", "2"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServe(t, append(tc.args, "--threads", "2")...)
+			got := map[key]structuredResult{}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var mu sync.Mutex
 			complete, cut := 0, 0
 			jobs := make(chan int)
 			var wg sync.WaitGroup
-			for range 16 {
+			for range 64 {
 				wg.Go(func() {
 					for i := range jobs {
-						rf := map[string]any{"type": "json_object"}
-						if schemas[i] != "" {
-							rf = map[string]any{"type": "json_schema", "json_schema": map[string]any{
-								"name": "s" + strconv.Itoa(i), "strict": true, "schema": json.RawMessage(schemas[i])}}
-						}
 						for _, stream := range []bool{false, true} {
 							chat := i%2 == 1
-							body := map[string]any{"max_tokens": maxTokens, "seed": i, "response_format": rf}
-							if chat {
-								body["messages"] = []map[string]string{{"role": "user", "content": "Tell me a story as JSON."}}
-							} else {
-								body["prompt"] = "Once upon a time"
-							}
-							res, err := postStructured(ctx, s.base, chat, stream, body)
+							res, err := postStructured(ctx, s.base, chat, stream, request(i, chat))
 							if err != nil {
 								t.Errorf("schema %d (chat %v, stream %v): %v", i, chat, stream, err)
 								continue
 							}
+							mu.Lock()
+							got[key{i, stream, chat}] = res
+							mu.Unlock()
 							switch res.finish {
 							case "stop":
 								if err := vals[i].Validate([]byte(res.text)); err != nil {
@@ -229,6 +252,32 @@ func TestHTTPStructuredOutputs(t *testing.T) {
 			t.Logf("%d documents complete, %d cut at max_tokens %d", complete, cut, maxTokens)
 			if complete == 0 {
 				t.Errorf("no document completed within %d tokens", maxTokens)
+			}
+			// Alone, a request gets what it got in a crowd.
+			for _, i := range []int{0, 1, n / 2, n - 1} {
+				k := key{i, i%3 == 0, i%2 == 1}
+				res, err := postStructured(ctx, s.base, k.chat, k.stream, request(i, k.chat))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, ok := got[k]; ok && (res.text != b.text || res.finish != b.finish) {
+					t.Errorf("schema %d alone: %q (%s); batched: %q (%s)", i, res.text, res.finish, b.text, b.finish)
+				}
+			}
+			if prev, ok := answers[tc.model]; ok {
+				diff := 0
+				for k, a := range got {
+					if b, ok := prev[k]; ok && (a.text != b.text || a.finish != b.finish) {
+						if diff++; diff <= 3 {
+							t.Errorf("schema %d (stream %v): %q (%s) through %s, %q (%s) through one stage", k.i, k.stream, a.text, a.finish, tc.name, b.text, b.finish)
+						}
+					}
+				}
+				if diff > 0 {
+					t.Errorf("%d of %d answers differ between one and two stages", diff, len(got))
+				}
+			} else {
+				answers[tc.model] = got
 			}
 		})
 	}

@@ -16,6 +16,20 @@ type Message struct {
 	Role string
 	// Content is the text of the turn.
 	Content string
+	// ToolCalls are an assistant turn's function calls; templates see
+	// message.tool_calls only when there are some.
+	ToolCalls []ToolCall
+	// ToolCallID is the call a "tool" turn answers (message.tool_call_id),
+	// and Name the function's name (message.name); "" leaves them out.
+	ToolCallID, Name string
+}
+
+// ToolCall is one function call of an assistant turn, as OpenAI's API
+// writes it: templates see {"id", "type": "function", "function": {"name",
+// "arguments"}}, arguments as an object when they parse as one (templates
+// write it with tojson) and as the string otherwise.
+type ToolCall struct {
+	ID, Name, Arguments string
 }
 
 // Options are the per-render variables a template sees besides the messages.
@@ -26,6 +40,9 @@ type Options struct {
 	// AddGenerationPrompt asks the template to end with the header that
 	// opens the assistant's turn.
 	AddGenerationPrompt bool
+	// Tools is the request's tools array (OpenAI's JSON), exposed as tools
+	// with its objects' keys in the order written; nil means none.
+	Tools []byte
 	// Now is the time strftime_now formats (templates such as Llama 3.2 put
 	// "Today Date" in the system prompt). Zero means the time of the call;
 	// tests and anything that must be reproducible set it.
@@ -131,14 +148,44 @@ func (t *Template) Render(msgs []Message, opt Options) (_ string, err error) {
 		d := jinja.NewDict()
 		d.AsDict().Set("role", jinja.NewString(m.Role))
 		d.AsDict().Set("content", jinja.NewString(m.Content))
+		if len(m.ToolCalls) > 0 {
+			calls := make([]jinja.Value, len(m.ToolCalls))
+			for j, c := range m.ToolCalls {
+				fn := jinja.NewDict()
+				fn.AsDict().Set("name", jinja.NewString(c.Name))
+				args, err := FromJSON([]byte(c.Arguments))
+				if err != nil || !args.IsDict() {
+					args = jinja.NewString(c.Arguments)
+				}
+				fn.AsDict().Set("arguments", args)
+				call := jinja.NewDict()
+				call.AsDict().Set("id", jinja.NewString(c.ID))
+				call.AsDict().Set("type", jinja.NewString("function"))
+				call.AsDict().Set("function", fn)
+				calls[j] = call
+			}
+			d.AsDict().Set("tool_calls", jinja.NewList(calls))
+		}
+		if m.ToolCallID != "" {
+			d.AsDict().Set("tool_call_id", jinja.NewString(m.ToolCallID))
+		}
+		if m.Name != "" {
+			d.AsDict().Set("name", jinja.NewString(m.Name))
+		}
 		list[i] = d
+	}
+	tools := jinja.None()
+	if opt.Tools != nil {
+		if tools, err = FromJSON(opt.Tools); err != nil {
+			return "", fmt.Errorf("chat: tools: %w", err)
+		}
 	}
 	vars := map[string]jinja.Value{
 		"messages":              jinja.NewList(list),
 		"add_generation_prompt": jinja.NewBool(opt.AddGenerationPrompt),
 		"bos_token":             jinja.NewString(opt.BOS),
 		"eos_token":             jinja.NewString(opt.EOS),
-		"tools":                 jinja.None(),
+		"tools":                 tools,
 		"raise_exception":       jinja.NewCallable("raise_exception", raiseException),
 		"strftime_now":          jinja.NewCallable("strftime_now", strftimeNow(now)),
 	}

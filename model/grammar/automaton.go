@@ -6,7 +6,7 @@ import "slices"
 type kind uint8
 
 const (
-	kRoot    kind = iota // optional whitespace, one value (child), optional whitespace
+	kRoot    kind = iota // optional whitespace, one value (child), optional whitespace; or a literal prefix, the value, a literal suffix (pre, suf)
 	kObject              // an object with the properties listed, in that order
 	kMap                 // an object with any keys and values of one node
 	kArray               // an array of items of one node
@@ -40,6 +40,9 @@ type node struct {
 
 	// kLiteral: root of the literal trie in Grammar.tries.
 	lit int32
+
+	// kRoot of a wrapped grammar (Wrap): text before and after the value.
+	pre, suf []byte
 
 	// kAnyOf: the alternatives as written; alts: after resolving
 	// references and flattening nested anyOf, the concrete productive
@@ -136,6 +139,9 @@ const (
 const (
 	rBefore uint8 = iota // kRoot: before the value
 	rAfter               // kRoot: after it
+	rPrefix              // kRoot: inside the literal prefix (a = bytes of it matched)
+	rSuffix              // kRoot: inside the literal suffix (a = bytes of it matched)
+	rEnd                 // kRoot: after the suffix
 )
 
 const (
@@ -226,6 +232,40 @@ func (g *Grammar) step(f *frame, c byte) (int, int32) {
 	n := &g.nodes[f.node]
 	switch n.kind {
 	case kRoot:
+		switch f.st {
+		case rPrefix, rSuffix:
+			lit := n.pre
+			if f.st == rSuffix {
+				lit = n.suf
+			}
+			if c != lit[f.a] {
+				return actDead, 0
+			}
+			if f.a++; int(f.a) == len(lit) {
+				f.a = 0
+				if f.st == rPrefix {
+					f.st = rBefore
+				} else {
+					f.st = rEnd
+				}
+			}
+			return actStay, 0
+		case rEnd:
+			return actDead, 0
+		case rAfter:
+			// With a suffix, the value is followed by the suffix at once,
+			// which holds whatever whitespace the syntax wants (a gap
+			// before it would take the suffix's leading newline).
+			if len(n.suf) > 0 {
+				if c != n.suf[0] {
+					return actDead, 0
+				}
+				if f.st, f.a = rSuffix, 1; len(n.suf) == 1 {
+					f.st, f.a = rEnd, 0
+				}
+				return actStay, 0
+			}
+		}
 		if w, ok := wsStep(f.ws, c); ok {
 			f.ws = w
 			return actStay, 0
@@ -672,5 +712,11 @@ func (g *Grammar) accepting(s []frame) bool {
 	for i > 0 && g.complete(s[i]) {
 		i--
 	}
-	return i == 0 && s[0].st == rAfter
+	if i != 0 {
+		return false
+	}
+	if len(g.nodes[s[0].node].suf) > 0 {
+		return s[0].st == rEnd
+	}
+	return s[0].st == rAfter
 }

@@ -83,8 +83,47 @@ func Compile(responseFormat []byte) (*Grammar, error) {
 			return JSONObject(), nil
 		}
 		return compileValue(schema)
+	case Wrapped:
+		pre, ok1 := rf.vals["prefix"].(string)
+		suf, ok2 := rf.vals["suffix"].(string)
+		schema, ok3 := rf.vals["schema"]
+		if !ok1 || !ok2 || !ok3 || len(pre) > maxAffix || len(suf) > maxAffix {
+			return nil, fmt.Errorf("%w: %s needs prefix and suffix strings of at most %d bytes and a schema", ErrFormat, Wrapped, maxAffix)
+		}
+		g, err := compileValue(schema)
+		if err != nil {
+			return nil, err
+		}
+		g.nodes[g.root].pre, g.nodes[g.root].suf = []byte(pre), []byte(suf)
+		return g, nil
 	}
 	return nil, fmt.Errorf("%w: type must be \"text\", \"json_object\" or \"json_schema\", got %q", ErrFormat, typ)
+}
+
+// Wrapped is the type of a response format that is not OpenAI's: a JSON
+// value of a schema between a literal prefix and suffix,
+// {"type":"wrapped","prefix":"<tool_call>\n","schema":{...},"suffix":"\n</tool_call>"},
+// as a model's tool-call syntax wraps a call. No whitespace is allowed
+// before the prefix or after the suffix, nor between the value and the
+// suffix (the suffix holds the whitespace the syntax wants); the value may
+// follow the prefix after whitespace. The HTTP layer builds it for
+// tool_choice; clients cannot send it.
+const Wrapped = "wrapped"
+
+// maxAffix bounds a wrapped grammar's prefix and suffix.
+const maxAffix = 1024
+
+// WrapFormat returns the response format of schema between prefix and
+// suffix (see Wrapped), for Compile.
+func WrapFormat(prefix string, schema []byte, suffix string) []byte {
+	p, _ := json.Marshal(prefix)
+	s, _ := json.Marshal(suffix)
+	out := []byte(`{"type":"` + Wrapped + `","prefix":`)
+	out = append(out, p...)
+	out = append(out, `,"suffix":`...)
+	out = append(out, s...)
+	out = append(out, `,"schema":`...)
+	return append(append(out, schema...), '}')
 }
 
 // CompileSchema compiles a JSON Schema (the subset in the package

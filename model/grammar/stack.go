@@ -91,6 +91,10 @@ func (g *Grammar) initFrame(id int32) frame {
 		}
 	case kLiteral:
 		f.a = n.lit
+	case kRoot:
+		if len(n.pre) > 0 {
+			f.st = rPrefix
+		}
 	}
 	return f
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/strata-llm/strata/model"
+)
+
+// toolModel writes the demo model with the chat template of
+// ../shared/chat-templates/<file> and returns its path.
+func toolModel(t *testing.T, file string) string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("../../../shared/chat-templates", file))
+	if err != nil {
+		sharedAbsent(t, file, err)
+	}
+	spec := model.DemoSpec()
+	spec.ChatTemplate = string(src)
+	path := filepath.Join(t.TempDir(), "tools.gguf")
+	if err := model.WriteRandomFile(path, spec); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var weatherTool = openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+	Function: shared.FunctionDefinitionParam{
+		Name:        "get_weather",
+		Description: openai.String("The weather in a city"),
+		Parameters: shared.FunctionParameters{
+			"type": "object",
+			"properties": map[string]any{
+				"city": map[string]any{"type": "string", "maxLength": 12},
+				"days": map[string]any{"type": "integer", "enum": []int{1, 2, 3}},
+			},
+			"required":             []string{"city", "days"},
+			"additionalProperties": false,
+		},
+	},
+}}
+
+var timeTool = openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{
+	Function: shared.FunctionDefinitionParam{
+		Name: "get_time",
+		Parameters: shared.FunctionParameters{
+			"type":                 "object",
+			"properties":           map[string]any{"zone": map[string]any{"type": "string", "enum": []string{"UTC", "CET"}}},
+			"required":             []string{"zone"},
+			"additionalProperties": false,
+		},
+	},
+}}
+
+// TestSDKToolCalls drives a tool-call loop with the OpenAI Go SDK through
+// a shard, for each tools template (Qwen3's and Hermes 3's <tool_call>,
+// Mistral Small 3.2's [TOOL_CALLS]): with tool_choice required, or the
+// function named, the demo model's nonsense is constrained to a valid call
+// (its arguments parse and hold the schema's required fields), returned
+// as tool_calls with finish_reason "tool_calls", whole and streamed alike;
+// the call and a tool message with its result then render back through
+// the template for the answer.
+func TestSDKToolCalls(t *testing.T) {
+	for _, file := range []string{
+		"tools/Qwen-Qwen3-0.6B.jinja",
+		"tools/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+		"tools/Mistral-Small-3.2-24B-Instruct-2506.jinja",
+	} {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".jinja"), func(t *testing.T) {
+			s := startServe(t, "--model", toolModel(t, file), "--local-shards", "1", "--threads", "2")
+			client := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithMaxRetries(0))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Oslo?")}
+			for _, tc := range []struct {
+				name   string
+				choice openai.ChatCompletionToolChoiceOptionUnionParam
+				want   string
+			}{
+				{"required", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, ""},
+				{"named", openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_time"}), "get_time"},
+			} {
+				params := openai.ChatCompletionNewParams{
+					Messages: msgs, Tools: []openai.ChatCompletionToolUnionParam{weatherTool, timeTool},
+					ToolChoice: tc.choice, MaxTokens: openai.Int(120), Seed: openai.Int(3),
+				}
+				whole, err := client.Chat.Completions.New(ctx, params)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+				ch := whole.Choices[0]
+				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
+					t.Fatalf("%s: finish %q, message %+v", tc.name, ch.FinishReason, ch.Message)
+				}
+				call := ch.Message.ToolCalls[0]
+				checkCall(t, call.Function.Name, call.Function.Arguments, tc.want)
+				if call.ID == "" || call.Type != "function" {
+					t.Errorf("%s: call %+v", tc.name, call)
+				}
+
+				stream := client.Chat.Completions.NewStreaming(ctx, params)
+				var acc openai.ChatCompletionAccumulator
+				for stream.Next() {
+					acc.AddChunk(stream.Current())
+				}
+				if err := stream.Err(); err != nil {
+					t.Fatalf("%s stream: %v", tc.name, err)
+				}
+				sc := acc.Choices[0]
+				if sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) != 1 ||
+					sc.Message.ToolCalls[0].Function.Name != call.Function.Name || sc.Message.ToolCalls[0].Function.Arguments != call.Function.Arguments {
+					t.Fatalf("%s: streamed %+v; whole %+v", tc.name, sc.Message, ch.Message)
+				}
+
+				// The loop: the call and its result go back; the answer is text.
+				next := append(append([]openai.ChatCompletionMessageParamUnion{}, msgs...),
+					ch.Message.ToParam(), openai.ToolMessage(`{"temperature": 21}`, call.ID))
+				answer, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
+					Messages: next, Tools: []openai.ChatCompletionToolUnionParam{weatherTool, timeTool},
+					ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")},
+					MaxTokens:  openai.Int(8),
+				})
+				if err != nil {
+					t.Fatalf("%s answer: %v", tc.name, err)
+				}
+				if f := answer.Choices[0].FinishReason; f != "stop" && f != "length" || len(answer.Choices[0].Message.ToolCalls) != 0 {
+					t.Errorf("%s answer: %+v", tc.name, answer.Choices[0])
+				}
+			}
+		})
+	}
+}
+
+// checkCall checks a call's name (want, or either tool) and that its
+// arguments hold the tool's schema.
+func checkCall(t *testing.T, name, args, want string) {
+	t.Helper()
+	if want != "" && name != want {
+		t.Errorf("called %q, want %q", name, want)
+	}
+	switch name {
+	case "get_weather":
+		var a struct {
+			City *string `json:"city"`
+			Days int     `json:"days"`
+		}
+		if err := json.Unmarshal([]byte(args), &a); err != nil || a.City == nil || len([]rune(*a.City)) > 12 || a.Days < 1 || a.Days > 3 {
+			t.Errorf("get_weather arguments %s: %v", args, err)
+		}
+	case "get_time":
+		var a struct {
+			Zone string `json:"zone"`
+		}
+		if err := json.Unmarshal([]byte(args), &a); err != nil || (a.Zone != "UTC" && a.Zone != "CET") {
+			t.Errorf("get_time arguments %s: %v", args, err)
+		}
+	default:
+		t.Errorf("called unknown function %q (%s)", name, args)
+	}
+}
