@@ -42,8 +42,9 @@ type fakeShard struct {
 	results  pb.Coordinator_ResultsClient
 	next     pb.Stage_StreamClient
 	nextConn *grpc.ClientConn
-	kill     chan struct{} // closed to break the current stage stream
-	streams  int           // stage streams opened to this shard
+	kill     chan struct{}   // closed to break the current stage stream
+	streams  int             // stage streams opened to this shard
+	cal      *pb.Calibration // sent in Register when set
 }
 
 func newFakeShard(t *testing.T, coordAddr, nodeID string, inc, mem uint64) *fakeShard {
@@ -85,6 +86,7 @@ func (f *fakeShard) join() {
 	rep, err := f.client.Register(ctx, &pb.RegisterRequest{
 		NodeId: f.nodeID, Name: "box-" + f.nodeID, Incarnation: f.inc, GrpcAddr: f.ln.Addr().String(),
 		ProtocolVersion: transport.ProtocolVersion, Devices: &pb.Devices{CpuCores: 2, MemoryBytes: f.mem, Device: "cpu"},
+		Calibration: f.cal,
 	})
 	if err != nil {
 		f.t.Fatalf("register %s: %v", f.nodeID, err)
