@@ -1,0 +1,125 @@
+package shard
+
+import (
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/strata-llm/strata/model/gguf"
+	"github.com/strata-llm/strata/model/grammar"
+	"github.com/strata-llm/strata/model/sample"
+	"github.com/strata-llm/strata/model/tokenizer"
+)
+
+const constrainSchema = `{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string","maxLength":6},"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["name","n","ok"],"additionalProperties":false}}}`
+
+// TestConstrainedDecoding: on the last stage, a sequence whose first row
+// carries a constraint samples only tokens that keep its output a prefix
+// of a document (stories260K, sampling at temperature 1, whose free text
+// is no JSON); a recomputed sequence (prompt and output as its prefill)
+// samples what the original did next; and a matcher built from the output
+// a first row carries (after a prefix-cache hit) masks as one that read it.
+func TestConstrainedDecoding(t *testing.T) {
+	m := loadStories(t)
+	f, err := gguf.Open("../../shared/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipe(t, m)
+	p[0].SetVocab(ModelVocab("", f))
+	g, err := grammar.Compile([]byte(constrainSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := sample.DefaultParams()
+	params.Temperature, params.Seed = 1, 5
+	params.Constraint, params.OutputStart = []byte(constrainSchema), len(prompt)
+
+	// decode runs sequence seq from its first row for up to n tokens.
+	decode := func(seq uint64, blocks []int32, prefill []int32, n int) []int32 {
+		pp := params
+		rows := []Row{{Seq: seq, First: true, Tokens: prefill, Blocks: blocks, Sample: true, Params: &pp}}
+		pos := len(prefill)
+		var out []int32
+		for step := 0; len(out) < n; step++ {
+			res, dropped := p.run(t, Batch{Epoch: 1, ID: seq<<16 | uint64(step), Rows: rows})
+			if len(dropped) > 0 || len(res.Samples) != 1 {
+				t.Fatalf("step %d: dropped %+v, samples %+v", step, dropped, res.Samples)
+			}
+			id := res.Samples[0].Result.Token
+			out = append(out, id)
+			if tok.IsEOG(id) {
+				break
+			}
+			rows = []Row{{Seq: seq, Pos: pos, Tokens: []int32{id}, Blocks: blocks, Sample: true}}
+			pos++
+		}
+		return out
+	}
+	out := decode(1, []int32{0, 1, 2, 3, 4, 5}, prompt, 60)
+	text := tok.Decode(out)
+	if tok.IsEOG(out[len(out)-1]) {
+		if !g.Match([]byte(text)) {
+			t.Errorf("complete output %q is not a document", text)
+		}
+	} else if !g.MatchPrefix([]byte(text)) {
+		t.Errorf("output %q is not a document's start", text)
+	}
+	if len(out) < 8 {
+		t.Fatalf("output %q too short to test recomputation", text)
+	}
+
+	// Recompute after 5 tokens: the prefill holds them; the next token is
+	// the original's.
+	k := 5
+	again := decode(2, []int32{10, 11, 12, 13, 14, 15}, slices.Concat(prompt, out[:k]), 3)
+	if !slices.Equal(again, out[k:k+3]) {
+		t.Errorf("recomputed: %v, original %v", again, out[k:k+3])
+	}
+
+	// The output a first row carries reads like the tokens themselves.
+	withOutput := params
+	withOutput.Output = out[:k]
+	c1, err := p[0].newConstraint(&withOutput, len(prompt)+k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := p[0].newConstraint(&params, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c2.read(0, slices.Concat(prompt, out[:k])); err != nil {
+		t.Fatal(err)
+	}
+	if m1, m2 := c1.m.Mask(nil), c2.m.Mask(nil); !slices.Equal(m1, m2) {
+		t.Error("a matcher built from carried output masks differently")
+	}
+	short := params
+	short.Output = out[:k-1]
+	if _, err := p[0].newConstraint(&short, len(prompt)+k); err == nil {
+		t.Error("a first row missing output tokens was accepted")
+	}
+	if err := p[0].CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestConstraintWithoutVocab: a last stage without a tokenizer drops a
+// constrained sequence's first row rather than sample it free.
+func TestConstraintWithoutVocab(t *testing.T) {
+	if _, err := os.Stat("../../shared/models/stories260K.gguf"); err != nil {
+		sharedAbsent(t, "stories260K", err)
+	}
+	p := newPipe(t, loadStories(t))
+	params := sample.DefaultParams()
+	params.Constraint, params.OutputStart = []byte(`{"type":"json_object"}`), len(prompt)
+	res, dropped := p.run(t, Batch{Epoch: 1, ID: 1, Rows: []Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{0}, Sample: true, Params: &params}}})
+	if len(res.Samples) != 0 || len(dropped) != 1 {
+		t.Errorf("samples %+v, dropped %+v", res.Samples, dropped)
+	}
+}
