@@ -8,6 +8,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
 )
 
 // TestOpenAISDK drives the API with the official OpenAI Go SDK: completions
@@ -134,4 +135,25 @@ func TestOpenAISDK(t *testing.T) {
 		}
 	})
 	h.waitIdle()
+}
+
+// TestOpenAISDKSchemaRefused: a strict schema outside the supported subset
+// is a 400 the SDK surfaces with the parameter and the part named.
+func TestOpenAISDKSchemaRefused(t *testing.T) {
+	h := newHarness(t, harnessOpts{})
+	client := openai.NewClient(option.WithBaseURL(h.http.URL+"/v1/"), option.WithMaxRetries(0))
+	_, err := client.Chat.Completions.New(context.Background(), openai.ChatCompletionNewParams{
+		Model:    testModel,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")},
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "x", Strict: openai.Bool(true), Schema: map[string]any{
+				"type": "object", "properties": map[string]any{"tags": map[string]any{"type": "array", "uniqueItems": true}},
+			}},
+		}},
+	})
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "response_format" ||
+		!strings.Contains(apiErr.Message, "#/properties/tags") || !strings.Contains(apiErr.Message, "uniqueItems") {
+		t.Errorf("got %v", err)
+	}
 }

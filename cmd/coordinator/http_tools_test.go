@@ -167,3 +167,68 @@ func checkCall(t *testing.T, name, args, want string) {
 		t.Errorf("called unknown function %q (%s)", name, args)
 	}
 }
+
+// TestSDKStructuredOutputs: a typed struct round trip with the OpenAI Go
+// SDK through two shard stages of stories260K: the struct's strict JSON
+// schema as response_format, the answer (whole and streamed, the same)
+// decodes into the struct with no unknown field. Every string and number
+// of the schema is bounded, so the document completes within max_tokens
+// and ends with finish_reason "stop".
+func TestSDKStructuredOutputs(t *testing.T) {
+	type pet struct {
+		Name     string   `json:"name"`
+		Kind     string   `json:"kind"`
+		Age      int      `json:"age"`
+		Friendly bool     `json:"friendly"`
+		Tags     []string `json:"tags"`
+	}
+	schema := map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			"name":     map[string]any{"type": "string", "minLength": 1, "maxLength": 10},
+			"kind":     map[string]any{"type": "string", "enum": []string{"cat", "dog", "fish"}},
+			"age":      map[string]any{"type": "integer", "enum": []int{1, 2, 3, 4, 5}},
+			"friendly": map[string]any{"type": "boolean"},
+			"tags":     map[string]any{"type": "array", "items": map[string]any{"type": "string", "maxLength": 5}, "maxItems": 2},
+		},
+		"required":             []string{"name", "kind", "age", "friendly", "tags"},
+		"additionalProperties": false,
+	}
+	s := startServe(t, "--model", stories, "--local-shards", "2", "--threads", "2")
+	client := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	params := openai.ChatCompletionNewParams{
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Describe a pet.")},
+		ResponseFormat: openai.ChatCompletionNewParamsResponseFormatUnion{OfJSONSchema: &shared.ResponseFormatJSONSchemaParam{
+			JSONSchema: shared.ResponseFormatJSONSchemaJSONSchemaParam{Name: "pet", Schema: schema, Strict: openai.Bool(true)},
+		}},
+		MaxTokens: openai.Int(400), Seed: openai.Int(11),
+	}
+	whole, err := client.Chat.Completions.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := whole.Choices[0].Message.Content
+	if whole.Choices[0].FinishReason != "stop" {
+		t.Fatalf("finish %q: %q", whole.Choices[0].FinishReason, content)
+	}
+	dec := json.NewDecoder(strings.NewReader(content))
+	dec.DisallowUnknownFields()
+	var p pet
+	if err := dec.Decode(&p); err != nil || p.Name == "" || len([]rune(p.Name)) > 10 || p.Age < 1 || p.Age > 5 || len(p.Tags) > 2 ||
+		(p.Kind != "cat" && p.Kind != "dog" && p.Kind != "fish") {
+		t.Fatalf("%q: %+v, %v", content, p, err)
+	}
+	stream := client.Chat.Completions.NewStreaming(ctx, params)
+	var acc openai.ChatCompletionAccumulator
+	for stream.Next() {
+		acc.AddChunk(stream.Current())
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if acc.Choices[0].Message.Content != content || acc.Choices[0].FinishReason != "stop" {
+		t.Errorf("streamed %q (%s), whole %q", acc.Choices[0].Message.Content, acc.Choices[0].FinishReason, content)
+	}
+}
