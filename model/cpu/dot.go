@@ -38,7 +38,7 @@ func VecDotFor(t ggml.Type) (VecDot, error) {
 	case ggml.Q5_1:
 		return dotQ51Q81, nil
 	case ggml.IQ4_NL:
-		return dotIQ4NLQ80, nil
+		return vecDotIQ4NL, nil
 	case ggml.Q2_K:
 		return dotQ2KQ8K, nil
 	case ggml.Q3_K:

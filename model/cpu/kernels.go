@@ -130,6 +130,14 @@ func vecDotQ50(n int, w, x []byte) float32 {
 	return dotQ50Q80(n, w, x)
 }
 
+func vecDotIQ4NL(n int, w, x []byte) float32 {
+	if ts := tilesFor(ggml.IQ4_NL); ts != nil {
+		nb := n / ggml.QK
+		return ts.dot1(n, w[:nb*iq4Bytes], x[:nb*q80Bytes])
+	}
+	return dotIQ4NLQ80(n, w, x)
+}
+
 func vecDotQ40(n int, w, x []byte) float32 {
 	if ts := tilesFor(ggml.Q4_0); ts != nil {
 		nb := n / ggml.QK

@@ -57,6 +57,10 @@ func archTiles(t ggml.Type) *tileSet {
 		if haveF16C {
 			return &q50AVX2
 		}
+	case ggml.IQ4_NL:
+		if haveF16C {
+			return &iq4NLAVX2
+		}
 	}
 	return nil
 }
@@ -269,5 +273,16 @@ var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC:
 func bf16AVX21(n int, w, x *byte) float32 {
 	var out float32
 	bf16AVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var iq4NLAVX2 = tileSet{one: iq4NLAVX21, name: "iq4NLAVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{iq4NLAVX2_1x1, iq4NLAVX2_1x2},
+	{iq4NLAVX2_2x1, iq4NLAVX2_2x2},
+}}
+
+func iq4NLAVX21(n int, w, x *byte) float32 {
+	var out float32
+	iq4NLAVX2_1x1(n, w, 0, x, 0, &out, 0)
 	return out
 }

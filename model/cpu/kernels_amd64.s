@@ -95452,3 +95452,345 @@ done:
 	VMOVSS X6, 4(AX)(CX*1)
 	VZEROUPPER
 	RET
+
+// func iq4NLAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·iq4NLAVX2_1x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	VMOVDQU      iq4LevelsSigned<>+0(SB), X0
+	MOVL         $0x0f0f0f0f, BX
+	VMOVD        BX, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       X2, X2, X2
+
+loop:
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (DX), X3
+	VCVTPH2PS    X3, X3
+	VMOVDQU      2(CX), X4
+	VPSRLW       $0x04, X4, X5
+	VPAND        X1, X4, X4
+	VPAND        X1, X5, X5
+	VPSHUFB      X4, X0, X4
+	VPSHUFB      X5, X0, X5
+	VPMOVSXBW    X4, Y4
+	VPMOVSXBW    X5, Y5
+	VPBROADCASTW (CX), X6
+	VCVTPH2PS    X6, X6
+	VPMOVSXBW    2(DX), Y7
+	VPMOVSXBW    18(DX), Y8
+	VPMADDWD     Y4, Y7, Y7
+	VPMADDWD     Y5, Y8, Y8
+	VPADDD       Y8, Y7, Y7
+	VEXTRACTI128 $0x01, Y7, X4
+	VPADDD       X7, X4, X4
+	VPSHUFD      $0x4e, X4, X5
+	VPADDD       X5, X4, X4
+	VPSHUFD      $0xb1, X4, X5
+	VPADDD       X5, X4, X4
+	VCVTDQ2PS    X4, X4
+	VMULSS       X3, X6, X3
+	VFMADD231SS  X3, X4, X2
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
+	JMP          loop
+
+done:
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VZEROUPPER
+	RET
+
+DATA iq4LevelsSigned<>+0(SB)/1, $0x81
+DATA iq4LevelsSigned<>+1(SB)/1, $0x98
+DATA iq4LevelsSigned<>+2(SB)/1, $0xad
+DATA iq4LevelsSigned<>+3(SB)/1, $0xbf
+DATA iq4LevelsSigned<>+4(SB)/1, $0xcf
+DATA iq4LevelsSigned<>+5(SB)/1, $0xdd
+DATA iq4LevelsSigned<>+6(SB)/1, $0xea
+DATA iq4LevelsSigned<>+7(SB)/1, $0xf6
+DATA iq4LevelsSigned<>+8(SB)/1, $0x01
+DATA iq4LevelsSigned<>+9(SB)/1, $0x0d
+DATA iq4LevelsSigned<>+10(SB)/1, $0x19
+DATA iq4LevelsSigned<>+11(SB)/1, $0x26
+DATA iq4LevelsSigned<>+12(SB)/1, $0x35
+DATA iq4LevelsSigned<>+13(SB)/1, $0x45
+DATA iq4LevelsSigned<>+14(SB)/1, $0x59
+DATA iq4LevelsSigned<>+15(SB)/1, $0x71
+GLOBL iq4LevelsSigned<>(SB), RODATA|NOPTR, $16
+
+// func iq4NLAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·iq4NLAVX2_1x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), DX
+	MOVQ         xs+32(FP), BX
+	VMOVDQU      iq4LevelsSigned<>+0(SB), X0
+	MOVL         $0x0f0f0f0f, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
+
+loop:
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (DX), X4
+	VCVTPH2PS    X4, X4
+	VPBROADCASTW (DX)(BX*1), X5
+	VCVTPH2PS    X5, X5
+	VMOVDQU      2(CX), X6
+	VPSRLW       $0x04, X6, X7
+	VPAND        X1, X6, X6
+	VPAND        X1, X7, X7
+	VPSHUFB      X6, X0, X6
+	VPSHUFB      X7, X0, X7
+	VPMOVSXBW    X6, Y6
+	VPMOVSXBW    X7, Y7
+	VPBROADCASTW (CX), X8
+	VCVTPH2PS    X8, X8
+	VPMOVSXBW    2(DX), Y9
+	VPMOVSXBW    18(DX), Y10
+	VPMADDWD     Y6, Y9, Y9
+	VPMADDWD     Y7, Y10, Y10
+	VPADDD       Y10, Y9, Y9
+	VEXTRACTI128 $0x01, Y9, X10
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0x4e, X10, X9
+	VPADDD       X9, X10, X10
+	VPSHUFD      $0xb1, X10, X9
+	VPADDD       X9, X10, X10
+	VCVTDQ2PS    X10, X10
+	VMULSS       X4, X8, X4
+	VFMADD231SS  X4, X10, X2
+	VPMOVSXBW    2(DX)(BX*1), Y4
+	VPMOVSXBW    18(DX)(BX*1), Y9
+	VPMADDWD     Y6, Y4, Y4
+	VPMADDWD     Y7, Y9, Y9
+	VPADDD       Y9, Y4, Y4
+	VEXTRACTI128 $0x01, Y4, X6
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0x4e, X6, X4
+	VPADDD       X4, X6, X6
+	VPSHUFD      $0xb1, X6, X4
+	VPADDD       X4, X6, X6
+	VCVTDQ2PS    X6, X6
+	VMULSS       X5, X8, X4
+	VFMADD231SS  X4, X6, X3
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, DX
+	SUBQ         $0x01, AX
+	JMP          loop
+
+done:
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, (AX)(CX*1)
+	VZEROUPPER
+	RET
+
+// func iq4NLAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·iq4NLAVX2_2x1(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	VMOVDQU      iq4LevelsSigned<>+0(SB), X0
+	MOVL         $0x0f0f0f0f, SI
+	VMOVD        SI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
+
+loop:
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (BX), X4
+	VCVTPH2PS    X4, X4
+	VMOVDQU      2(CX), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        X1, X5, X5
+	VPAND        X1, X6, X6
+	VPSHUFB      X5, X0, X5
+	VPSHUFB      X6, X0, X6
+	VPMOVSXBW    X5, Y5
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW (CX), X7
+	VCVTPH2PS    X7, X7
+	VPMOVSXBW    2(BX), Y8
+	VPMOVSXBW    18(BX), Y9
+	VPMADDWD     Y5, Y8, Y8
+	VPMADDWD     Y6, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X5
+	VPADDD       X8, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VMULSS       X4, X7, X6
+	VFMADD231SS  X6, X5, X2
+	VMOVDQU      2(CX)(DX*1), X5
+	VPSRLW       $0x04, X5, X6
+	VPAND        X1, X5, X5
+	VPAND        X1, X6, X6
+	VPSHUFB      X5, X0, X5
+	VPSHUFB      X6, X0, X6
+	VPMOVSXBW    X5, Y5
+	VPMOVSXBW    X6, Y6
+	VPBROADCASTW (CX)(DX*1), X7
+	VCVTPH2PS    X7, X7
+	VPMOVSXBW    2(BX), Y8
+	VPMOVSXBW    18(BX), Y9
+	VPMADDWD     Y5, Y8, Y8
+	VPMADDWD     Y6, Y9, Y9
+	VPADDD       Y9, Y8, Y8
+	VEXTRACTI128 $0x01, Y8, X5
+	VPADDD       X8, X5, X5
+	VPSHUFD      $0x4e, X5, X6
+	VPADDD       X6, X5, X5
+	VPSHUFD      $0xb1, X5, X6
+	VPADDD       X6, X5, X5
+	VCVTDQ2PS    X5, X5
+	VMULSS       X4, X7, X4
+	VFMADD231SS  X4, X5, X3
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
+
+done:
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, 4(AX)
+	VZEROUPPER
+	RET
+
+// func iq4NLAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+// Requires: AVX, AVX2, F16C, FMA3
+TEXT ·iq4NLAVX2_2x2(SB), NOSPLIT, $0-56
+	MOVQ         n+0(FP), AX
+	MOVQ         w+8(FP), CX
+	MOVQ         ws+16(FP), DX
+	MOVQ         x+24(FP), BX
+	MOVQ         xs+32(FP), SI
+	VMOVDQU      iq4LevelsSigned<>+0(SB), X0
+	MOVL         $0x0f0f0f0f, DI
+	VMOVD        DI, X1
+	VPBROADCASTD X1, Y1
+	VXORPS       X2, X2, X2
+	VXORPS       X3, X3, X3
+	VXORPS       X4, X4, X4
+	VXORPS       X5, X5, X5
+
+loop:
+	TESTQ        AX, AX
+	JZ           done
+	VPBROADCASTW (BX), X6
+	VCVTPH2PS    X6, X6
+	VPBROADCASTW (BX)(SI*1), X7
+	VCVTPH2PS    X7, X7
+	VMOVDQU      2(CX), X8
+	VPSRLW       $0x04, X8, X9
+	VPAND        X1, X8, X8
+	VPAND        X1, X9, X9
+	VPSHUFB      X8, X0, X8
+	VPSHUFB      X9, X0, X9
+	VPMOVSXBW    X8, Y8
+	VPMOVSXBW    X9, Y9
+	VPBROADCASTW (CX), X10
+	VCVTPH2PS    X10, X10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X12
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0x4e, X12, X11
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0xb1, X12, X11
+	VPADDD       X11, X12, X12
+	VCVTDQ2PS    X12, X12
+	VMULSS       X6, X10, X11
+	VFMADD231SS  X11, X12, X2
+	VPMOVSXBW    2(BX)(SI*1), Y11
+	VPMOVSXBW    18(BX)(SI*1), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X8
+	VPADDD       X11, X8, X8
+	VPSHUFD      $0x4e, X8, X9
+	VPADDD       X9, X8, X8
+	VPSHUFD      $0xb1, X8, X9
+	VPADDD       X9, X8, X8
+	VCVTDQ2PS    X8, X8
+	VMULSS       X7, X10, X9
+	VFMADD231SS  X9, X8, X3
+	VMOVDQU      2(CX)(DX*1), X8
+	VPSRLW       $0x04, X8, X9
+	VPAND        X1, X8, X8
+	VPAND        X1, X9, X9
+	VPSHUFB      X8, X0, X8
+	VPSHUFB      X9, X0, X9
+	VPMOVSXBW    X8, Y8
+	VPMOVSXBW    X9, Y9
+	VPBROADCASTW (CX)(DX*1), X10
+	VCVTPH2PS    X10, X10
+	VPMOVSXBW    2(BX), Y11
+	VPMOVSXBW    18(BX), Y12
+	VPMADDWD     Y8, Y11, Y11
+	VPMADDWD     Y9, Y12, Y12
+	VPADDD       Y12, Y11, Y11
+	VEXTRACTI128 $0x01, Y11, X12
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0x4e, X12, X11
+	VPADDD       X11, X12, X12
+	VPSHUFD      $0xb1, X12, X11
+	VPADDD       X11, X12, X12
+	VCVTDQ2PS    X12, X12
+	VMULSS       X6, X10, X6
+	VFMADD231SS  X6, X12, X4
+	VPMOVSXBW    2(BX)(SI*1), Y6
+	VPMOVSXBW    18(BX)(SI*1), Y11
+	VPMADDWD     Y8, Y6, Y6
+	VPMADDWD     Y9, Y11, Y11
+	VPADDD       Y11, Y6, Y6
+	VEXTRACTI128 $0x01, Y6, X8
+	VPADDD       X6, X8, X8
+	VPSHUFD      $0x4e, X8, X6
+	VPADDD       X6, X8, X8
+	VPSHUFD      $0xb1, X8, X6
+	VPADDD       X6, X8, X8
+	VCVTDQ2PS    X8, X8
+	VMULSS       X7, X10, X6
+	VFMADD231SS  X6, X8, X5
+	ADDQ         $0x12, CX
+	ADDQ         $0x22, BX
+	SUBQ         $0x01, AX
+	JMP          loop
+
+done:
+	MOVQ   out+40(FP), AX
+	MOVQ   os+48(FP), CX
+	VMOVSS X2, (AX)
+	VMOVSS X3, (AX)(CX*1)
+	VMOVSS X4, 4(AX)
+	VMOVSS X5, 4(AX)(CX*1)
+	VZEROUPPER
+	RET

@@ -978,3 +978,23 @@ func q50AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q50AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// iq4NLAVX2_1x1 computes a 1×1 tile of IQ4_NL dot products with AVX2 and FMA.
+//
+//go:noescape
+func iq4NLAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// iq4NLAVX2_1x2 computes a 1×2 tile of IQ4_NL dot products with AVX2 and FMA.
+//
+//go:noescape
+func iq4NLAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// iq4NLAVX2_2x1 computes a 2×1 tile of IQ4_NL dot products with AVX2 and FMA.
+//
+//go:noescape
+func iq4NLAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// iq4NLAVX2_2x2 computes a 2×2 tile of IQ4_NL dot products with AVX2 and FMA.
+//
+//go:noescape
+func iq4NLAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)

@@ -67,7 +67,7 @@ func TestTilesEqualPortable(t *testing.T) {
 
 func testTilesEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
 		ts := archTiles(typ)
 		if ts == nil {
 			t.Logf("%s: no SIMD kernels on this CPU (avx2Only %v)", typ, avx2Only)
@@ -137,7 +137,7 @@ func testTilesEqualPortable(t *testing.T) {
 // and off on random inputs.
 func TestVecDotPortableSwitch(t *testing.T) {
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
 		f, err := VecDotFor(typ)
 		if err != nil {
 			t.Fatal(err)

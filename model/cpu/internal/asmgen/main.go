@@ -148,6 +148,15 @@ func main() {
 			ret()
 		}
 	}
+	for r := 1; r <= 2; r++ {
+		for c := 1; c <= 2; c++ {
+			TEXT(fmt.Sprintf("iq4NLAVX2_%dx%d", r, c), NOSPLIT, signature)
+			Pragma("noescape")
+			Doc(fmt.Sprintf("iq4NLAVX2_%dx%d computes a %d×%d tile of IQ4_NL dot products with AVX2 and FMA.", r, c, r, c))
+			iq4NLAVX2(newTile(r, c))
+			ret()
+		}
+	}
 	Generate()
 }
 

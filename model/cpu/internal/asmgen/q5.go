@@ -154,3 +154,39 @@ const q50Bytes = 22
 
 // q50Bits is 16 words, word j holding bit j, made by the first q50AVX2.
 var q50Bits *Mem
+
+// iq4NLAVX2 is the IQ4_NL tile kernel for AVX2 (blockAVX2's order,
+// dotIQ4NLQ80's): the block's 16 bytes split into low nibbles (elements
+// 0..15) and high ones (16..31), each looked up in the signed levels
+// (VPSHUFB) and sign-extended to words.
+func iq4NLAVX2(t *tile) {
+	if iq4Signed == nil {
+		m := GLOBL("iq4LevelsSigned", RODATA|NOPTR)
+		for i, v := range iq4Values {
+			DATA(i, U8(uint8(v)))
+		}
+		iq4Signed = &m
+	}
+	tbl := XMM()
+	VMOVDQU(*iq4Signed, tbl)
+	c0f := bcastConstY(0x0f0f0f0f).AsX()
+	t.blockAVX2(iq4NLBytes, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+		lo, hi := XMM(), XMM()
+		VMOVDQU(t.w(r, disp+2), lo)
+		VPSRLW(Imm(4), lo, hi)
+		VPAND(c0f, lo, lo)
+		VPAND(c0f, hi, hi)
+		VPSHUFB(lo, tbl, lo)
+		VPSHUFB(hi, tbl, hi)
+		a, b := YMM(), YMM()
+		VPMOVSXBW(lo, a)
+		VPMOVSXBW(hi, b)
+		return a, b
+	})
+}
+
+const iq4NLBytes = 18
+
+// iq4Signed is ggml's 16 IQ4 levels as signed bytes, made by the first
+// iq4NLAVX2.
+var iq4Signed *Mem
