@@ -75,7 +75,7 @@ func degradedServer(t *testing.T, mod func(*EngineConfig)) (*downPipeline, *Engi
 // lostAndUnplaceable is what a Cluster's Ready says when the shards left
 // after a loss cannot hold the model.
 var lostAndUnplaceable = &notReadyError{
-	why:   "shard node-b-2 lost: control stream closed: EOF; cannot place the model on the shards left (1): coordinator: the shards cannot hold the model",
+	why:   "shard node-b-2 lost: control stream closed: EOF; cannot place the model on the shards left (1): control: the shards cannot hold the model",
 	kinds: []error{ErrPipelineDown, ErrNoFit},
 }
 

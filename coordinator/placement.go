@@ -3,12 +3,13 @@ package coordinator
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"time"
 
+	"github.com/strata-llm/strata/control"
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
@@ -120,35 +121,62 @@ func (s ModelShape) Validate() error {
 	return nil
 }
 
-// Stage is one shard's place in a Placement: layers [First, End).
-type Stage struct {
-	ShardID     string `json:"shard_id"`
-	NodeID      string `json:"node_id"`
-	Incarnation uint64 `json:"incarnation"`
-	Addr        string `json:"addr"` // the shard's stage endpoint
-	First       int    `json:"first"`
-	End         int    `json:"end"`
-	Embed       bool   `json:"embed"`
-	Head        bool   `json:"head"`
-	// Blocks is the KV blocks this stage could hold; the pool is the
-	// smallest.
-	Blocks int `json:"blocks"`
-	// PredictedNs is the time the stage was predicted to take for one
-	// batch of the placement's Mix, from its shard's calibration; 0
-	// without one.
-	PredictedNs int64 `json:"predicted_ns,omitempty"`
+// The placement types are the control core's (package control); the
+// coordinator adds the wire messages a placement becomes.
+type (
+	Stage    = control.Stage
+	Capacity = control.Capacity
+	Speed    = control.Speed
+	Mix      = control.Mix
+)
+
+// Placement is one version of which shard holds which layer range
+// (control.Placement, with the coordinator's methods).
+type Placement control.Placement
+
+// The load mixes of --placement-mix (control.Mix).
+const (
+	MixDecode   = control.MixDecode
+	MixPrefill  = control.MixPrefill
+	MixBalanced = control.MixBalanced
+	MixMemory   = control.MixMemory
+)
+
+// ErrNoFit is wrapped by Plan when the shards cannot hold the model.
+var ErrNoFit = control.ErrNoFit
+
+// ParseMix reads a --placement-mix value.
+func ParseMix(s string) (Mix, error) { return control.ParseMix(s) }
+
+// control returns what the control core's placement reads of s.
+func (s ModelShape) control() control.Shape {
+	return control.Shape{Model: s.SHA256, Layers: s.Layers, LayerBytes: s.LayerBytes, ActiveBytes: s.ActiveBytes,
+		EmbedBytes: s.EmbedBytes, HeadBytes: s.HeadBytes, KVBytesPerBlockLayer: s.KVBytesPerBlockLayer, BlockSize: s.BlockSize}
 }
 
-// Placement is one version of which shard holds which layer range.
-type Placement struct {
-	Version   uint64  `json:"version"`
-	Epoch     uint64  `json:"epoch"` // the epoch that made it
-	Model     string  `json:"model_sha256"`
-	Stages    []Stage `json:"stages"`
-	Blocks    int     `json:"blocks"` // the KV pool: the smallest stage's capacity
-	BlockSize int     `json:"block_size"`
-	// Mix is the load mix the stages' PredictedNs are for (PlanFor).
-	Mix string `json:"mix,omitempty"`
+// Plan places shape on shards by memory (control.Plan).
+func Plan(shape ModelShape, shards []Capacity, version, epoch uint64) (*Placement, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := control.Plan(shape.control(), shards, version, epoch)
+	return (*Placement)(p), err
+}
+
+// PlanFor places shape on shards for mix, by measured speed when every
+// shard has one, else by memory (control.PlanFor).
+func PlanFor(shape ModelShape, shards []Capacity, mix Mix, version, epoch uint64) (*Placement, error) {
+	if err := shape.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := control.PlanFor(shape.control(), shards, mix, version, epoch)
+	return (*Placement)(p), err
+}
+
+// Predict returns the time each stage of p takes for a batch of mix
+// (control.Predict).
+func Predict(shape ModelShape, p *Placement, speeds map[string]*Speed, mix Mix) []time.Duration {
+	return control.Predict(shape.control(), (*control.Placement)(p), speeds, mix)
 }
 
 // Assign returns stage i's Assign message.
@@ -181,96 +209,4 @@ func (p *Placement) stageOf(shardID string) int {
 		}
 	}
 	return -1
-}
-
-// Capacity is what a shard offers to placement.
-type Capacity struct {
-	ShardID     string
-	NodeID      string
-	Incarnation uint64
-	Addr        string
-	// Memory is the bytes the shard may use for weights and KV.
-	Memory int64
-	// KVMemory caps its KV pool in bytes; 0 means what fits after weights.
-	KVMemory int64
-	// Speed is the shard's calibration on the served model; nil: none
-	// (PlanFor then places by memory).
-	Speed *Speed
-}
-
-// ErrNoFit is wrapped by Plan when the shards cannot hold the model.
-var ErrNoFit = errors.New("coordinator: the shards cannot hold the model")
-
-// Plan places shape on shards, in their order, as contiguous layer ranges:
-// sizes proportional to each shard's memory (at least one layer each, at
-// most Layers shards used), embedding on the first, head on the last. Each
-// stage's KV capacity is what its memory holds after its weights, capped by
-// its KVMemory; the pool is the smallest stage's. It fails (wrapping
-// ErrNoFit) when some stage's weights do not fit or the pool holds no
-// block.
-func Plan(shape ModelShape, shards []Capacity, version, epoch uint64) (*Placement, error) {
-	if err := shape.Validate(); err != nil {
-		return nil, err
-	}
-	if len(shards) == 0 {
-		return nil, fmt.Errorf("%w: no shards", ErrNoFit)
-	}
-	shards = shards[:min(len(shards), shape.Layers)]
-	var total int64
-	for _, s := range shards {
-		if s.Memory <= 0 {
-			return nil, fmt.Errorf("%w: shard %s reports no memory", ErrNoFit, s.ShardID)
-		}
-		total += s.Memory
-	}
-	// Split Layers by memory: each shard's exact share rounded down (at
-	// least one layer), then the layers left to the largest shortfalls (or
-	// taken back from the largest excesses).
-	n := len(shards)
-	sizes := make([]int, n)
-	exact := make([]float64, n)
-	sum := 0
-	for i, s := range shards {
-		exact[i] = float64(shape.Layers) * float64(s.Memory) / float64(total)
-		sizes[i] = max(1, int(exact[i]))
-		sum += sizes[i]
-	}
-	for sum != shape.Layers {
-		best := -1
-		for i := range sizes {
-			d := exact[i] - float64(sizes[i])
-			switch {
-			case sum < shape.Layers && (best < 0 || d > exact[best]-float64(sizes[best])):
-				best = i
-			case sum > shape.Layers && sizes[i] > 1 && (best < 0 || d < exact[best]-float64(sizes[best])):
-				best = i
-			}
-		}
-		if sum < shape.Layers {
-			sizes[best]++
-			sum++
-		} else {
-			sizes[best]--
-			sum--
-		}
-	}
-	p := &Placement{Version: version, Epoch: epoch, Model: shape.SHA256, BlockSize: shape.BlockSize, Blocks: -1}
-	first := 0
-	for i, s := range shards {
-		st := Stage{ShardID: s.ShardID, NodeID: s.NodeID, Incarnation: s.Incarnation, Addr: s.Addr,
-			First: first, End: first + sizes[i], Embed: i == 0, Head: i == n-1}
-		first = st.End
-		var err error
-		if st.Blocks, err = stageBlocks(shape, s, st); err != nil {
-			return nil, err
-		}
-		if p.Blocks < 0 || st.Blocks < p.Blocks {
-			p.Blocks = st.Blocks
-		}
-		p.Stages = append(p.Stages, st)
-	}
-	if p.Blocks < 1 {
-		return nil, fmt.Errorf("%w: the smallest stage holds no %d-position KV block", ErrNoFit, shape.BlockSize)
-	}
-	return p, nil
 }
