@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mbits "math/bits"
 	"sync"
 
 	"github.com/strata-llm/strata/model/gguf"
@@ -175,36 +176,54 @@ func (c *constraint) read(pos int, tokens []int32) error {
 }
 
 // apply sets the logits of the tokens the matcher does not allow to -Inf.
-// With nothing allowed (a vocabulary that cannot spell some byte the
-// document needs), only the end token stays, so the sequence ends rather
-// than leave the grammar.
 func (c *constraint) apply(logits []float32) {
 	c.mask = c.m.Mask(c.mask)
+	maskLogits(logits, c.mask, c.end)
+}
+
+// ninfs is a word's worth of -Inf, copied over the logits of a word of
+// the mask that allows nothing (copy moves it in vector registers).
+var ninfs = func() (a [64]float32) {
+	for i := range a {
+		a[i] = float32(math.Inf(-1))
+	}
+	return a
+}()
+
+// maskLogits sets logits[id] to -Inf where bit id of mask is clear (and
+// past the mask: model rows beyond the tokenizer's vocabulary). With
+// nothing allowed (a vocabulary that cannot spell some byte the document
+// needs), only the end token stays, so the sequence ends rather than
+// leave the grammar.
+func maskLogits(logits []float32, mask []uint64, end int32) {
 	ninf := float32(math.Inf(-1))
 	any := false
-	for w, bits := range c.mask {
+	for w, bits := range mask {
 		lo := w * 64
 		if lo >= len(logits) {
 			break
 		}
 		hi := min(lo+64, len(logits))
-		if bits == 0 {
-			for i := lo; i < hi; i++ {
-				logits[i] = ninf
-			}
+		switch bits {
+		case 0:
+			copy(logits[lo:hi], ninfs[:])
+			continue
+		case ^uint64(0):
+			any = true
 			continue
 		}
 		any = true
-		for i := lo; i < hi; i++ {
-			if bits&(1<<uint(i-lo)) == 0 {
-				logits[i] = ninf
+		row := logits[lo:hi]
+		for clear := ^bits; clear != 0; clear &= clear - 1 {
+			if j := mbits.TrailingZeros64(clear); j < len(row) {
+				row[j] = ninf
 			}
 		}
 	}
-	for i := len(c.mask) * 64; i < len(logits); i++ { // model rows past the tokenizer's
+	for i := len(mask) * 64; i < len(logits); i++ {
 		logits[i] = ninf
 	}
-	if !any && int(c.end) < len(logits) {
-		logits[c.end] = 0
+	if !any && int(end) < len(logits) {
+		logits[end] = 0
 	}
 }

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"slices"
 	"testing"
@@ -121,5 +123,52 @@ func TestConstraintWithoutVocab(t *testing.T) {
 	res, dropped := p.run(t, Batch{Epoch: 1, ID: 1, Rows: []Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{0}, Sample: true, Params: &params}}})
 	if len(res.Samples) != 0 || len(dropped) != 1 {
 		t.Errorf("samples %+v, dropped %+v", res.Samples, dropped)
+	}
+}
+
+func TestMaskLogits(t *testing.T) {
+	logits := make([]float32, 200)
+	for i := range logits {
+		logits[i] = 1
+	}
+	mask := make([]uint64, 3) // 192 tokens: 8 model rows past the tokenizer's
+	mask[0] = ^uint64(0)
+	mask[1] = 1<<3 | 1<<63
+	maskLogits(logits, mask, 2)
+	for i, l := range logits {
+		allowed := i < 64 || i == 67 || i == 127
+		if allowed != !math.IsInf(float64(l), -1) {
+			t.Fatalf("logit %d = %v", i, l)
+		}
+	}
+	clear(mask)
+	maskLogits(logits, mask, 2)
+	if logits[2] != 0 {
+		t.Errorf("an empty mask leaves the end token at %v", logits[2])
+	}
+}
+
+// BenchmarkMaskLogits is the last stage's cost of applying a mask to one
+// row of logits, beside the grammar's cost of computing it (model/grammar
+// BenchmarkMaskWarm): a mask inside a string (almost every token allowed)
+// and at a key (a few).
+func BenchmarkMaskLogits(b *testing.B) {
+	for _, v := range []int{32000, 152064} {
+		for _, kind := range []string{"string", "key"} {
+			b.Run(fmt.Sprintf("%d/%s", v, kind), func(b *testing.B) {
+				logits := make([]float32, v)
+				mask := make([]uint64, (v+63)/64)
+				for i := range mask {
+					if kind == "string" {
+						mask[i] = ^uint64(0) &^ (1 << (i % 64))
+					} else if i%97 == 0 {
+						mask[i] = 1 << (i % 64)
+					}
+				}
+				for b.Loop() {
+					maskLogits(logits, mask, 2)
+				}
+			})
+		}
 	}
 }
