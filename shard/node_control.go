@@ -87,7 +87,7 @@ func (n *Node) controlLoop(ctx context.Context, ml *membership.Node, local *pb.M
 	for ctx.Err() == nil {
 		if !joined {
 			if _, err := ml.Join([]string{n.cfg.Coordinator}); err != nil {
-				n.log.Warn("join gossip cluster", "coordinator", n.cfg.Coordinator, "err", err)
+				n.log.Warn("join gossip cluster", "coordinator", n.cfg.Coordinator, "err", err, "hint", n.gossipHint())
 				bo.wait(ctx)
 				continue
 			}

@@ -209,3 +209,12 @@ func (n *Node) probeCoordinator(ctx context.Context) error {
 	}
 	return nil
 }
+
+// gossipHint says what a refused gossip join most likely means: the two
+// sides disagree on security (one --insecure), or belong to two clusters.
+func (n *Node) gossipHint() string {
+	if n.id == nil {
+		return "a secure cluster refuses gossip without its key: join with --token, or run the coordinator --insecure too"
+	}
+	return "is the coordinator running, of this cluster (its CA), and not --insecure?"
+}

@@ -197,6 +197,17 @@ func waitMetric(t *testing.T, api, name, label string, want float64) {
 	}
 }
 
+// memberCreds returns dial credentials of shard 0 of c: a valid member's
+// certificate, for tests of what a member gone bad can do.
+func memberCreds(t *testing.T, c *e2eCluster) grpc.DialOption {
+	t.Helper()
+	id, err := trust.LoadIdentity(filepath.Join(flagValue(c.shards[0].cmd.Args, "--data-dir"), "trust"))
+	if err != nil {
+		t.Fatalf("shard 0's identity: %v", err)
+	}
+	return transport.DialCreds(id, "")
+}
+
 // lastLine is the last non-empty line of out.
 func lastLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")

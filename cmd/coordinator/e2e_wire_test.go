@@ -28,7 +28,8 @@ type wireView struct {
 // panic in the replica table, which also killed a coordinator running the
 // shard in its process) and a batch of epoch 2^62 (adopted, after which
 // every request failed with 500 while /readyz said 200) — sent straight to
-// each running `shard join` process's stage endpoint while a greedy
+// each running `shard join` process's stage endpoint (by a client holding a
+// member's certificate) while a greedy
 // completion streams, are each answered with a BatchFailed of their code.
 // Every shard process stays up, the completion gives llama.cpp's text,
 // /readyz stays 200, a second completion gives the same text, and each
@@ -58,8 +59,12 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 		good <- completion{text, err}
 	}()
 
+	// The sender is a member gone bad: it holds a valid certificate of
+	// the cluster (shard 0's), without which no stage endpoint would
+	// even take the stream.
+	member := memberCreds(t, c)
 	for _, s := range v.Shards {
-		cc, err := transport.Dial(s.Addr)
+		cc, err := transport.Dial(s.Addr, member)
 		if err != nil {
 			t.Fatal(err)
 		}
