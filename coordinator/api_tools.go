@@ -232,24 +232,20 @@ type toolStream struct {
 	start bool // a call has started: nothing more is given out
 }
 
-// push adds text and returns what may go out now.
+// push adds text and returns what may go out now. Whitespace at the end
+// is held too: the text before calls is trimmed, as in a whole answer.
 func (t *toolStream) push(text string) string {
 	t.all.WriteString(text)
 	if t.start {
 		return ""
 	}
-	all := t.all.String()
-	rest := all[t.sent:]
-	if t.ts.syntax == chat.Llama3 && strings.TrimSpace(all) == "" {
-		return "" // a JSON call may open the output
-	}
+	rest := t.all.String()[t.sent:]
 	start, held := t.ts.syntax.CallStart(rest, t.sent == 0)
+	end := len(rest) - held
 	if start >= 0 {
-		t.start = true
-		t.sent += start
-		return rest[:start]
+		t.start, end = true, start
 	}
-	out := rest[:len(rest)-held]
+	out := strings.TrimRight(rest[:end], " \t\r\n")
 	t.sent += len(out)
 	return out
 }
