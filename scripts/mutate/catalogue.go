@@ -475,6 +475,17 @@ var catalogue = []mutation{
 		Orig: "p.pending = append(b.Tombstones, p.pending...)", Repl: "_ = p.pending",
 		Why: "tombstones of a batch the full stage-0 link refused are lost",
 	},
+	// control: placement by measured speed.
+	{
+		Name: "placement/speed-ignores-memory", File: "control/placement.go", Pkgs: []string{"./control"}, Run: `^TestPlanFor`,
+		Orig: "if free < int64(minBlocks)*int64(b-a)*shape.KVBytesPerBlockLayer {", Repl: "if false {",
+		Why: "placement by speed gives a fast shard more layers than its memory holds beside half the memory-only KV pool",
+	},
+	{
+		Name: "placement/speed-head-free", File: "control/placement.go", Pkgs: []string{"./control"}, Run: `^TestPlanFor`,
+		Orig: "t += rates[i].head * float64(shape.HeadBytes)", Repl: "_ = rates[i].head",
+		Why: "placement by speed counts the head as no work: the last stage is overloaded",
+	},
 	// coordinator: losses, placement after them, and membership as a hint.
 	{
 		Name: "coord/gossip-outweighs-stream", File: "coordinator/cluster_loss.go", Pkgs: pkgCoord, Run: runCoordLoss,
