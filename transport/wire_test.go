@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -147,6 +148,27 @@ func TestBatchFromWireRefusals(t *testing.T) {
 		}, CodeBadParams},
 		{"NaN temperature", func(h *pb.BatchHeader) { h.Rows[0].Params = &pb.SampleParams{Temperature: float32(math.NaN())} }, CodeBadParams},
 		{"negative ttl", func(h *pb.BatchHeader) { h.TtlMs = -1 }, CodeBadField},
+		{"constraint over its limit", func(h *pb.BatchHeader) {
+			h.Rows[0].Params = &pb.SampleParams{Constraint: make([]byte, sample.MaxConstraint+1)}
+		}, CodeBadParams},
+		{"output without a constraint", func(h *pb.BatchHeader) {
+			h.Rows[0].Pos, h.Rows[0].Blocks = 3, []int32{0}
+			h.Rows[0].Params = &pb.SampleParams{Output: []int32{5}}
+		}, CodeBadParams},
+		{"output past the first row", func(h *pb.BatchHeader) {
+			h.Rows[0].Pos, h.Rows[0].Blocks = 3, []int32{0}
+			h.Rows[0].Params = &pb.SampleParams{Constraint: []byte(`{"type":"json_object"}`), OutputStart: 2, Output: []int32{5, 6}}
+		}, CodeBadParams},
+		{"output outside the vocabulary", func(h *pb.BatchHeader) {
+			h.Rows[0].Pos, h.Rows[0].Blocks = 3, []int32{0}
+			h.Rows[0].Params = &pb.SampleParams{Constraint: []byte(`{"type":"json_object"}`), OutputStart: 2, Output: []int32{100}}
+		}, CodeBadParams},
+		{"output_start past the context", func(h *pb.BatchHeader) {
+			h.Rows[0].Params = &pb.SampleParams{Constraint: []byte(`{"type":"json_object"}`), OutputStart: 64}
+		}, CodeBadParams},
+		{"negative output_start", func(h *pb.BatchHeader) {
+			h.Rows[0].Params = &pb.SampleParams{Constraint: []byte(`{"type":"json_object"}`), OutputStart: -1}
+		}, CodeBadParams},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := goodHeader()
@@ -350,5 +372,32 @@ func TestNoLogprobCrossesTheWire(t *testing.T) {
 		if got.NoLogprob != tc.want {
 			t.Errorf("logprobs %v, top %d: NoLogprob %v, want %v", tc.logprobs, tc.top, got.NoLogprob, tc.want)
 		}
+	}
+}
+
+// TestConstraintCrossesTheWire: a constrained sequence's response format,
+// output start and carried output reach the last stage as sent.
+func TestConstraintCrossesTheWire(t *testing.T) {
+	p := sample.DefaultParams()
+	p.Constraint, p.OutputStart, p.Output = []byte(`{"type":"json_object"}`), 2, []int32{7}
+	h, err := HeaderToWire(&MicroBatch{Epoch: testLimits.Epoch, Placement: 2, ID: 1,
+		Rows: []Row{{Seq: 1, Pos: 3, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true, Params: &p}}}, pb.HiddenType_HIDDEN_TYPE_F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := testLimits
+	lim.Hidden = 0
+	m, err := BatchFromWire(&Batch{Header: h}, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Rows[0].Params
+	if string(got.Constraint) != string(p.Constraint) || got.OutputStart != 2 || !slices.Equal(got.Output, p.Output) {
+		t.Errorf("got %+v", got)
+	}
+	big := p
+	big.Constraint = make([]byte, sample.MaxConstraint+1)
+	if _, err := HeaderToWire(&MicroBatch{Rows: []Row{{Seq: 1, First: true, Tokens: []int32{1}, Params: &big}}}, pb.HiddenType_HIDDEN_TYPE_F32); CodeOf(err) != CodeBadParams {
+		t.Errorf("an oversized constraint is sent: %v", err)
 	}
 }
