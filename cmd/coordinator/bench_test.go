@@ -33,12 +33,16 @@ func TestRunBenchPrintsARow(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[0], "CPU: ") || !strings.HasPrefix(lines[4], "| 15M | Q8_0 | 1 |") || strings.Count(lines[4], "|") != 11 {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "CPU: ") || !strings.HasPrefix(lines[4], "| 15M | Q8_0 | 1 |") || strings.Count(lines[4], "|") != 12 {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	// The e2e column is a real measurement through generate.
 	cells := strings.Split(lines[4], "|")
 	if e2e, err := strconv.ParseFloat(strings.TrimSpace(cells[7]), 64); err != nil || e2e <= 0 {
 		t.Errorf("e2e cell %q: %v", cells[7], err)
+	}
+	// The load column: resident memory the load added beside the file's size.
+	if load := cells[10]; !strings.Contains(load, " / ") || !strings.Contains(load, "×") {
+		t.Errorf("load cell %q", load)
 	}
 }
