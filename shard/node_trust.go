@@ -169,7 +169,7 @@ func (n *Node) serverOptions() []grpc.ServerOption {
 	if n.id == nil {
 		return nil
 	}
-	return []grpc.ServerOption{transport.ServerCreds(n.id, true)}
+	return []grpc.ServerOption{transport.ServerCreds(n.id, true), grpc.ChainStreamInterceptor(n.upstreamCheck)}
 }
 
 // gossipTrust encrypts the gossip member's messages with the cluster key
@@ -217,4 +217,56 @@ func (n *Node) gossipHint() string {
 		return "a secure cluster refuses gossip without its key: join with --token, or run the coordinator --insecure too"
 	}
 	return "is the coordinator running, of this cluster (its CA), and not --insecure?"
+}
+
+// stageMethod is service Stage's one method.
+const stageMethod = "/strata.v1.Stage/Stream"
+
+// upstreamCheck is the stage endpoint's stream interceptor in a secure
+// cluster: it binds each batch to the hop the placement names upstream of
+// this stage. A batch of the current placement is taken from the
+// coordinator only when this shard is its stage 0, and from a shard only
+// when it is not; otherwise the stream ends with PermissionDenied, counted
+// as wrong_identity. The check is per batch, against the placement the
+// batch names, so that a stream opened while placements change is judged
+// by what it carries (batches of another placement are refused as stale
+// by the batch path).
+func (n *Node) upstreamCheck(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if info.FullMethod != stageMethod {
+		return h(srv, ss)
+	}
+	role, _, err := transport.PeerIdentity(ss.Context())
+	if err != nil {
+		n.refused.Add(transport.CodeUnauthenticated)
+		return status.Error(codes.Unauthenticated, "shard: a cluster certificate is required")
+	}
+	return h(srv, &upstreamStream{ServerStream: ss, n: n, coordinator: role == trust.RoleCoordinator})
+}
+
+// upstreamStream checks each batch header it receives (upstreamCheck).
+type upstreamStream struct {
+	grpc.ServerStream
+	n           *Node
+	coordinator bool // the peer's certificate is the coordinator's
+}
+
+func (s *upstreamStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	msg, ok := m.(*pb.StageMessage)
+	if !ok || msg.GetHeader() == nil {
+		return nil
+	}
+	n := s.n
+	n.mu.Lock()
+	p := n.p
+	wrong := p != nil && p.version == msg.GetHeader().GetPlacementVersion() && s.coordinator != (p.assign.GetStage() == 0)
+	n.mu.Unlock()
+	if wrong {
+		n.refused.Add(transport.CodeWrongIdentity)
+		n.log.Warn("refused a stage stream from a peer the placement does not name upstream", "peer_is_coordinator", s.coordinator)
+		return status.Error(codes.PermissionDenied, "shard: the placement names another upstream for this stage")
+	}
+	return nil
 }

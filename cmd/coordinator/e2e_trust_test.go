@@ -208,6 +208,22 @@ func memberCreds(t *testing.T, c *e2eCluster) grpc.DialOption {
 	return transport.DialCreds(id, "")
 }
 
+// upstreamCreds returns dial credentials of the hop the placement names
+// upstream of stage: the coordinator's role (a certificate minted from the
+// CA in c's data dir, as a coordinator that lost its key would have) for
+// stage 0, shard 0's certificate for the others.
+func upstreamCreds(t *testing.T, c *e2eCluster, stage int) grpc.DialOption {
+	t.Helper()
+	if stage > 0 {
+		return memberCreds(t, c)
+	}
+	a, _, err := trust.OpenAuthority(filepath.Join(c.dataDir, "trust"), "unused", time.Now())
+	if err != nil {
+		t.Fatalf("the coordinator's CA: %v", err)
+	}
+	return transport.DialCreds(a.Self, "")
+}
+
 // lastLine is the last non-empty line of out.
 func lastLine(out string) string {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -301,6 +317,31 @@ func TestE2EIdentityBound(t *testing.T) {
 		if _, err = ss.Recv(); err == nil {
 			t.Error("the stage endpoint answered a client without a certificate")
 		}
+	}
+	// With A's own certificate (a shard's), a batch of the current
+	// placement into stage 0, whose upstream is the coordinator.
+	var v wireView
+	if resp, err := http.Get("http://" + c.api + "/v1/cluster"); err == nil {
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+	}
+	asShard, err := transport.Dial(stageAddr, transport.DialCreds(id, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer asShard.Close()
+	ss, err := pb.NewStageClient(asShard).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.SendBatch(ss, &pb.BatchHeader{Epoch: v.Epoch, PlacementVersion: v.Placement, BatchId: 1 << 40}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ss.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a shard's batch into stage 0: %v, want PermissionDenied (the coordinator is its upstream)", err)
+	}
+	if n, _ := metricWith(t, c.shardMets[0], "strata_wire_refused_total", `reason="wrong_identity"`); n != 1 {
+		t.Errorf(`shard 0: strata_wire_refused_total{reason="wrong_identity"} = %v, want 1`, n)
 	}
 
 	if text, _, err := c.complete(ctx, "Once upon a time", 64, false); err != nil || text != onceUponATime {

@@ -59,12 +59,12 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 		good <- completion{text, err}
 	}()
 
-	// The sender is a member gone bad: it holds a valid certificate of
-	// the cluster (shard 0's), without which no stage endpoint would
-	// even take the stream.
-	member := memberCreds(t, c)
+	// The sender is a member gone bad: it holds the certificate the
+	// placement names upstream of each stage (the coordinator's for stage
+	// 0, minted here from the CA in its data dir; a shard's for stage 1),
+	// without which no stage endpoint would take the batch at all.
 	for _, s := range v.Shards {
-		cc, err := transport.Dial(s.Addr, member)
+		cc, err := transport.Dial(s.Addr, upstreamCreds(t, c, s.Stage))
 		if err != nil {
 			t.Fatal(err)
 		}
