@@ -611,7 +611,7 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "trust/cert-not-required", File: "transport/grpc.go", Pkgs: pkgCoord, Run: runCoordTrust,
-		Orig: "if slices.Contains(open, method) {", Repl: "if true {",
+		Orig: "if slices.Contains(open, method) {", Repl: "if slices.Contains(open, method) || true {",
 		Why: "calls without a cluster certificate reach the coordinator's handlers (weights, streams)",
 	},
 	{
