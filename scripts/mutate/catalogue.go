@@ -624,4 +624,24 @@ var catalogue = []mutation{
 		Orig: "mc.SecretKey = slices.Clone(cfg.SecretKey)", Repl: "_ = slices.Clone(cfg.SecretKey)",
 		Why: "gossip goes unencrypted: a member without the key joins the cluster",
 	},
+	{
+		Name: "constrain/mask-skipped", File: "shard/runner.go", Pkgs: pkgShard, Run: "^TestConstrainedDecoding$",
+		Orig: "\t\t\tst.con.apply(logits)\n", Repl: "",
+		Why: "a constrained sequence samples from unmasked logits: its output leaves the schema",
+	},
+	{
+		Name: "constrain/carried-output-ignored", File: "shard/constrain.go", Pkgs: pkgShard, Run: "^TestConstrainedDecoding$",
+		Orig: "if err := c.read(c.start, p.Output); err != nil {", Repl: "if err := c.read(c.start, nil); err != nil {",
+		Why: "a recomputed constrained sequence whose prefix came from the cache masks as if its earlier output were not there",
+	},
+	{
+		Name: "wire/constraint-output-unbounded", File: "transport/wire.go", Pkgs: []string{"./transport"}, Run: "^TestBatchFromWireRefusals$",
+		Orig: "len(p.Output) > max(0, pos-p.OutputStart)", Repl: "false",
+		Why: "a first row may carry more output than precedes it: the last stage's automaton reads tokens that are not the sequence's",
+	},
+	{
+		Name: "api/schema-not-compiled", File: "coordinator/api_structured.go", Pkgs: pkgCoord, Run: "^TestBadInput$",
+		Orig: "g, err := grammar.Compile(buf.Bytes())", Repl: "g, err := grammar.JSONObject(), error(nil)",
+		Why: "an unsupported schema is queued instead of answered 400 naming its part; the last stage then drops the sequence",
+	},
 }
