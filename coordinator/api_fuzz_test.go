@@ -27,6 +27,10 @@ func FuzzCompletionRequest(f *testing.F) {
 		`{"prompt": "hi", "max_tokens": -0}`,
 		`{"prompt": "hi", "presence_penalty": 1e39}`,
 		`{"prompt": "\ud800"}`,
+		`{"prompt": "", "response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]+$"}, "b": {"anyOf": [{"type": "integer"}, {"$ref": "#"}]}}, "required": ["a"]}}}}`,
+		`{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}, "stream": true}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "2"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}}}], "tool_choice": "required", "parallel_tool_calls": false}`,
+		`{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "f"}}}`,
 		`[]`, `{`, `null`, ``, `{"prompt": null}`, `{"messages": [{}]}`,
 	} {
 		f.Add(seed, false)
