@@ -9,23 +9,27 @@
 //     resurrection impossible: a row is placed only if its position equals
 //     the sequence's length, a sequence is created only on a first row whose
 //     ID is above the high-water mark and not already tombstoned. Every way a
-//     sequence leaves — tombstone, newer epoch, lapsed lease, reconcile —
-//     goes through one function and is counted by reason.
+//     sequence leaves — tombstone, refused row, newer epoch, lapsed lease,
+//     reconcile, the end of its placement — goes through one function
+//     (Table.free), which is counted by reason and tells the Runner, so
+//     that the sequence's sampler state leaves with its blocks.
 //   - Runner runs one stage: it applies a batch's tombstones before touching
 //     its rows, drops the rows it cannot place (reporting them as
 //     unknown_sequence, never computing them against empty KV), runs the
 //     model on the rest, and on the last stage samples each row with its
-//     sequence's own sampler state.
+//     sequence's own sampler state. It owns its sequences' state behind its
+//     own lock, which it does not hold across the forward pass.
 //
 // Node is the gRPC shell around them (`shard join`; docs/cluster.md is the
 // protocol): New(cfg) opens the data dir (node identity in bbolt) and binds
 // the stage endpoint and /metrics; Run(ctx) joins the gossip cluster,
 // registers, keeps the control stream (heartbeats, leases, acked backstop
 // tombstones, Assign), serves Stage.Stream and returns after every goroutine
-// it started has exited. The Runner of the current placement is touched only
-// under Node.mu — by the stage stream, the control stream, the lease ticker
-// and metrics scrapes — and nothing sends on a channel or the network while
-// holding it. Each downstream link (next stage or Coordinator.Results) has
+// it started has exited. Node.mu guards the node's state (the current
+// placement, the epoch, the counts of retired runners), never a forward
+// pass: the stage stream computes outside it, so heartbeats, lease checks,
+// backstop tombstones and metrics scrapes never wait for compute; nothing
+// sends on a channel or the network while holding it. Each downstream link (next stage or Coordinator.Results) has
 // one sender goroutine behind a bounded queue; a full queue fails the batch
 // upstream. Package transport converts every wire message and checks it
 // before the node uses it (transport.BatchFromWire against the placement's

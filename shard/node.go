@@ -203,10 +203,13 @@ func splitHostPort(flag, addr string) (string, int, error) {
 // stream to the coordinator, and at most one placement (a loaded layer
 // range, its KV pool, its Runner and its downstream link).
 //
-// Ownership: the Runner is touched only under mu, by the stage stream's
-// goroutine (batches), the control goroutine (tombstones, heartbeat replies,
-// epochs, placement swaps), the lease goroutine and metrics scrapes; nothing
-// sends on a channel or calls the network while holding mu.
+// Ownership: mu guards the current placement, the epoch and the counts of
+// retired runners. The Runner guards its own sequence state: the stage
+// stream's goroutine computes batches outside mu, while the control
+// goroutine (tombstones, heartbeat replies, epochs, placement swaps), the
+// lease goroutine and metrics scrapes reach the Runner briefly, never
+// waiting for a forward pass. Nothing sends on a channel or calls the
+// network while holding mu.
 type Node struct {
 	cfg         Config
 	log         *slog.Logger
@@ -238,7 +241,7 @@ type Node struct {
 	// recovered panics): strata_wire_refused_total.
 	refused transport.Refusals
 
-	mu          sync.Mutex // guards the fields below (the Runner's owner)
+	mu          sync.Mutex // guards the fields below
 	p           *placement
 	epoch       uint64 // the coordinator epoch of the current registration
 	baseFreed   [transport.NumReasons]uint64

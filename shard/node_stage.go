@@ -22,9 +22,15 @@ import (
 
 // placement is the range a shard serves under one placement version: the
 // loaded model, its Runner (fresh replica table) and the downstream link.
-// Its fields are immutable; the Runner guards its own state (a batch
-// computes outside Node.mu).
+// Its fields other than busy are immutable; the Runner guards its own
+// state (a batch computes outside Node.mu).
 type placement struct {
+	// busy serializes the batches run on this placement, from the Runner's
+	// Process to the outgoing message: a Result aliases the Runner's
+	// buffers until its next batch. Two upstream streams may overlap for a
+	// moment (a reconnect); only the batch path takes it.
+	busy sync.Mutex
+
 	version    uint64
 	assign     *pb.Assign
 	runner     *Runner
@@ -312,6 +318,8 @@ func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
 	if p == nil {
 		return nil, &stageError{code: transport.CodeNotReady, err: errors.New("no range assigned")}
 	}
+	p.busy.Lock()
+	defer p.busy.Unlock()
 	mb, err := transport.BatchFromWire(b, p.batchLimits())
 	if err != nil {
 		n.refused.Count(err)
