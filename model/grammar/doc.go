@@ -166,6 +166,18 @@
 // JSON-Schema-Test-Suite) as an independent oracle: every generated
 // document must validate under it.
 //
+// # Wrapped values
+//
+// A response format of type [Wrapped] (built with [WrapFormat]; clients
+// cannot send it) is a value of a schema between a literal prefix and
+// suffix: a model's tool-call syntax around a call's JSON, such as
+// "<tool_call>\n" + {"name": ..., "arguments": {...}} + "\n</tool_call>".
+// The root frame steps through the prefix, the value, then the suffix; no
+// whitespace goes before the prefix, after the suffix or between the value
+// and the suffix (which holds the whitespace the syntax wants), so the
+// automaton stays deterministic. The coordinator builds one for
+// tool_choice "required" or a named function (model/chat's CallGrammar).
+//
 // # Wiring (not in this package)
 //
 // The coordinator compiles the response_format at the edge, answering 400
