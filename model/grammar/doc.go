@@ -180,19 +180,23 @@
 //
 // # Wiring (not in this package)
 //
-// The coordinator compiles the response_format at the edge, answering 400
-// with the SchemaError's pointer and keyword, and sends the schema text
-// (or json_object) with the sequence's first row. The last stage compiles
-// it, caching Grammars by the text's hash so that warm masks are shared
-// across requests, keeps a Matcher per sequence, applies the mask as -Inf
-// logits before sampling (penalties and temperature after the mask, ties
-// to the lower ID as ever), and advances the matcher with the sampled
-// token; an end-of-generation token sampled under the mask ends the
-// sequence with finish_reason "stop". On recomputation (a new sequence ID
-// for the same request) the last stage rebuilds the matcher by advancing
-// it over the request's generated tokens, which reproduces the masks
-// bit for bit. A mask with no bit set cannot occur when the vocabulary can
-// spell every byte (byte-fallback SPM and byte-level BPE can); should it,
-// the sequence ends with finish_reason "length" rather than sample
+// The coordinator compiles the response_format at the edge
+// (coordinator/api_structured.go), answering 400 with the SchemaError's
+// pointer and keyword, and sends the compact response_format with the
+// sequence's first row (sample.Params.Constraint, with OutputStart: the
+// position of the first generated token). The last stage
+// (shard/constrain.go) compiles it, caching Grammars by the text's hash so
+// that warm masks are shared across requests, builds one Vocab per model
+// file, keeps a Matcher per sequence in its sampler state, reads every
+// token from OutputStart on into it (prefill and decode alike), applies
+// the mask as -Inf logits before sampling (penalties and temperature after
+// the mask, ties to the lower ID as ever); an end-of-generation token
+// sampled under the mask ends the sequence with finish_reason "stop". A
+// recomputed sequence re-reads its output as prefill, which reproduces the
+// masks bit for bit; after a prefix-cache hit its first row carries the
+// output the cache skipped (sample.Params.Output). A mask with no bit set
+// cannot occur when the vocabulary can spell every byte (byte-fallback SPM
+// and byte-level BPE can); should it, only the end token is left, and the
+// sequence ends ("stop", the document unfinished) rather than sample
 // outside the grammar.
 package grammar
