@@ -14,25 +14,33 @@ import (
 )
 
 // TestE2EStatusPageShardProcesses opens the status page in headless
-// Chromium over a coordinator and two real `shard join` processes (the
-// coordinator package's test uses in-process fakes): the pipeline is drawn
-// coordinator → stage 0 → stage 1 → back, each shard titled by the name it
-// registered, the charts hold the samples the coordinator keeps, and after
-// a SIGKILL of the last stage the page shows that shard apart as lost and
-// the loss on the timeline.
+// Chromium over a coordinator and three real `shard join` processes under
+// a steady load (the coordinator package's test uses in-process fakes):
+// the pipeline is drawn coordinator → stage 0 → 1 → 2 → back, each shard
+// titled by the name it registered, every chart has points, and after a
+// SIGKILL of the last stage the page shows that shard apart as lost, the
+// loss on the timeline, and more chart points than before.
 func TestE2EStatusPageShardProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and a browser")
 	}
 	bin := chromiumBin(t)
-	c := startE2E(t, 2)
+	c := startE2E(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for i := range 3 {
-		if _, _, err := c.complete(ctx, "Once upon a time", 8+i, i%2 == 0); err != nil {
-			t.Fatalf("completion %d: %v", i, err)
-		}
+	if _, _, err := c.complete(ctx, "Once upon a time", 8, false); err != nil {
+		t.Fatalf("completion: %v", err)
 	}
+	// The load: short completions one after another, at most 2,000, until
+	// the test ends (errors after the kill are expected and ignored).
+	load := make(chan struct{})
+	go func() {
+		defer close(load)
+		for i := 0; i < 2000 && ctx.Err() == nil; i++ {
+			c.complete(ctx, "Once upon a time", 8, i%2 == 0)
+		}
+	}()
+	defer func() { cancel(); <-load }()
 
 	type shard struct {
 		Name  string `json:"name"`
@@ -67,8 +75,8 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 			stage[s.Stage] = s.Name
 		}
 	}
-	if stage[0] == "" || stage[1] == "" || stage[0] == stage[1] {
-		t.Fatalf("two placed shards with names expected, /v1/cluster says %v", stage)
+	if len(stage) != 3 || stage[0] == "" || stage[1] == "" || stage[2] == "" {
+		t.Fatalf("three placed shards with names expected, /v1/cluster says %v", stage)
 	}
 
 	dom := string(chromiumDOM(t, bin, "http://"+c.api+"/"))
@@ -77,7 +85,7 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 	for _, m := range regexp.MustCompile(`<h2>([^<]*)</h2>`).FindAllStringSubmatch(pipe, -1) {
 		names = append(names, m[1])
 	}
-	if want := []string{"coordinator", stage[0], stage[1]}; strings.Join(names, "|") != strings.Join(want, "|") || !strings.Contains(pipe, "node back") {
+	if want := []string{"coordinator", stage[0], stage[1], stage[2]}; strings.Join(names, "|") != strings.Join(want, "|") || !strings.Contains(pipe, "node back") {
 		t.Errorf("pipeline drawn as %q, want %q then back to the coordinator", names, want)
 	}
 	points := func(dom string) int {
@@ -92,25 +100,30 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 	if before == 0 {
 		t.Errorf("the tok/s chart has no points")
 	}
-	if evs := domSection(t, dom, `id="events"`, `id="error"`); strings.Count(evs, ">joined<") != 2 {
-		t.Errorf("timeline should show two joins: %s", evs)
+	for _, id := range []string{"requests", "itl", "kv"} {
+		if box := domSection(t, dom, `id="chart-`+id+`"`, `</svg>`); !regexp.MustCompile(`data-points="[1-9]`).MatchString(box) {
+			t.Errorf("chart %s has no points", id)
+		}
+	}
+	if evs := domSection(t, dom, `id="events"`, `id="error"`); strings.Count(evs, ">joined<") != 3 {
+		t.Errorf("timeline should show three joins: %s", evs)
 	}
 
 	// SIGKILL the last stage's process: the coordinator sees the control
 	// stream break, records the loss and re-places onto the survivor.
-	victim := stage[1]
+	victim := stage[2]
 	// The shard processes do not print their registered name; the one to
-	// kill is the one whose log says it was assigned stage 1.
+	// kill is the one whose log says it was assigned stage 2.
 	var killed bool
 	for _, s := range c.shards {
-		if regexp.MustCompile(`msg=assigned .*stage=1 `).MatchString(s.out.String()) {
+		if regexp.MustCompile(`msg=assigned .*stage=2 `).MatchString(s.out.String()) {
 			s.kill()
 			killed = true
 			break
 		}
 	}
 	if !killed {
-		t.Fatalf("no shard process logged an assignment to stage 1")
+		t.Fatalf("no shard process logged an assignment to stage 2")
 	}
 	waitFor(t, "the loss on the timeline", 30*time.Second, func() bool {
 		n, evs := history()
