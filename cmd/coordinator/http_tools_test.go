@@ -63,8 +63,9 @@ var timeTool = openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompl
 
 // TestSDKToolCalls drives a tool-call loop with the OpenAI Go SDK through
 // a shard, for each tools template (Qwen3's and Hermes 3's <tool_call>,
-// Mistral Small 3.2's [TOOL_CALLS]): with tool_choice required, or the
-// function named, the demo model's nonsense is constrained to a valid call
+// Mistral Small 3.2's [TOOL_CALLS], Llama 3.1's JSON): with tool_choice
+// required, or the function named, the demo model's nonsense is
+// constrained to a valid call
 // (its arguments parse and hold the schema's required fields), returned
 // as tool_calls with finish_reason "tool_calls", whole and streamed alike;
 // the call and a tool message with its result then render back through
@@ -74,6 +75,7 @@ func TestSDKToolCalls(t *testing.T) {
 		"tools/Qwen-Qwen3-0.6B.jinja",
 		"tools/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
 		"tools/Mistral-Small-3.2-24B-Instruct-2506.jinja",
+		"meta-llama-Llama-3.1-8B-Instruct.jinja",
 	} {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".jinja"), func(t *testing.T) {
 			s := startServe(t, "--model", toolModel(t, file), "--local-shards", "1", "--threads", "2")
