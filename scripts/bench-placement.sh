@@ -31,6 +31,20 @@
 # the fastest runs both shards measured the same decode time per layer.
 # The goal (>= 1.3x) is not shown; rerun on a quiet machine, or with one
 # shard throttled (a cgroup cpu.max), before drawing a conclusion.
+#
+# Rerun 2026-12-01 on the same 2-core AMD EPYC (Zen 4), quiet (load 1.4-2.4),
+# ROUNDS=2: decode-heavy 340.7/329.7 tok/s memory-only vs 360.1/325.2
+# speed-weighted (medians 335.2 vs 342.6: 1.02x); prefill-heavy 5.92/5.71
+# req/s vs 5.68/5.83 (1.00x). Calibration now separates the pair (decode8
+# 0.49-0.70 ms/layer on 1 thread, 0.28-0.46 on 2) and placement follows it
+# (4/8 or 8/4 layers), yet throughput does not move: on 2 cores the three
+# compute threads of the two shards share the same cores, and decodes that
+# return together are dispatched together as one micro-batch, so the stages
+# alternate more than they overlap and the sum of stage times, not the
+# slowest stage, sets the pace. The goal stays unshown; what would show it:
+# shards on separate machines (or cores pinned with taskset), and a
+# scheduler that keeps P decode micro-batches cycling (vLLM's virtual
+# engines) instead of one that coalesces.
 set -u
 cd "$(dirname "$0")/.."
 M="${MODEL:-${TMPDIR:-/tmp}/strata-bench-110M-q8_0.gguf}"
