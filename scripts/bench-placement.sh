@@ -37,14 +37,15 @@
 # speed-weighted (medians 335.2 vs 342.6: 1.02x); prefill-heavy 5.92/5.71
 # req/s vs 5.68/5.83 (1.00x). Calibration now separates the pair (decode8
 # 0.49-0.70 ms/layer on 1 thread, 0.28-0.46 on 2) and placement follows it
-# (4/8 or 8/4 layers), yet throughput does not move: on 2 cores the three
-# compute threads of the two shards share the same cores, and decodes that
-# return together are dispatched together as one micro-batch, so the stages
-# alternate more than they overlap and the sum of stage times, not the
-# slowest stage, sets the pace. The goal stays unshown; what would show it:
-# shards on separate machines (or cores pinned with taskset), and a
-# scheduler that keeps P decode micro-batches cycling (vLLM's virtual
-# engines) instead of one that coalesces.
+# (4/8 or 8/4 layers), yet throughput does not move. Not yet explained;
+# the likely cause is the box itself: the two shards' three compute
+# threads and the coordinator share the same 2 cores, so a shard's speed
+# alone (what calibration measures) is not its speed beside the other
+# stage. Not measured: how much the stages overlap (a per-stage busy
+# fraction would tell). What would show the goal: shards on separate
+# machines or pinned cores (taskset), or a shard throttled by a cgroup
+# quota with calibration averaged over a window longer than the quota's
+# period (the fastest of 5 short runs escapes the throttle).
 set -u
 cd "$(dirname "$0")/.."
 M="${MODEL:-${TMPDIR:-/tmp}/strata-bench-110M-q8_0.gguf}"
