@@ -3,7 +3,6 @@ package shard
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,21 +27,22 @@ const (
 	calibrationContext = 64
 	// calibrationChunk is the prefill chunk measured, in tokens.
 	calibrationChunk = 64
-	// calibrationRuns is the runs of each kind that are enough: a small
-	// model is done in milliseconds.
-	calibrationRuns = 5
 	// CalibrationBudget bounds the measuring, after one warm-up run of
-	// each kind: runs are made (each kind at least once, at most
-	// calibrationRuns times) until it is spent, and the fastest of each
-	// kind is reported: on a machine that other work shares, the slower
-	// runs measure the other work's bursts, not this shard's speed.
+	// each kind: each kind runs back to back for its share of the budget
+	// (at least once), and its time is the window's elapsed time over the
+	// runs made — a rate, not the fastest run. A shard under a CPU quota
+	// (a container's cpu.max, a burstable VM) runs short bursts at full
+	// speed and is then held back for the rest of the quota's period
+	// (100 ms by default): only a window spanning a few periods sees the
+	// speed it will serve at. The fastest of a few short runs, measured
+	// before, ranked a shard held to half a core as fast as an unheld one.
 	CalibrationBudget = time.Second
 )
 
 // Calibrate measures m's layers [0, min(2, Layers)) on pool: the time per
 // layer of a decode batch of 1 and of 8 rows at position 64 and of one
-// 64-token prefill chunk, each the fastest of up to 5 runs that fit in
-// budget (at least one of each after a warm-up). The KV cache has the model's
+// 64-token prefill chunk, each the mean over back-to-back runs filling a
+// third of budget (at least one run of each, after a warm-up). The KV cache has the model's
 // shapes (f16) and lives only for the measurement. sha names the model
 // in the report. It stops early, with ctx's error, when ctx ends.
 func Calibrate(ctx context.Context, m *model.Model, sha string, pool *cpu.Pool, budget time.Duration) (*pb.Calibration, error) {
@@ -77,38 +77,48 @@ func Calibrate(ctx context.Context, m *model.Model, sha string, pool *cpu.Pool, 
 	}
 	prefill := []model.Row{{Seq: uint64(rowsN), First: true, Tokens: chunk, Blocks: blocks(rowsN - 1)}}
 	kinds := [][]model.Row{decode[:1], decode, prefill}
-	times := make([][]time.Duration, len(kinds))
 	run := func(k int) error {
-		t0 := time.Now()
 		if _, err := st.Forward(kinds[k], nil); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
-		times[k] = append(times[k], time.Since(t0))
 		return nil
 	}
 	for k := range kinds { // warm-up: scratch buffers, caches, repacking
 		if err := run(k); err != nil {
 			return nil, err
 		}
-		times[k] = times[k][:0]
 	}
-	start := time.Now()
-	for i := 0; i == 0 || i < calibrationRuns && time.Since(start) < budget; i++ {
-		for k := range kinds {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if err := run(k); err != nil {
-				return nil, err
-			}
+	window := budget / time.Duration(len(kinds))
+	rate := make([]time.Duration, len(kinds))
+	for k := range kinds {
+		d, err := meanOver(ctx, window, time.Now, func() error { return run(k) })
+		if err != nil {
+			return nil, err
 		}
+		rate[k] = d
 	}
-	perLayer := func(ts []time.Duration) uint64 {
-		return max(1, uint64(slices.Min(ts))/uint64(layers))
-	}
+	perLayer := func(d time.Duration) uint64 { return max(1, uint64(d)/uint64(layers)) }
 	return &pb.Calibration{ModelSha256: sha, Layers: uint32(layers),
-		Decode1Ns: perLayer(times[0]), Decode8Ns: perLayer(times[1]),
-		PrefillNs: perLayer(times[2]), PrefillTokens: calibrationChunk}, nil
+		Decode1Ns: perLayer(rate[0]), Decode8Ns: perLayer(rate[1]),
+		PrefillNs: perLayer(rate[2]), PrefillTokens: calibrationChunk}, nil
+}
+
+// meanOver calls run back to back until window has passed on now's clock
+// (at least once) and returns the elapsed time over the calls made: the
+// rate at which the shard computes, pauses for a CPU quota included. It
+// stops with ctx's error when ctx ends.
+func meanOver(ctx context.Context, window time.Duration, now func() time.Time, run func() error) (time.Duration, error) {
+	start, n := now(), 0
+	for n == 0 || now().Sub(start) < window {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := run(); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return now().Sub(start) / time.Duration(n), nil
 }
 
 // SharedCalibration lets shards that compute on one pool (in-process

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/transport"
@@ -66,5 +67,35 @@ func TestSharedCalibrationMeasuresOncePerModel(t *testing.T) {
 	}
 	if _, err := s.get("c", func() (*pb.Calibration, error) { return nil, errors.New("boom") }); err == nil {
 		t.Fatal("a failed measurement returned no error")
+	}
+}
+
+// TestCalibrationSeesACPUQuota: a shard under a CPU quota runs its first
+// milliseconds of each period at full speed and then waits out the rest;
+// the calibration must report the rate it computes at over the window (the
+// pauses included), not the speed of its fastest burst.
+func TestCalibrationSeesACPUQuota(t *testing.T) {
+	var clock time.Time
+	now := func() time.Time { return clock }
+	calls := 0
+	run := func() error { // 1 ms of work; every 25th call meets the quota: +25 ms held back
+		calls++
+		clock = clock.Add(time.Millisecond)
+		if calls%25 == 0 {
+			clock = clock.Add(25 * time.Millisecond)
+		}
+		return nil
+	}
+	d, err := meanOver(context.Background(), 300*time.Millisecond, now, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d < 1900*time.Microsecond || d > 2100*time.Microsecond {
+		t.Fatalf("held back half the time, measured %v per run over %d runs, want about 2ms", d, calls)
+	}
+	// A window shorter than one run still runs once.
+	calls = 0
+	if d, err := meanOver(context.Background(), 0, now, run); err != nil || calls != 1 || d != time.Millisecond {
+		t.Fatalf("zero window: %v after %d runs (%v), want one run of 1ms", d, calls, err)
 	}
 }
