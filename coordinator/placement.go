@@ -195,6 +195,9 @@ func (p *Placement) Assign(i int, shape ModelShape) *pb.Assign {
 	if i+1 < len(p.Stages) {
 		a.NextAddr = p.Stages[i+1].Addr
 	}
+	if i > 0 {
+		a.UpstreamNodeId = p.Stages[i-1].NodeID
+	}
 	return a
 }
 

@@ -226,7 +226,8 @@ const stageMethod = "/strata.v1.Stage/Stream"
 // cluster: it binds each batch to the hop the placement names upstream of
 // this stage. A batch of the current placement is taken from the
 // coordinator only when this shard is its stage 0, and from a shard only
-// when it is not; otherwise the stream ends with PermissionDenied, counted
+// when it is not and only from the shard the placement names upstream
+// (Assign.upstream_node_id); otherwise the stream ends with PermissionDenied, counted
 // as wrong_identity. The check is per batch, against the placement the
 // batch names, so that a stream opened while placements change is judged
 // by what it carries (batches of another placement are refused as stale
@@ -235,19 +236,20 @@ func (n *Node) upstreamCheck(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 	if info.FullMethod != stageMethod {
 		return h(srv, ss)
 	}
-	role, _, err := transport.PeerIdentity(ss.Context())
+	role, id, err := transport.PeerIdentity(ss.Context())
 	if err != nil {
 		n.refused.Add(transport.CodeUnauthenticated)
 		return status.Error(codes.Unauthenticated, "shard: a cluster certificate is required")
 	}
-	return h(srv, &upstreamStream{ServerStream: ss, n: n, coordinator: role == trust.RoleCoordinator})
+	return h(srv, &upstreamStream{ServerStream: ss, n: n, coordinator: role == trust.RoleCoordinator, id: id})
 }
 
 // upstreamStream checks each batch header it receives (upstreamCheck).
 type upstreamStream struct {
 	grpc.ServerStream
 	n           *Node
-	coordinator bool // the peer's certificate is the coordinator's
+	coordinator bool   // the peer's certificate is the coordinator's
+	id          string // the node ID the peer's certificate names
 }
 
 func (s *upstreamStream) RecvMsg(m any) error {
@@ -261,11 +263,13 @@ func (s *upstreamStream) RecvMsg(m any) error {
 	n := s.n
 	n.mu.Lock()
 	p := n.p
-	wrong := p != nil && p.version == msg.GetHeader().GetPlacementVersion() && s.coordinator != (p.assign.GetStage() == 0)
+	wrong := p != nil && p.version == msg.GetHeader().GetPlacementVersion() &&
+		(s.coordinator != (p.assign.GetStage() == 0) ||
+			!s.coordinator && p.assign.GetUpstreamNodeId() != "" && s.id != p.assign.GetUpstreamNodeId())
 	n.mu.Unlock()
 	if wrong {
 		n.refused.Add(transport.CodeWrongIdentity)
-		n.log.Warn("refused a stage stream from a peer the placement does not name upstream", "peer_is_coordinator", s.coordinator)
+		n.log.Warn("refused a stage stream from a peer the placement does not name upstream", "peer_is_coordinator", s.coordinator, "peer", s.id)
 		return status.Error(codes.PermissionDenied, "shard: the placement names another upstream for this stage")
 	}
 	return nil

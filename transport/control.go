@@ -235,6 +235,9 @@ func CheckFromCoordinator(m *pb.CoordinatorToShard) error {
 		if err := checkOptionalAddr("assign.next_addr", a.GetNextAddr()); err != nil {
 			return err
 		}
+		if err := checkText("assign.upstream_node_id", a.GetUpstreamNodeId()); err != nil {
+			return err
+		}
 	case m.GetTombstones() != nil:
 		_, err := TombstonesFromWire(m.GetTombstones().GetTombstones())
 		return err

@@ -208,20 +208,41 @@ func memberCreds(t *testing.T, c *e2eCluster) grpc.DialOption {
 	return transport.DialCreds(id, "")
 }
 
-// upstreamCreds returns dial credentials of the hop the placement names
+// upstreamCreds returns dial credentials of the hop placement v names
 // upstream of stage: the coordinator's role (a certificate minted from the
 // CA in c's data dir, as a coordinator that lost its key would have) for
-// stage 0, shard 0's certificate for the others.
-func upstreamCreds(t *testing.T, c *e2eCluster, stage int) grpc.DialOption {
+// stage 0, the certificate of the shard process at stage-1 for the others.
+func upstreamCreds(t *testing.T, c *e2eCluster, v wireView, stage int) grpc.DialOption {
 	t.Helper()
 	if stage > 0 {
-		return memberCreds(t, c)
+		return shardCreds(t, c, v, stage-1)
 	}
 	a, _, err := trust.OpenAuthority(filepath.Join(c.dataDir, "trust"), "unused", time.Now())
 	if err != nil {
 		t.Fatalf("the coordinator's CA: %v", err)
 	}
 	return transport.DialCreds(a.Self, "")
+}
+
+// shardCreds returns dial credentials of the shard process placement v
+// puts at stage: the certificate in its data dir that names the node v
+// lists there.
+func shardCreds(t *testing.T, c *e2eCluster, v wireView, stage int) grpc.DialOption {
+	t.Helper()
+	node := ""
+	for _, s := range v.Shards {
+		if s.Stage == stage {
+			node = s.NodeID
+		}
+	}
+	for _, p := range c.shards {
+		id, err := trust.LoadIdentity(filepath.Join(flagValue(p.cmd.Args, "--data-dir"), "trust"))
+		if err == nil && node != "" && id.ID == node {
+			return transport.DialCreds(id, "")
+		}
+	}
+	t.Fatalf("no shard process holds the certificate of stage %d's node %q", stage, node)
+	return nil
 }
 
 // lastLine is the last non-empty line of out.

@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
+	"github.com/strata-llm/strata/transport/trust"
 )
 
 // wireView is the part of GET /v1/cluster an attacker on the network
@@ -18,6 +23,7 @@ type wireView struct {
 	Placement uint64 `json:"placement_version"`
 	Shards    []struct {
 		ShardID string `json:"shard_id"`
+		NodeID  string `json:"node_id"`
 		Addr    string `json:"addr"`
 		Stage   int    `json:"stage"`
 	} `json:"shards"`
@@ -61,10 +67,11 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 
 	// The sender is a member gone bad: it holds the certificate the
 	// placement names upstream of each stage (the coordinator's for stage
-	// 0, minted here from the CA in its data dir; a shard's for stage 1),
+	// 0, minted here from the CA in its data dir; stage 0's shard's for
+	// stage 1),
 	// without which no stage endpoint would take the batch at all.
 	for _, s := range v.Shards {
-		cc, err := transport.Dial(s.Addr, upstreamCreds(t, c, s.Stage))
+		cc, err := transport.Dial(s.Addr, upstreamCreds(t, c, v, s.Stage))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +102,39 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 		}
 		if err := st.CloseSend(); err != nil {
 			t.Fatal(err)
+		}
+	}
+
+	// A member that the placement does not name upstream: stage 1's own
+	// certificate, a shard's like its upstream's, sending into stage 1.
+	var last struct{ addr, node string }
+	for _, s := range v.Shards {
+		if s.Stage == 1 {
+			last.addr, last.node = s.Addr, s.NodeID
+		}
+	}
+	cc, err := transport.Dial(last.addr, shardCreds(t, c, v, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	st, err := pb.NewStageClient(cc).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := transport.SendBatch(st, &pb.BatchHeader{Epoch: v.Epoch, PlacementVersion: v.Placement, BatchId: 1<<40 + 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a batch into stage 1 from a shard that is not its upstream: %v, want PermissionDenied", err)
+	}
+	for i, p := range c.shards {
+		id, err := trust.LoadIdentity(filepath.Join(flagValue(p.cmd.Args, "--data-dir"), "trust"))
+		if err != nil || id.ID != last.node {
+			continue
+		}
+		if n, _ := metricWith(t, c.shardMets[i], "strata_wire_refused_total", `reason="wrong_identity"`); n != 1 {
+			t.Errorf(`stage 1's shard: strata_wire_refused_total{reason="wrong_identity"} = %v, want 1`, n)
 		}
 	}
 

@@ -2045,6 +2045,11 @@ type Assign struct {
 	HiddenType HiddenType `protobuf:"varint,13,opt,name=hidden_type,json=hiddenType,proto3,enum=strata.v1.HiddenType" json:"hidden_type,omitempty"`
 	// max_batch_tokens bounds the tokens of one batch (sizes scratch buffers).
 	MaxBatchTokens uint32 `protobuf:"varint,14,opt,name=max_batch_tokens,json=maxBatchTokens,proto3" json:"max_batch_tokens,omitempty"`
+	// upstream_node_id is the node ID of the shard that sends this stage its
+	// batches (the previous stage's); empty for stage 0, whose batches come
+	// from the coordinator. In a secure cluster the stage takes the
+	// placement's batches only from a peer whose certificate names it.
+	UpstreamNodeId string `protobuf:"bytes,15,opt,name=upstream_node_id,json=upstreamNodeId,proto3" json:"upstream_node_id,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2175,6 +2180,13 @@ func (x *Assign) GetMaxBatchTokens() uint32 {
 		return x.MaxBatchTokens
 	}
 	return 0
+}
+
+func (x *Assign) GetUpstreamNodeId() string {
+	if x != nil {
+		return x.UpstreamNodeId
+	}
+	return ""
 }
 
 // Tombstones is the acked backstop for in-band tombstones.
@@ -3416,7 +3428,7 @@ const file_strata_proto_rawDesc = "" +
 	"\bshard_id\x18\x02 \x01(\tR\ashardId\x12)\n" +
 	"\x10protocol_version\x18\x03 \x01(\rR\x0fprotocolVersion\x12!\n" +
 	"\fheartbeat_ms\x18\x04 \x01(\x03R\vheartbeatMs\x12\x19\n" +
-	"\blease_ms\x18\x05 \x01(\x03R\aleaseMs\"\xd5\x03\n" +
+	"\blease_ms\x18\x05 \x01(\x03R\aleaseMs\"\xff\x03\n" +
 	"\x06Assign\x12+\n" +
 	"\x11placement_version\x18\x01 \x01(\x04R\x10placementVersion\x12\x1f\n" +
 	"\vfirst_layer\x18\x02 \x01(\rR\n" +
@@ -3435,7 +3447,8 @@ const file_strata_proto_rawDesc = "" +
 	"\akv_type\x18\f \x01(\x0e2\x11.strata.v1.KVTypeR\x06kvType\x126\n" +
 	"\vhidden_type\x18\r \x01(\x0e2\x15.strata.v1.HiddenTypeR\n" +
 	"hiddenType\x12(\n" +
-	"\x10max_batch_tokens\x18\x0e \x01(\rR\x0emaxBatchTokens\"Y\n" +
+	"\x10max_batch_tokens\x18\x0e \x01(\rR\x0emaxBatchTokens\x12(\n" +
+	"\x10upstream_node_id\x18\x0f \x01(\tR\x0eupstreamNodeId\"Y\n" +
 	"\n" +
 	"Tombstones\x124\n" +
 	"\n" +
