@@ -673,7 +673,7 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		s.lost, s.failed = false, ""
 	}
 	s.rec = rec
-	s.speed = SpeedFromWire(req.GetCalibration(), c.cfg.Shape.SHA256, c.cfg.Shape.Layers)
+	s.speed = SpeedFromWire(req.GetCalibration(), c.cfg.Shape.Model, c.cfg.Shape.Layers)
 	if err := c.store.PutShard(rec); err != nil {
 		c.log.Warn("persist shard", "shard_id", id, "err", err)
 	}

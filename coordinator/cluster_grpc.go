@@ -271,7 +271,7 @@ func (s *coordinatorService) Weights(req *pb.WeightsRequest, stream pb.Coordinat
 	switch {
 	case c.cfg.ModelPath == "":
 		return status.Error(codes.Unavailable, "coordinator: no model file to stream (built-in model): start the shard with --model")
-	case req.GetModelSha256() != c.cfg.Shape.SHA256:
+	case req.GetModelSha256() != c.cfg.Shape.Model:
 		return status.Error(codes.NotFound, "coordinator: the model asked for is not served here")
 	case req.GetFirstLayer() > req.GetEndLayer() || int(req.GetEndLayer()) > c.cfg.Shape.Layers:
 		return status.Errorf(codes.InvalidArgument, "coordinator: layers [%d, %d) outside the model's %d", req.GetFirstLayer(), req.GetEndLayer(), c.cfg.Shape.Layers)

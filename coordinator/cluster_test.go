@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-llm/strata/control"
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
 	"google.golang.org/grpc/codes"
@@ -15,8 +16,8 @@ import (
 )
 
 func testShape() ModelShape {
-	return ModelShape{SHA256: "feedface", Layers: 4, LayerBytes: []int64{1000, 1000, 1000, 1000},
-		EmbedBytes: 500, HeadBytes: 500, KVBytesPerBlockLayer: 100, BlockSize: 16, HiddenDim: 8, MaxBatchTokens: 64}
+	return ModelShape{Shape: control.Shape{Model: "feedface", Layers: 4, LayerBytes: []int64{1000, 1000, 1000, 1000},
+		EmbedBytes: 500, HeadBytes: 500, KVBytesPerBlockLayer: 100, BlockSize: 16}, HiddenDim: 8, MaxBatchTokens: 64}
 }
 
 type testCluster struct {

@@ -16,29 +16,13 @@ import (
 	"github.com/strata-llm/strata/transport/pb"
 )
 
-// ModelShape is what placement needs to know about the served model: sizes
-// in bytes, no weights.
+// ModelShape is what placement needs to know about the served model
+// (control.Shape: sizes in bytes, no weights; its Model is the file's
+// lower-case hex SHA-256, Assign.model_sha256), and what the coordinator
+// adds for the wire.
 type ModelShape struct {
-	// SHA256 is the model file's lower-case hex SHA-256 (Assign.model_sha256).
-	SHA256 string
-	Layers int
-	// LayerBytes are each transformer layer's weight bytes (len Layers).
-	LayerBytes []int64
-	// ActiveBytes are the bytes of each layer a token's pass reads (len
-	// Layers, or nil for LayerBytes): a mixture-of-experts layer's expert
-	// tensors count ExpertsUsed/Experts of their bytes. Placement by speed
-	// weighs layers by them.
-	ActiveBytes []int64
-	// EmbedBytes are the token embedding's bytes (stage 0); HeadBytes the
-	// final norm's and output head's (the last stage; the embedding again
-	// when the head is tied to it).
-	EmbedBytes int64
-	HeadBytes  int64
-	// KVBytesPerBlockLayer is one KV block's K and V bytes for one layer.
-	KVBytesPerBlockLayer int64
-	// BlockSize is positions per KV block.
-	BlockSize int
-	KVType    pb.KVType
+	control.Shape
+	KVType pb.KVType
 	// HiddenDim is the model's embedding width.
 	HiddenDim int
 	// MaxBatchTokens bounds one batch's tokens (Assign.max_batch_tokens).
@@ -49,7 +33,7 @@ type ModelShape struct {
 }
 
 // FileSHA256 returns the lower-case hex SHA-256 of the file at path
-// (ModelShape.SHA256 and the shards' RegisterRequest.models).
+// (ModelShape.Model and the shards' RegisterRequest.models).
 func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -71,9 +55,10 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 		return ModelShape{}, fmt.Errorf("coordinator: KV type must be f16 or f32, got %v", kvType)
 	}
 	s := ModelShape{
-		SHA256: sha, Layers: m.Layers, LayerBytes: make([]int64, m.Layers), ActiveBytes: make([]int64, m.Layers),
-		KVBytesPerBlockLayer: 2 * int64(blockSize) * int64(m.HeadsKV*m.HeadDim) * int64(kvType.TypeSize()),
-		BlockSize:            blockSize, HiddenDim: m.Embd, MaxBatchTokens: maxBatchTokens, Vocab: m.Vocab,
+		Shape: control.Shape{Model: sha, Layers: m.Layers, LayerBytes: make([]int64, m.Layers), ActiveBytes: make([]int64, m.Layers),
+			KVBytesPerBlockLayer: 2 * int64(blockSize) * int64(m.HeadsKV*m.HeadDim) * int64(kvType.TypeSize()),
+			BlockSize:            blockSize},
+		HiddenDim: m.Embd, MaxBatchTokens: maxBatchTokens, Vocab: m.Vocab,
 	}
 	if kvType == ggml.F32 {
 		s.KVType = pb.KVType_KV_TYPE_F32
@@ -104,23 +89,6 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 	return s, s.Validate()
 }
 
-// Validate names the first field that is wrong.
-func (s ModelShape) Validate() error {
-	switch {
-	case s.Layers < 1:
-		return fmt.Errorf("coordinator: ModelShape.Layers must be >= 1, got %d", s.Layers)
-	case len(s.LayerBytes) != s.Layers:
-		return fmt.Errorf("coordinator: ModelShape.LayerBytes has %d entries for %d layers", len(s.LayerBytes), s.Layers)
-	case s.ActiveBytes != nil && len(s.ActiveBytes) != s.Layers:
-		return fmt.Errorf("coordinator: ModelShape.ActiveBytes has %d entries for %d layers", len(s.ActiveBytes), s.Layers)
-	case s.KVBytesPerBlockLayer < 1:
-		return fmt.Errorf("coordinator: ModelShape.KVBytesPerBlockLayer must be >= 1, got %d", s.KVBytesPerBlockLayer)
-	case s.BlockSize < 1:
-		return fmt.Errorf("coordinator: ModelShape.BlockSize must be >= 1, got %d", s.BlockSize)
-	}
-	return nil
-}
-
 // The placement types are the control core's (package control); the
 // coordinator adds the wire messages a placement becomes.
 type (
@@ -148,18 +116,12 @@ var ErrNoFit = control.ErrNoFit
 // ParseMix reads a --placement-mix value.
 func ParseMix(s string) (Mix, error) { return control.ParseMix(s) }
 
-// control returns what the control core's placement reads of s.
-func (s ModelShape) control() control.Shape {
-	return control.Shape{Model: s.SHA256, Layers: s.Layers, LayerBytes: s.LayerBytes, ActiveBytes: s.ActiveBytes,
-		EmbedBytes: s.EmbedBytes, HeadBytes: s.HeadBytes, KVBytesPerBlockLayer: s.KVBytesPerBlockLayer, BlockSize: s.BlockSize}
-}
-
 // Plan places shape on shards by memory (control.Plan).
 func Plan(shape ModelShape, shards []Capacity, version, epoch uint64) (*Placement, error) {
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := control.Plan(shape.control(), shards, version, epoch)
+	p, err := control.Plan(shape.Shape, shards, version, epoch)
 	return (*Placement)(p), err
 }
 
@@ -169,14 +131,14 @@ func PlanFor(shape ModelShape, shards []Capacity, mix Mix, version, epoch uint64
 	if err := shape.Validate(); err != nil {
 		return nil, err
 	}
-	p, err := control.PlanFor(shape.control(), shards, mix, version, epoch)
+	p, err := control.PlanFor(shape.Shape, shards, mix, version, epoch)
 	return (*Placement)(p), err
 }
 
 // Predict returns the time each stage of p takes for a batch of mix
 // (control.Predict).
 func Predict(shape ModelShape, p *Placement, speeds map[string]*Speed, mix Mix) []time.Duration {
-	return control.Predict(shape.control(), (*control.Placement)(p), speeds, mix)
+	return control.Predict(shape.Shape, (*control.Placement)(p), speeds, mix)
 }
 
 // Assign returns stage i's Assign message.

@@ -14,7 +14,7 @@ import (
 // times.
 func TestClusterPlacesByCalibration(t *testing.T) {
 	sha := strings.Repeat("ab", 32)
-	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) { cfg.Shape.SHA256 = sha })
+	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) { cfg.Shape.Model = sha })
 	cal := func(ns uint64) *pb.Calibration {
 		return &pb.Calibration{ModelSha256: sha, Layers: 2, Decode1Ns: ns, Decode8Ns: 2 * ns, PrefillNs: 20 * ns, PrefillTokens: 64}
 	}
@@ -45,7 +45,7 @@ func TestClusterPlacesByCalibration(t *testing.T) {
 // model counts for nothing; placement falls back to memory.
 func TestClusterIgnoresAnotherModelsCalibration(t *testing.T) {
 	sha := strings.Repeat("ab", 32)
-	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) { cfg.Shape.SHA256 = sha })
+	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) { cfg.Shape.Model = sha })
 	other := &pb.Calibration{ModelSha256: strings.Repeat("cd", 32), Layers: 2, Decode1Ns: 1, Decode8Ns: 1, PrefillNs: 1, PrefillTokens: 64}
 	a := newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20)
 	a.cal = other

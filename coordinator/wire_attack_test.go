@@ -340,7 +340,7 @@ func TestRegistryExpiry(t *testing.T) {
 func TestClusterErrorsDoNotEcho(t *testing.T) {
 	c := startCluster(t, t.TempDir(), 1, func(cfg *ClusterConfig) {
 		cfg.ModelPath = "/nonexistent/model.gguf" // Weights checks the hash first
-		cfg.Shape.SHA256 = strings.Repeat("5a", 32)
+		cfg.Shape.Model = strings.Repeat("5a", 32)
 	})
 	cl := attacker(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -351,7 +351,7 @@ func TestClusterErrorsDoNotEcho(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%s: no error", what)
 		}
-		if msg := err.Error(); strings.Contains(msg, epoch) || strings.Contains(msg, c.cfg.Shape.SHA256) {
+		if msg := err.Error(); strings.Contains(msg, epoch) || strings.Contains(msg, c.cfg.Shape.Model) {
 			t.Fatalf("%s: the error echoes a secret: %v", what, msg)
 		}
 	}
