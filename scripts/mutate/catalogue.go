@@ -645,6 +645,16 @@ var catalogue = []mutation{
 		Why: "an unsupported schema is queued instead of answered 400 naming its part; the last stage then drops the sequence",
 	},
 	{
+		Name: "trust/upstream-node-unchecked", File: "shard/node_trust.go", Pkgs: pkgShard, Run: "^TestUpstreamCheck$",
+		Orig: `!s.coordinator && p.assign.GetUpstreamNodeId() != "" && s.id != p.assign.GetUpstreamNodeId())`, Repl: "false)",
+		Why: "any member's certificate feeds a stage past the first: a shard gone bad injects hidden states into another's stage",
+	},
+	{
+		Name: "trust/upstream-role-unchecked", File: "shard/node_trust.go", Pkgs: pkgShard, Run: "^TestUpstreamCheck$",
+		Orig: "(s.coordinator != (p.assign.GetStage() == 0) ||", Repl: "(false ||",
+		Why: "a shard's certificate feeds stage 0, whose only upstream is the coordinator",
+	},
+	{
 		Name: "calibrate/first-burst", File: "shard/calibrate.go", Pkgs: pkgShard, Run: "^TestCalibrationSeesACPUQuota$",
 		Orig: "for n == 0 || now().Sub(start) < window {", Repl: "for n == 0 {",
 		Why: "calibration times one short burst: a shard under a CPU quota reports full speed and is given more layers than it can serve",
