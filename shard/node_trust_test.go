@@ -22,7 +22,7 @@ type oneMessageStream struct {
 func (s *oneMessageStream) Context() context.Context { return context.Background() }
 
 func (s *oneMessageStream) RecvMsg(m any) error {
-	*m.(*pb.StageMessage) = *s.msg
+	m.(*pb.StageMessage).Msg = s.msg.Msg
 	return nil
 }
 
