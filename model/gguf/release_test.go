@@ -3,47 +3,27 @@
 package gguf
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
+	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
 
-// mappingRSS returns the resident bytes of the mapping that starts at b's
-// first byte, from /proc/self/smaps.
+// mappingRSS returns the resident bytes of the mapping that starts at
+// b's first byte (gguf.MappingResident); without smaps the test skips.
 func mappingRSS(t *testing.T, b []byte) int {
 	t.Helper()
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
+	n, err := MappingResident(uintptr(unsafe.Pointer(unsafe.SliceData(b))))
+	if errors.Is(err, os.ErrNotExist) {
 		t.Skipf("no smaps: %v", err)
+	} else if err != nil {
+		t.Fatal(err)
 	}
-	defer f.Close()
-	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(unsafe.SliceData(b))))
-	sc := bufio.NewScanner(f)
-	in := false
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, start) {
-			in = true // the mapping's header; its first Rss line follows
-			continue
-		}
-		if in && strings.HasPrefix(line, "Rss:") {
-			kb, err := strconv.Atoi(strings.Fields(line)[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no mapping at %s in smaps", start)
-	return 0
+	return n
 }
 
 // TestReleaseDropsPagesKeepsBytes: Release of an opened file's tensor takes
