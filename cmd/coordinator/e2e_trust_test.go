@@ -225,9 +225,17 @@ func upstreamCreds(t *testing.T, c *e2eCluster, v wireView, stage int) grpc.Dial
 }
 
 // shardCreds returns dial credentials of the shard process placement v
-// puts at stage: the certificate in its data dir that names the node v
-// lists there.
+// puts at stage: the certificate in its data dir.
 func shardCreds(t *testing.T, c *e2eCluster, v wireView, stage int) grpc.DialOption {
+	t.Helper()
+	id, _ := shardAt(t, c, v, stage)
+	return transport.DialCreds(id, "")
+}
+
+// shardAt returns the identity and index in c.shards of the shard process
+// placement v puts at stage: the one whose certificate names the node v
+// lists there.
+func shardAt(t *testing.T, c *e2eCluster, v wireView, stage int) (*trust.Identity, int) {
 	t.Helper()
 	node := ""
 	for _, s := range v.Shards {
@@ -235,14 +243,14 @@ func shardCreds(t *testing.T, c *e2eCluster, v wireView, stage int) grpc.DialOpt
 			node = s.NodeID
 		}
 	}
-	for _, p := range c.shards {
+	for i, p := range c.shards {
 		id, err := trust.LoadIdentity(filepath.Join(flagValue(p.cmd.Args, "--data-dir"), "trust"))
 		if err == nil && node != "" && id.ID == node {
-			return transport.DialCreds(id, "")
+			return id, i
 		}
 	}
 	t.Fatalf("no shard process holds the certificate of stage %d's node %q", stage, node)
-	return nil
+	return nil, -1
 }
 
 // lastLine is the last non-empty line of out.

@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
-	"github.com/strata-llm/strata/transport/trust"
 )
 
 // wireView is the part of GET /v1/cluster an attacker on the network
@@ -71,15 +70,7 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 	// stage 1),
 	// without which no stage endpoint would take the batch at all.
 	for _, s := range v.Shards {
-		cc, err := transport.Dial(s.Addr, upstreamCreds(t, c, v, s.Stage))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cc.Close()
-		st, err := pb.NewStageClient(cc).Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := openStage(t, ctx, s.Addr, upstreamCreds(t, c, v, s.Stage))
 		for _, a := range []struct {
 			h    *pb.BatchHeader
 			want transport.Code
@@ -107,35 +98,22 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 
 	// A member that the placement does not name upstream: stage 1's own
 	// certificate, a shard's like its upstream's, sending into stage 1.
-	var last struct{ addr, node string }
+	addr := ""
 	for _, s := range v.Shards {
 		if s.Stage == 1 {
-			last.addr, last.node = s.Addr, s.NodeID
+			addr = s.Addr
 		}
 	}
-	cc, err := transport.Dial(last.addr, shardCreds(t, c, v, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	st, err := pb.NewStageClient(cc).Stream(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := openStage(t, ctx, addr, shardCreds(t, c, v, 1))
 	if err := transport.SendBatch(st, &pb.BatchHeader{Epoch: v.Epoch, PlacementVersion: v.Placement, BatchId: 1<<40 + 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.Recv(); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("a batch into stage 1 from a shard that is not its upstream: %v, want PermissionDenied", err)
 	}
-	for i, p := range c.shards {
-		id, err := trust.LoadIdentity(filepath.Join(flagValue(p.cmd.Args, "--data-dir"), "trust"))
-		if err != nil || id.ID != last.node {
-			continue
-		}
-		if n, _ := metricWith(t, c.shardMets[i], "strata_wire_refused_total", `reason="wrong_identity"`); n != 1 {
-			t.Errorf(`stage 1's shard: strata_wire_refused_total{reason="wrong_identity"} = %v, want 1`, n)
-		}
+	_, i := shardAt(t, c, v, 1)
+	if n, _ := metricWith(t, c.shardMets[i], "strata_wire_refused_total", `reason="wrong_identity"`); n != 1 {
+		t.Errorf(`stage 1's shard: strata_wire_refused_total{reason="wrong_identity"} = %v, want 1`, n)
 	}
 
 	g := <-good
@@ -166,4 +144,20 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// openStage opens a stage stream to addr with creds, closed at the end of
+// the test.
+func openStage(t *testing.T, ctx context.Context, addr string, creds grpc.DialOption) pb.Stage_StreamClient {
+	t.Helper()
+	cc, err := transport.Dial(addr, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	st, err := pb.NewStageClient(cc).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
