@@ -250,9 +250,6 @@ func TestArchRefusals(t *testing.T) {
 		{"gemma2 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "general.architecture", "gemma2"), ts
 		}, `unsupported architecture "gemma2" (general.architecture)`},
-		{"qwen2moe architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
-			return setKV(kvs, "general.architecture", "qwen2moe"), ts
-		}, `"qwen2moe"`},
 		{"qwen3 with experts", qwen3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "qwen3.expert_count", uint32(8)), ts
 		}, "qwen3.expert_count = 8: mixture-of-experts qwen3 files are not supported"},

@@ -94,8 +94,8 @@ type Config struct {
 	// LogitSoftCap, when > 0, caps the logits: cap * tanh(logit / cap).
 	LogitSoftCap float32
 
-	// Mixture of experts: qwen3moe, and llama files with expert_count
-	// (Mixtral); see moe.go for the keys and numerics.
+	// Mixture of experts: qwen2moe, qwen3moe, and llama files with
+	// expert_count (Mixtral); see moe.go for the keys and numerics.
 
 	// Experts is the number of expert FFNs in each layer (expert_count);
 	// 0: every layer has one dense FFN.
@@ -103,13 +103,18 @@ type Config struct {
 	// ExpertsUsed is the experts each token's FFN output sums
 	// (expert_used_count).
 	ExpertsUsed int
-	// ExpertFF is each expert's hidden size: qwen3moe's
+	// ExpertFF is each expert's hidden size: qwen2moe's and qwen3moe's
 	// expert_feed_forward_length, else FF.
 	ExpertFF int
 	// ExpertWeightsNorm: the chosen experts' router probabilities are
-	// divided by their sum (expert_weights_norm; true when absent, as
-	// llama.cpp's graphs for both architectures do).
+	// divided by their sum (expert_weights_norm; when absent, false for
+	// qwen2moe and true for the others, as llama.cpp's graphs do).
 	ExpertWeightsNorm bool
+	// SharedFF, when > 0, is the hidden size of the shared expert every
+	// MoE layer adds to its routed experts' output, gated per token by a
+	// sigmoid (qwen2moe: expert_shared_feed_forward_length, FF when
+	// absent); 0: no shared expert.
+	SharedFF int
 }
 
 // Window is the number of positions layer l attends to, its own included,
@@ -150,10 +155,13 @@ var archs = map[string]archInfo{
 	"gemma3":  {rope: RopeNeoX, qkNorm: true},
 	// qwen3moe is qwen3 with a mixture-of-experts FFN in every layer.
 	"qwen3moe": {rope: RopeNeoX, qkNorm: true},
+	// qwen2moe is qwen2 with a mixture-of-experts FFN and a shared expert
+	// in every layer (Qwen1.5-MoE, Qwen2-MoE).
+	"qwen2moe": {rope: RopeNeoX, qkvBias: true},
 }
 
 // supportedArchs lists archs' keys for error messages.
-const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen3, qwen3moe, smollm3"
+const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -8,23 +9,31 @@ import (
 	"github.com/strata-llm/strata/model/gguf"
 )
 
-// Mixture of experts, as llama.cpp's graphs for qwen3moe and for llama files
-// with expert_count (Mixtral) compute it.
+// Mixture of experts, as llama.cpp's graphs for qwen2moe, qwen3moe and for
+// llama files with expert_count (Mixtral) compute it.
 //
-// Keys (arch-prefixed): expert_count (Experts; qwen3moe requires > 0),
-// expert_used_count (ExpertsUsed, 1..Experts), expert_feed_forward_length
-// (qwen3moe's ExpertFF; FF/ExpertsUsed when absent, as llama.cpp's loader;
-// a llama file's experts are FF wide), expert_weights_norm (true when
-// absent; llama.cpp's graphs for both architectures renormalise whatever
-// the key says, strata follows the file), expert_gating_func (absent, 0 or 1: softmax; sigmoid and the
-// others are refused), expert_weights_scale (absent, 0 or 1; others
-// refused), expert_shared_count and expert_shared_feed_forward_length
-// (shared experts are refused when > 0).
+// Keys (arch-prefixed): expert_count (Experts; qwen2moe and qwen3moe
+// require > 0), expert_used_count (ExpertsUsed, 1..Experts),
+// expert_feed_forward_length (qwen2moe's and qwen3moe's ExpertFF;
+// FF/ExpertsUsed when absent, as llama.cpp's loader; a llama file's experts
+// are FF wide), expert_weights_norm (absent: false for qwen2moe, true for
+// the others; llama.cpp's graphs take their architecture's value whatever
+// the key says, strata follows the file), expert_gating_func (absent, 0 or
+// 1: softmax; sigmoid and the others are refused), expert_weights_scale
+// (absent, 0 or 1; others refused), expert_shared_feed_forward_length
+// (qwen2moe's SharedFF, FF when absent; refused elsewhere when > 0) and
+// expert_shared_count (qwen2moe: 0 or 1, its one shared expert; refused
+// elsewhere when > 0).
 //
 // Tensors per layer: ffn_gate_inp (the router, Experts rows of Embd),
 // ffn_gate_exps and ffn_up_exps (Experts × ExpertFF rows of Embd) and
 // ffn_down_exps (Experts × Embd rows of ExpertFF), each expert's matrix a
 // contiguous slice of the 3-D tensor that Load views without copying.
+// qwen2moe adds its shared expert: ffn_gate_inp_shexp (one row of Embd, the
+// shared expert's gate), ffn_gate_shexp and ffn_up_shexp (SharedFF rows of
+// Embd) and ffn_down_shexp (Embd rows of SharedFF). The other
+// architectures' files with shared-expert tensors are refused, as
+// llama.cpp's loader refuses tensors their graphs do not use.
 //
 // Numerics. Each token's router logits are one MatMul row; their softmax
 // takes the maximum, exp(l-max) in float32 summed in float64 in expert
@@ -38,8 +47,12 @@ import (
 // A token's FFN output is then weight×output of its first chosen expert,
 // plus weight×output of the second, and so on in the chosen order, each
 // product rounded to float32 before the add (llama.cpp's ggml_mul, then
-// ggml_add over the chosen experts in order). Nothing in a token's output
-// depends on the other tokens of the batch.
+// ggml_add over the chosen experts in order). A shared expert is a dense
+// SwiGLU FFN over every token of the batch; its gate logit x (a MatMul row
+// of ffn_gate_inp_shexp) becomes silu(x)/x = (x/(1+e^-x))/x, each step
+// rounded to float32 as llama.cpp's graph computes the sigmoid, and the
+// token's output gains float32(gate×shared[i]) after the routed sum. Nothing
+// in a token's output depends on the other tokens of the batch.
 
 // Limits on the experts a file may claim.
 const (
@@ -55,6 +68,13 @@ const expertNormMin = 6.103515625e-5
 // ffn_gate_exps, ffn_up_exps and ffn_down_exps tensors.
 type Expert struct {
 	Gate, Up, Down *Weight
+}
+
+// SharedExpert is a MoE layer's shared expert: a SwiGLU FFN every token
+// takes, its output times sigmoid(GateInp·x).
+type SharedExpert struct {
+	GateInp        *Weight // ffn_gate_inp_shexp: one row of Embd
+	Gate, Up, Down *Weight // ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp
 }
 
 // moeConfig reads the expert keys of c.Arch into c.
@@ -77,13 +97,14 @@ func moeConfig(f *gguf.File, c *Config) error {
 	if err != nil {
 		return err
 	}
+	moeArch := c.Arch == "qwen2moe" || c.Arch == "qwen3moe"
 	switch {
-	case n == 0 && c.Arch == "qwen3moe":
-		return fmt.Errorf("model: %s must be > 0 for qwen3moe", key("expert_count"))
+	case n == 0 && moeArch:
+		return fmt.Errorf("model: %s must be > 0 for %s", key("expert_count"), c.Arch)
 	case n == 0:
 		return nil
-	case c.Arch != "llama" && c.Arch != "qwen3moe":
-		return fmt.Errorf("model: %s = %d: mixture-of-experts %s files are not supported (llama and qwen3moe are)", key("expert_count"), n, c.Arch)
+	case c.Arch != "llama" && !moeArch:
+		return fmt.Errorf("model: %s = %d: mixture-of-experts %s files are not supported (llama, qwen2moe and qwen3moe are)", key("expert_count"), n, c.Arch)
 	}
 	c.Experts = n
 	if !f.Has(key("expert_used_count")) {
@@ -96,7 +117,7 @@ func moeConfig(f *gguf.File, c *Config) error {
 		return fmt.Errorf("model: %s = 0, want 1..%d", key("expert_used_count"), n)
 	}
 	c.ExpertFF = c.FF
-	if c.Arch == "qwen3moe" {
+	if moeArch {
 		c.ExpertFF = c.FF / c.ExpertsUsed
 		ff, err := uintKey("expert_feed_forward_length", MaxExpertFF)
 		if err != nil {
@@ -109,7 +130,7 @@ func moeConfig(f *gguf.File, c *Config) error {
 			return fmt.Errorf("model: %s is missing and %s %d / %s %d is 0", key("expert_feed_forward_length"), key("feed_forward_length"), c.FF, key("expert_used_count"), c.ExpertsUsed)
 		}
 	}
-	c.ExpertWeightsNorm = true
+	c.ExpertWeightsNorm = c.Arch != "qwen2moe"
 	if f.Has(key("expert_weights_norm")) {
 		if c.ExpertWeightsNorm, err = f.Bool(key("expert_weights_norm")); err != nil {
 			return err
@@ -133,24 +154,45 @@ func moeConfig(f *gguf.File, c *Config) error {
 			return fmt.Errorf("model: %s = %g: scaled expert weights are not supported", key("expert_weights_scale"), v)
 		}
 	}
-	for _, k := range []string{"expert_shared_count", "expert_shared_feed_forward_length"} {
-		v, err := uintKey(k, math.MaxInt32)
-		if err != nil {
-			return err
-		}
-		if v > 0 {
-			return fmt.Errorf("model: %s = %d: shared experts are not supported", key(k), v)
-		}
+	shared, err := uintKey("expert_shared_count", math.MaxInt32)
+	if err != nil {
+		return err
 	}
+	sharedFF, err := uintKey("expert_shared_feed_forward_length", MaxFF)
+	if err != nil {
+		return err
+	}
+	if c.Arch != "qwen2moe" {
+		if shared > 0 {
+			return fmt.Errorf("model: %s = %d: shared experts are supported in qwen2moe files only", key("expert_shared_count"), shared)
+		}
+		if sharedFF > 0 {
+			return fmt.Errorf("model: %s = %d: shared experts are supported in qwen2moe files only", key("expert_shared_feed_forward_length"), sharedFF)
+		}
+		return nil
+	}
+	if shared > 1 {
+		return fmt.Errorf("model: %s = %d: a qwen2moe layer has one shared expert", key("expert_shared_count"), shared)
+	}
+	c.SharedFF = cmp.Or(sharedFF, c.FF)
 	return nil
 }
 
 // loadExperts finds layer i's router and experts.
 func (m *Model) loadExperts(f *gguf.File, l *Layer, i int) error {
 	name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
-	for _, s := range []string{"ffn_gate_inp_shexp.weight", "ffn_up_shexp.weight", "ffn_gate_shexp.weight", "ffn_down_shexp.weight", "exp_probs_b.bias"} {
+	refused := []string{"exp_probs_b.bias"}
+	if m.SharedFF == 0 {
+		refused = append(refused, "ffn_gate_inp_shexp.weight", "ffn_up_shexp.weight", "ffn_gate_shexp.weight", "ffn_down_shexp.weight")
+	}
+	for _, s := range refused {
 		if _, err := f.Tensor(name(s)); err == nil {
-			return fmt.Errorf("model: tensor %s: shared experts and expert biases are not supported", name(s))
+			return fmt.Errorf("model: tensor %s: shared experts (outside qwen2moe) and expert biases are not supported", name(s))
+		}
+	}
+	if m.SharedFF > 0 {
+		if err := m.loadShared(f, l, i); err != nil {
+			return err
 		}
 	}
 	if _, err := f.Tensor(name("ffn_gate_exps.weight")); err != nil {
@@ -181,6 +223,47 @@ func (m *Model) loadExperts(f *gguf.File, l *Layer, i int) error {
 		}
 	}
 	return nil
+}
+
+// loadShared finds layer i's shared expert (qwen2moe).
+func (m *Model) loadShared(f *gguf.File, l *Layer, i int) error {
+	name := func(s string) string { return fmt.Sprintf("blk.%d.%s", i, s) }
+	sh := &SharedExpert{}
+	var err error
+	if sh.GateInp, err = rowVector(f, name("ffn_gate_inp_shexp.weight"), m.Embd); err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		dst        **Weight
+		name       string
+		rows, cols int
+	}{
+		{&sh.Gate, "ffn_gate_shexp.weight", m.SharedFF, m.Embd},
+		{&sh.Up, "ffn_up_shexp.weight", m.SharedFF, m.Embd},
+		{&sh.Down, "ffn_down_shexp.weight", m.Embd, m.SharedFF},
+	} {
+		if *t.dst, err = matrix(f, name(t.name), t.rows, t.cols); err != nil {
+			return err
+		}
+	}
+	l.Shared = sh
+	return nil
+}
+
+// rowVector finds a tensor of n elements, 1-D or one row of n, as a Weight
+// of one row (a dot product with each token's hidden state).
+func rowVector(f *gguf.File, name string, n int) (*Weight, error) {
+	t, err := f.Tensor(name)
+	if err != nil {
+		return nil, err
+	}
+	if t.RowLen() != n || t.Rows() != 1 || len(t.Dims) > 2 {
+		return nil, fmt.Errorf("model: tensor %q has shape %v, want [%d]", name, t.Dims, n)
+	}
+	if !slices.Contains(MatrixTypes, t.Type) {
+		return nil, unsupportedType(name, t.Type)
+	}
+	return &Weight{Name: name, Type: t.Type, Rows: 1, Cols: n, Data: t.Data}, nil
 }
 
 // experts views a 3-D tensor of n matrices of rows×cols as n Weights, each
@@ -220,6 +303,9 @@ type moeScratch struct {
 	xg       []float32 // grouped rows of the normalised hidden states
 	gate, up []float32 // grouped expert hidden rows (ExpertFF each)
 	y        []float32 // grouped expert outputs (Embd each)
+	// The shared expert's, per token: gate logit, hidden rows (SharedFF
+	// each) and output (Embd each).
+	shLogit, shGate, shUp, shOut []float32
 }
 
 func (s *Stage) growMoE(T int) {
@@ -240,16 +326,23 @@ func (s *Stage) growMoE(T int) {
 		*b = (*b)[:n]
 	}
 	M := &s.moe
+	E := m.Embd
 	TK := T * m.ExpertsUsed
 	g(&M.logits, T*m.Experts)
 	g(&M.w, TK)
 	gi(&M.sel, TK)
 	gi(&M.at, TK)
 	gi(&M.slot, TK)
-	g(&M.xg, TK*m.Embd)
+	g(&M.xg, TK*E)
 	g(&M.gate, TK*m.ExpertFF)
 	g(&M.up, TK*m.ExpertFF)
-	g(&M.y, TK*m.Embd)
+	g(&M.y, TK*E)
+	if m.SharedFF > 0 {
+		g(&M.shLogit, T)
+		g(&M.shGate, T*m.SharedFF)
+		g(&M.shUp, T*m.SharedFF)
+		g(&M.shOut, T*E)
+	}
 	if M.off == nil {
 		M.off, M.next = make([]int, m.Experts+1), make([]int, m.Experts)
 	}
@@ -295,6 +388,14 @@ func (s *Stage) moeFFN(T int) {
 			continue
 		}
 		s.be.MatMul(L.Experts[e].Down, M.gate[lo*FF:hi*FF], hi-lo, M.y[lo*E:hi*E])
+	}
+	if sh := L.Shared; sh != nil {
+		h, SF := s.h[:T*E], m.SharedFF
+		s.be.MatMul(sh.GateInp, h, T, M.shLogit[:T])
+		s.be.MatMul(sh.Gate, h, T, M.shGate[:T*SF])
+		s.be.MatMul(sh.Up, h, T, M.shUp[:T*SF])
+		s.be.Parallel(T, s.steps.sharedGLU)
+		s.be.MatMul(sh.Down, M.shGate[:T*SF], T, M.shOut[:T*E])
 	}
 	s.be.Parallel(T, s.steps.combine)
 }
@@ -362,8 +463,24 @@ func (s *Stage) expertGLURow(_, r int) {
 	s.be.SwiGLU(s.moe.gate[r*FF:(r+1)*FF], s.moe.up[r*FF:(r+1)*FF])
 }
 
+func (s *Stage) sharedGLUToken(_, t int) {
+	SF := s.m.SharedFF
+	s.be.SwiGLU(s.moe.shGate[t*SF:(t+1)*SF], s.moe.shUp[t*SF:(t+1)*SF])
+}
+
+// sharedGate is the shared expert's gate of logit x: sigmoid computed as
+// llama.cpp's graph does, silu(x)/x, each step rounded to float32; at x = 0,
+// where that is 0/0, the sigmoid's 1/2.
+func sharedGate(x float32) float32 {
+	if x == 0 {
+		return 0.5
+	}
+	silu := x / (1 + float32(math.Exp(float64(-x))))
+	return silu / x
+}
+
 // combineToken sums token t's weighted expert outputs into s.out in its
-// chosen order.
+// chosen order, then adds its gated shared expert output, if any.
 func (s *Stage) combineToken(_, t int) {
 	m, M := s.m, &s.moe
 	E, K := m.Embd, m.ExpertsUsed
@@ -379,6 +496,12 @@ func (s *Stage) combineToken(_, t int) {
 		}
 		for i := range out {
 			out[i] += float32(w * y[i]) // rounded before the add: no fused multiply-add
+		}
+	}
+	if s.L.Shared != nil {
+		g := sharedGate(M.shLogit[t])
+		for i, y := range M.shOut[t*E : (t+1)*E] {
+			out[i] += float32(g * y)
 		}
 	}
 }

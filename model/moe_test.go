@@ -27,6 +27,7 @@ func TestMoEConfig(t *testing.T) {
 			s.Arch, s.Experts, s.ExpertsUsed, s.RawExpertWeights = "qwen3moe", 8, 3, true
 		}, "qwen3moe", 8, 3, 96, false, true, true},
 		{"mixtral", func(s *RandomSpec) { s.Arch, s.ExpertFF = "mixtral", 32 }, "llama", 4, 2, 96, true, false, false},
+		{"qwen2moe", func(s *RandomSpec) { s.Arch, s.ExpertFF, s.SharedFF = "qwen2moe", 32, 80 }, "qwen2moe", 4, 2, 32, false, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,12 +45,26 @@ func TestMoEConfig(t *testing.T) {
 			if c.Arch != tt.arch || c.Experts != tt.experts || c.ExpertsUsed != tt.used || c.ExpertFF != tt.ff || c.ExpertWeightsNorm != tt.norm || (c.Rope == RopeNeoX) != tt.neox || c.QKNorm != tt.qkNorm {
 				t.Fatalf("config %+v", c)
 			}
+			shared := tt.arch == "qwen2moe"
+			if wantFF := map[bool]int{false: 0, true: 80}[shared]; c.SharedFF != wantFF || c.QKVBias != shared {
+				t.Fatalf("shared FF %d, want %d; QKV bias %v", c.SharedFF, wantFF, c.QKVBias)
+			}
 			for i, L := range m.LayerWeights {
 				if L.Gate != nil || L.Up != nil || L.Down != nil || L.Router == nil || L.Router.Rows != tt.experts || L.Router.Type != ggml.F32 || len(L.Experts) != tt.experts {
 					t.Fatalf("layer %d: %+v", i, L)
 				}
-				if n := len(L.Matrices()); n != 4+1+3*tt.experts {
-					t.Fatalf("layer %d: %d matrices, want Q, K, V, O, the router and 3 per expert", i, n)
+				want := 4 + 1 + 3*tt.experts
+				if shared {
+					sh := L.Shared
+					if sh == nil || sh.GateInp.Rows != 1 || sh.GateInp.Cols != 64 || sh.GateInp.Type != ggml.F32 || sh.Gate.Rows != 80 || sh.Up.Rows != 80 || sh.Down.Rows != 64 || sh.Down.Cols != 80 || sh.Gate.Type != ggml.Q8_0 {
+						t.Fatalf("layer %d: shared expert %+v", i, sh)
+					}
+					want += 4
+				} else if L.Shared != nil {
+					t.Fatalf("layer %d: a shared expert in %s", i, tt.arch)
+				}
+				if n := len(L.Matrices()); n != want {
+					t.Fatalf("layer %d: %d matrices, want Q, K, V, O, the router, 3 per expert and 4 of a shared expert: %d", i, n, want)
 				}
 				gate, err := f.Tensor(L.Experts[0].Gate.Name[:strings.IndexByte(L.Experts[0].Gate.Name, '[')])
 				if err != nil {
@@ -76,6 +91,8 @@ func TestMoERefusals(t *testing.T) {
 	q := RandomSpec{Arch: "qwen3moe", Layers: 1, Embd: 64, Heads: 4, HeadsKV: 2, FF: 64, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 3}
 	mix := q
 	mix.Arch = "mixtral"
+	q2 := q
+	q2.Arch = "qwen2moe"
 	tensor := func(name string, dims []uint64) gguf.WriteTensor {
 		n := uint64(1)
 		for _, d := range dims {
@@ -107,12 +124,34 @@ func TestMoERefusals(t *testing.T) {
 		{"scaled weights", q, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "qwen3moe.expert_weights_scale", float32(2.5)), ts
 		}, "qwen3moe.expert_weights_scale = 2.5: scaled expert weights are not supported"},
-		{"shared experts", q, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		{"shared experts outside qwen2moe", q, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "qwen3moe.expert_shared_feed_forward_length", uint32(64)), ts
-		}, "qwen3moe.expert_shared_feed_forward_length = 64: shared experts are not supported"},
-		{"shared expert tensor", mix, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+		}, "qwen3moe.expert_shared_feed_forward_length = 64: shared experts are supported in qwen2moe files only"},
+		{"shared expert count outside qwen2moe", mix, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "llama.expert_shared_count", uint32(1)), ts
+		}, "llama.expert_shared_count = 1: shared experts are supported in qwen2moe files only"},
+		{"shared expert tensor outside qwen2moe", mix, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return kvs, append(ts, tensor("blk.0.ffn_up_shexp.weight", []uint64{64, 64}))
-		}, "tensor blk.0.ffn_up_shexp.weight: shared experts and expert biases are not supported"},
+		}, "tensor blk.0.ffn_up_shexp.weight: shared experts (outside qwen2moe) and expert biases are not supported"},
+		{"qwen2moe without experts", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return dropKV(kvs, "qwen2moe.expert_count"), ts
+		}, "qwen2moe.expert_count must be > 0 for qwen2moe"},
+		{"qwen2moe two shared experts", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "qwen2moe.expert_shared_count", uint32(2)), ts
+		}, "qwen2moe.expert_shared_count = 2: a qwen2moe layer has one shared expert"},
+		{"qwen2moe without the shared gate", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return kvs, slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return t.Name == "blk.0.ffn_gate_inp_shexp.weight" })
+		}, "blk.0.ffn_gate_inp_shexp.weight"},
+		{"qwen2moe shared gate of two rows", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			ts = slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return t.Name == "blk.0.ffn_gate_inp_shexp.weight" })
+			return kvs, append(ts, tensor("blk.0.ffn_gate_inp_shexp.weight", []uint64{64, 2}))
+		}, `"blk.0.ffn_gate_inp_shexp.weight" has shape [64 2], want [64]`},
+		{"qwen2moe shared expert of the wrong width", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "qwen2moe.expert_shared_feed_forward_length", uint32(32)), ts
+		}, `"blk.0.ffn_gate_shexp.weight" has shape [64 64], want [64 32]`},
+		{"qwen2moe without biases", q2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return kvs, slices.DeleteFunc(ts, func(t gguf.WriteTensor) bool { return t.Name == "blk.0.attn_k.bias" })
+		}, "blk.0.attn_k.bias"},
 		{"experts as a 2-D tensor", q, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			for i := range ts {
 				if ts[i].Name == "blk.0.ffn_up_exps.weight" {
@@ -150,6 +189,25 @@ func TestMoERefusals(t *testing.T) {
 				t.Fatalf("error spans lines: %q", err)
 			}
 		})
+	}
+}
+
+// TestSharedGate: the shared expert's gate is the sigmoid, computed as
+// silu(x)/x in float32 (llama.cpp's graph), 1/2 at 0 where that is 0/0.
+func TestSharedGate(t *testing.T) {
+	for _, x := range []float32{-30, -3, -0.5, -1e-30, 0, 1e-30, 0.25, 2, 40} {
+		g := sharedGate(x)
+		silu := x / (1 + float32(math.Exp(float64(-x))))
+		want := silu / x
+		if x == 0 {
+			want = 0.5
+		}
+		if math.Float32bits(g) != math.Float32bits(want) {
+			t.Fatalf("sharedGate(%g) = %g, want %g", x, g, want)
+		}
+		if exact := 1 / (1 + math.Exp(-float64(x))); math.Abs(float64(g)-exact) > 1e-6 {
+			t.Fatalf("sharedGate(%g) = %g, sigmoid %g", x, g, exact)
+		}
 	}
 }
 

@@ -31,10 +31,13 @@ type RandomSpec struct {
 	// and the others sliding over SlidingWindow positions, linear RoPE
 	// scaling 8 on the global layers, final logit soft-capping) or
 	// "qwen3moe" (qwen3 with a mixture-of-experts FFN in every layer) or
+	// "qwen2moe" (qwen2 with a mixture-of-experts FFN and a shared expert
+	// of SharedFF in every layer, expert weights not renormalised) or
 	// "mixtral" (a llama file with expert_count: Mixtral's layout). The
 	// MoE architectures write Experts experts of ExpertFF, ExpertsUsed of
 	// them chosen per token, and an F32 router (llama-quantize leaves
-	// ffn_gate_inp unquantized).
+	// ffn_gate_inp unquantized; the same for qwen2moe's 1-D
+	// ffn_gate_inp_shexp).
 	Arch                                             string
 	Layers, Embd, Heads, HeadsKV, FF, Vocab, Context int
 	Type                                             ggml.Type // matrices; norms stay F32
@@ -65,8 +68,10 @@ type RandomSpec struct {
 	// wide, as llama files have no expert_feed_forward_length).
 	Experts, ExpertsUsed, ExpertFF int
 	// RawExpertWeights writes expert_weights_norm = false: the chosen
-	// experts' probabilities are not renormalised.
+	// experts' probabilities are not renormalised (qwen2moe's default).
 	RawExpertWeights bool
+	// SharedFF is qwen2moe's shared expert width; 0 means FF.
+	SharedFF int
 
 	// ChatTemplate, when set, is written as tokenizer.chat_template (tests
 	// of templates' tool calls use it).
@@ -76,7 +81,7 @@ type RandomSpec struct {
 // moe returns the expert count, the experts used per token and each
 // expert's width that s writes; 0s for a dense architecture.
 func (s RandomSpec) moe() (n, used, ff int) {
-	if s.Arch != "qwen3moe" && s.Arch != "mixtral" {
+	if s.Arch != "qwen3moe" && s.Arch != "qwen2moe" && s.Arch != "mixtral" {
 		return 0, 0, 0
 	}
 	n, used, ff = cmp.Or(s.Experts, 4), cmp.Or(s.ExpertsUsed, 2), cmp.Or(s.ExpertFF, s.FF)
@@ -112,12 +117,12 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen3moe", "mixtral":
+	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe", "mixtral":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3, gemma3, qwen3moe or mixtral, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe or mixtral, got %q", s.Arch)
 	}
-	if s.Experts < 0 || s.Experts > MaxExperts || s.ExpertsUsed < 0 || s.ExpertFF < 0 || s.ExpertFF > MaxExpertFF {
-		return fmt.Errorf("model: random spec Experts %d, ExpertsUsed %d, ExpertFF %d out of range", s.Experts, s.ExpertsUsed, s.ExpertFF)
+	if s.Experts < 0 || s.Experts > MaxExperts || s.ExpertsUsed < 0 || s.ExpertFF < 0 || s.ExpertFF > MaxExpertFF || s.SharedFF < 0 || s.SharedFF > MaxFF {
+		return fmt.Errorf("model: random spec Experts %d, ExpertsUsed %d, ExpertFF %d, SharedFF %d out of range", s.Experts, s.ExpertsUsed, s.ExpertFF, s.SharedFF)
 	}
 	if n, used, _ := s.moe(); used > n {
 		return fmt.Errorf("model: random spec ExpertsUsed %d exceeds Experts %d", used, n)
@@ -166,8 +171,9 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		arch = "llama"
 	}
 	nExp, nUsed, expFF := s.moe()
+	sharedFF := cmp.Or(s.SharedFF, s.FF)
 	base := float32(10000)
-	if arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" {
+	if arch == "qwen2" || arch == "qwen3" || arch == "gemma3" || arch == "qwen2moe" || arch == "qwen3moe" {
 		base = 1e6
 	}
 	hd := s.Embd / s.Heads
@@ -207,10 +213,13 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".expert_count", Value: uint32(nExp)},
 			gguf.KV{Key: arch + ".expert_used_count", Value: uint32(nUsed)})
-		if arch == "qwen3moe" {
+		if arch == "qwen3moe" || arch == "qwen2moe" {
 			kvs = append(kvs, gguf.KV{Key: arch + ".expert_feed_forward_length", Value: uint32(expFF)})
 		}
-		if s.RawExpertWeights {
+		if arch == "qwen2moe" {
+			kvs = append(kvs, gguf.KV{Key: arch + ".expert_shared_feed_forward_length", Value: uint32(sharedFF)})
+		}
+		if s.RawExpertWeights && arch != "qwen2moe" {
 			kvs = append(kvs, gguf.KV{Key: arch + ".expert_weights_norm", Value: false})
 		}
 	}
@@ -341,7 +350,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			},
 			func() error {
 				switch arch {
-				case "qwen2":
+				case "qwen2", "qwen2moe":
 					if err := vec(p+"attn_q.bias", qDim, 0, 0.5); err != nil {
 						return err
 					}
@@ -372,6 +381,15 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 				func() error {
 					return add3(p+"ffn_down_exps.weight", s.Type, nExp, s.Embd, expFF, 1/float32(math.Sqrt(float64(expFF))))
 				})
+			if arch == "qwen2moe" {
+				steps = append(steps,
+					func() error { return vec(p+"ffn_gate_inp_shexp.weight", s.Embd, 0, in) },
+					func() error { return add(p+"ffn_gate_shexp.weight", s.Type, sharedFF, s.Embd, in) },
+					func() error { return add(p+"ffn_up_shexp.weight", s.Type, sharedFF, s.Embd, in) },
+					func() error {
+						return add(p+"ffn_down_shexp.weight", s.Type, s.Embd, sharedFF, 1/float32(math.Sqrt(float64(sharedFF))))
+					})
+			}
 			continue
 		}
 		steps = append(steps, ffn...)

@@ -87,7 +87,7 @@ type Stage struct {
 	norm          []float32 // weights of the norm in progress
 	steps         struct {
 		embed, rope, norm, postNorm, qkv, attend, swiGLU, softCap func(worker, t int)
-		route, gather, expertGLU, combine                         func(worker, i int) // moe.go
+		route, gather, expertGLU, sharedGLU, combine              func(worker, i int) // moe.go
 	}
 }
 
@@ -105,7 +105,7 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.qkv = s.qkvToken
 	s.steps.attend = s.attendToken
 	s.steps.swiGLU = s.swiGLUToken
-	s.steps.route, s.steps.gather, s.steps.expertGLU, s.steps.combine = s.routeToken, s.gatherRow, s.expertGLURow, s.combineToken
+	s.steps.route, s.steps.gather, s.steps.expertGLU, s.steps.sharedGLU, s.steps.combine = s.routeToken, s.gatherRow, s.expertGLURow, s.sharedGLUToken, s.combineToken
 	for _, L := range m.LayerWeights[first:last] {
 		s.hasQKV = s.hasQKV || L.QKV != nil
 	}

@@ -45,6 +45,9 @@ type Layer struct {
 	// otherwise.
 	Router  *Weight
 	Experts []Expert
+	// Shared is a mixture-of-experts layer's shared expert (Config.SharedFF
+	// > 0); nil otherwise.
+	Shared *SharedExpert
 }
 
 // Matrices returns the layer's matrices that are present.
@@ -57,6 +60,9 @@ func (l *Layer) Matrices() []*Weight {
 	}
 	for _, e := range l.Experts {
 		ws = append(ws, e.Gate, e.Up, e.Down)
+	}
+	if sh := l.Shared; sh != nil {
+		ws = append(ws, sh.GateInp, sh.Gate, sh.Up, sh.Down)
 	}
 	return ws
 }

@@ -31,10 +31,16 @@ var archSpecs = []model.RandomSpec{
 	{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 30, HeadDim: 32, ExpertFF: 48},
 	{Arch: "mixtral", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 31},
 	{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 4, FF: 96, Vocab: 300, Context: 256, Seed: 32, Tied: true, Experts: 6, ExpertsUsed: 3, ExpertFF: 64, RawExpertWeights: true},
+	// qwen2moe: Q/K/V biases, raw expert weights, a shared expert (80 and
+	// FF wide) gated by a sigmoid.
+	{Arch: "qwen2moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 33, ExpertFF: 48, SharedFF: 80},
+	{Arch: "qwen2moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 4, FF: 96, Vocab: 300, Context: 256, Seed: 34, Tied: true, Experts: 6, ExpertsUsed: 3, ExpertFF: 32},
 }
 
 // moeSpec reports whether s is a mixture-of-experts architecture.
-func moeSpec(s model.RandomSpec) bool { return s.Arch == "qwen3moe" || s.Arch == "mixtral" }
+func moeSpec(s model.RandomSpec) bool {
+	return s.Arch == "qwen2moe" || s.Arch == "qwen3moe" || s.Arch == "mixtral"
+}
 
 func specName(s model.RandomSpec) string {
 	n := fmt.Sprintf("%s-hd%d-kv%d", s.Arch, s.HeadDim, s.HeadsKV)
@@ -112,7 +118,7 @@ func newGGUF64(t *testing.T, f *gguf.File) *gguf64 {
 	r.neox = arch != "llama"
 	r.qkNorm = arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe"
 	if f.Has(arch + ".expert_count") {
-		r.experts, r.used, r.normW = u("expert_count"), u("expert_used_count"), true
+		r.experts, r.used, r.normW = u("expert_count"), u("expert_used_count"), arch != "qwen2moe"
 		if f.Has(arch + ".expert_weights_norm") {
 			if r.normW, err = f.Bool(arch + ".expert_weights_norm"); err != nil {
 				t.Fatal(err)
@@ -232,7 +238,8 @@ func gelu64(x float64) float64 {
 // router's logits, the used most probable experts (ties to the lower ID),
 // their probabilities divided by their sum when normW, and the weighted sum
 // of those experts' SwiGLU FFNs, each expert read from its slice of the
-// 3-D ffn_*_exps tensors.
+// 3-D ffn_*_exps tensors; plus, where the layer has ffn_*_shexp tensors,
+// the shared expert's SwiGLU FFN times the sigmoid of ffn_gate_inp_shexp·h.
 func (r *gguf64) moe64(l int, h []float64) []float64 {
 	name := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
 	logits := mv64(r.mat(name("ffn_gate_inp.weight")), h)
@@ -282,6 +289,20 @@ func (r *gguf64) moe64(l int, h []float64) []float64 {
 		d := mv64(down[e*r.embd:(e+1)*r.embd], g)
 		for i := range out {
 			out[i] += w * d[i]
+		}
+	}
+	if gi := r.vec(name("ffn_gate_inp_shexp.weight")); gi != nil {
+		var x float64
+		for i, v := range gi {
+			x += v * h[i]
+		}
+		w := 1 / (1 + math.Exp(-x))
+		g, u := mv64(r.mat(name("ffn_gate_shexp.weight")), h), mv64(r.mat(name("ffn_up_shexp.weight")), h)
+		for i := range g {
+			g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+		}
+		for i, v := range mv64(r.mat(name("ffn_down_shexp.weight")), g) {
+			out[i] += w * v
 		}
 	}
 	return out
