@@ -176,6 +176,76 @@ func TestGemma3Config(t *testing.T) {
 	})
 }
 
+// TestGemma2Config checks what Load makes of a gemma2 file's keys: every
+// other layer sliding (the first included) when the pattern is absent, the
+// window and caps from the file or llama.cpp's defaults (4096, 50, 30), the
+// sliding layers' RoPE as the others', no Q/K norms.
+func TestGemma2Config(t *testing.T) {
+	spec := RandomSpec{Arch: "gemma2", Layers: 5, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 5, AttnSoftCap: 20}
+	kvs, ts := parseRandom(t, spec)
+	load := func(t *testing.T, kvs []gguf.KV) *Model {
+		t.Helper()
+		m, err := Load(writeParse(t, kvs, ts))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	T, F := true, false
+	t.Run("random file", func(t *testing.T) {
+		m := load(t, kvs)
+		c := m.Config
+		if c.Rope != RopeNeoX || c.QKNorm || !c.PostNorms || !c.GELU || c.QKVBias || c.FusedGateUp || c.HeadDim != 16 {
+			t.Fatalf("config %+v", c)
+		}
+		if c.EmbedScale != 8 || c.QueryScale != 0.25 || c.LogitSoftCap != 30 || c.AttnSoftCap != 20 || c.NormEps != 1e-6 {
+			t.Fatalf("embed scale %g, query scale %g, logit cap %g, attention cap %g, eps %g", c.EmbedScale, c.QueryScale, c.LogitSoftCap, c.AttnSoftCap, c.NormEps)
+		}
+		if c.RopeBase != 10000 || c.RopeScale != 2 || c.RopeBaseSWA != 10000 || c.RopeScaleSWA != 2 || c.SlidingWindow != 8 {
+			t.Fatalf("rope base %g scale %g, sliding base %g scale %g, window %d", c.RopeBase, c.RopeScale, c.RopeBaseSWA, c.RopeScaleSWA, c.SlidingWindow)
+		}
+		if want := []bool{T, F, T, F, T}; !slices.Equal(c.SlidingLayers, want) {
+			t.Fatalf("sliding layers %v, want %v", c.SlidingLayers, want)
+		}
+		L := m.LayerWeights[1]
+		if len(L.PostAttnNorm) != 64 || len(L.PostFFNNorm) != 64 || L.QNorm != nil || L.KNorm != nil || L.Gate == nil {
+			t.Fatalf("layer %+v", L)
+		}
+	})
+	t.Run("defaults", func(t *testing.T) {
+		kv := kvs
+		for _, k := range []string{"attn_logit_softcapping", "final_logit_softcapping", "attention.sliding_window"} {
+			kv = dropKV(kv, "gemma2."+k)
+		}
+		c := load(t, setKV(kv, "gemma2.rope.freq_base_swa", float32(5e4))).Config
+		if c.AttnSoftCap != 50 || c.LogitSoftCap != 30 || c.SlidingWindow != 4096 || c.RopeBaseSWA != 5e4 {
+			t.Fatalf("attention cap %g, logit cap %g, window %d, sliding base %g", c.AttnSoftCap, c.LogitSoftCap, c.SlidingWindow, c.RopeBaseSWA)
+		}
+	})
+	t.Run("caps off, period 3", func(t *testing.T) {
+		kv := setKV(setKV(kvs, "gemma2.attn_logit_softcapping", float32(0)), "gemma2.final_logit_softcapping", float32(0))
+		c := load(t, setKV(kv, "gemma2.attention.sliding_window_pattern", uint32(3))).Config
+		if c.AttnSoftCap != 0 || c.LogitSoftCap != 0 || !slices.Equal(c.SlidingLayers, []bool{T, T, F, T, T}) {
+			t.Fatalf("attention cap %g, logit cap %g, sliding %v", c.AttnSoftCap, c.LogitSoftCap, c.SlidingLayers)
+		}
+	})
+	t.Run("27B query scale", func(t *testing.T) {
+		s := spec
+		s.Layers, s.HeadDim, s.FF, s.Vocab = 46, 32, 8, 263
+		f, err := RandomFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.QueryScale != 0.25 || m.HeadDim != 32 {
+			t.Fatalf("query scale %g with head dim %d, want 1/sqrt(64/4)", m.QueryScale, m.HeadDim)
+		}
+	})
+}
+
 // dropKV returns kvs without key.
 func dropKV(kvs []gguf.KV, key string) []gguf.KV {
 	var out []gguf.KV
@@ -230,6 +300,8 @@ func TestArchRefusals(t *testing.T) {
 	qwen3.Arch = "qwen3"
 	gemma3 := phi3
 	gemma3.Arch = "gemma3"
+	gemma2 := phi3
+	gemma2.Arch = "gemma2"
 	llama := phi3
 	llama.Arch = "llama"
 	drop := func(ts []gguf.WriteTensor, name string) []gguf.WriteTensor {
@@ -247,9 +319,9 @@ func TestArchRefusals(t *testing.T) {
 		edit func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor)
 		want string
 	}{
-		{"gemma2 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
-			return setKV(kvs, "general.architecture", "gemma2"), ts
-		}, `unsupported architecture "gemma2" (general.architecture)`},
+		{"deepseek2 architecture", llama, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "general.architecture", "deepseek2"), ts
+		}, `unsupported architecture "deepseek2" (general.architecture)`},
 		{"qwen3 with experts", qwen3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "qwen3.expert_count", uint32(8)), ts
 		}, "qwen3.expert_count = 8: mixture-of-experts qwen3 files are not supported"},
@@ -282,7 +354,16 @@ func TestArchRefusals(t *testing.T) {
 		}, `"rope_factors_long.weight" element 1 is 0`},
 		{"gemma3 attention soft-capping", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "gemma3.attn_logit_softcapping", float32(50)), ts
-		}, "gemma3.attn_logit_softcapping = 50: attention logit soft-capping (Gemma 2) is not supported"},
+		}, "gemma3.attn_logit_softcapping = 50: attention logit soft-capping is Gemma 2's; gemma3 files do not use it"},
+		{"gemma2 negative attention cap", gemma2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma2.attn_logit_softcapping", float32(-50)), ts
+		}, "gemma2.attn_logit_softcapping = -50, want a finite cap >= 0"},
+		{"gemma2 infinite logit cap", gemma2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return setKV(kvs, "gemma2.final_logit_softcapping", float32(math.Inf(1))), ts
+		}, "gemma2.final_logit_softcapping = +Inf, want a finite cap >= 0"},
+		{"gemma2 without post-attention norm", gemma2, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
+			return kvs, drop(ts, "blk.0.post_attention_norm.weight")
+		}, "blk.0.post_attention_norm.weight"},
 		{"gemma3 negative logit cap", gemma3, func(kvs []gguf.KV, ts []gguf.WriteTensor) ([]gguf.KV, []gguf.WriteTensor) {
 			return setKV(kvs, "gemma3.final_logit_softcapping", float32(-30)), ts
 		}, "gemma3.final_logit_softcapping = -30, want a finite cap >= 0"},

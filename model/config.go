@@ -68,7 +68,7 @@ type Config struct {
 	// key it rotates (rope.scaling.attn_factor; 1 when absent).
 	RopeAttnFactor float32
 
-	// Gemma 3 (see gemma.go for the keys and numerics).
+	// Gemma 2 and Gemma 3 (see gemma.go for the keys and numerics).
 
 	// EmbedScale, when > 0, multiplies every token embedding (sqrt(Embd)
 	// in float32).
@@ -88,11 +88,14 @@ type Config struct {
 	// SlidingLayers[l] says whether layer l slides (nil when no layer
 	// does).
 	SlidingLayers []bool
-	// RopeBaseSWA is the RoPE base of sliding layers, which take no linear
-	// scaling (RopeScale applies to the other layers only).
-	RopeBaseSWA float32
+	// RopeBaseSWA and RopeScaleSWA are the RoPE base and linear scaling of
+	// the sliding layers (Gemma 3's take none: 1).
+	RopeBaseSWA, RopeScaleSWA float32
 	// LogitSoftCap, when > 0, caps the logits: cap * tanh(logit / cap).
 	LogitSoftCap float32
+	// AttnSoftCap, when > 0, caps every attention score s before the
+	// softmax: cap * tanh(s / cap) (Gemma 2).
+	AttnSoftCap float32
 
 	// Mixture of experts: qwen2moe, qwen3moe, and llama files with
 	// expert_count (Mixtral); see moe.go for the keys and numerics.
@@ -152,6 +155,7 @@ var archs = map[string]archInfo{
 	"qwen3":   {rope: RopeNeoX, qkNorm: true},
 	"phi3":    {rope: RopeNeoX, fusedGateUp: true, ropeFactors: true},
 	"smollm3": {rope: RopeNormal},
+	"gemma2":  {rope: RopeNeoX},
 	"gemma3":  {rope: RopeNeoX, qkNorm: true},
 	// qwen3moe is qwen3 with a mixture-of-experts FFN in every layer.
 	"qwen3moe": {rope: RopeNeoX, qkNorm: true},
@@ -161,7 +165,7 @@ var archs = map[string]archInfo{
 }
 
 // supportedArchs lists archs' keys for error messages.
-const supportedArchs = "gemma3, llama, mistral, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3"
+const supportedArchs = "gemma2, gemma3, llama, mistral, phi3, qwen2, qwen2moe, qwen3, qwen3moe, smollm3"
 
 // ConfigFromGGUF reads the architecture keys of f. Errors name the key.
 func ConfigFromGGUF(f *gguf.File) (Config, error) {
@@ -305,8 +309,8 @@ func ConfigFromGGUF(f *gguf.File) (Config, error) {
 		}
 		c.RopeAttnFactor = float32(v)
 	}
-	if arch == "gemma3" {
-		if err := gemma3Config(f, &c); err != nil {
+	if arch == "gemma2" || arch == "gemma3" {
+		if err := gemmaConfig(f, &c); err != nil {
 			return Config{}, err
 		}
 	}

@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/strata-llm/strata/model/ggml"
@@ -71,5 +72,35 @@ func TestSoftCap(t *testing.T) {
 		if math.Abs(float64(x[i])-w) > 1e-6*math.Max(1, math.Abs(w)) {
 			t.Fatalf("softCap element %d = %g, want %g", i, x[i], w)
 		}
+	}
+}
+
+// plainKV is a KV without AttendSoftCap; nullBackend computes nothing.
+type plainKV struct{ KV }
+
+type nullBackend struct{ Backend }
+
+func (nullBackend) Workers() int { return 1 }
+
+// TestGemma2NeedsSoftCapKV: a gemma2 stage refuses a KV store that cannot
+// soft-cap attention scores, naming it, rather than attend uncapped; with
+// the cap turned off (0 in the file) any KV store serves.
+func TestGemma2NeedsSoftCapKV(t *testing.T) {
+	spec := RandomSpec{Arch: "gemma2", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.F32, Seed: 6}
+	f, err := RandomFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewStage(m, 0, 2, nullBackend{}, plainKV{})
+	if err == nil || !strings.Contains(err.Error(), "gemma2 soft-caps attention scores, which the KV store model.plainKV cannot") {
+		t.Fatalf("error %v", err)
+	}
+	m.AttnSoftCap = 0
+	if _, err := NewStage(m, 0, 2, nullBackend{}, plainKV{}); err != nil {
+		t.Fatal(err)
 	}
 }

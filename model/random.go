@@ -29,7 +29,10 @@ type RandomSpec struct {
 	// so that the long factors apply) or "gemma3" (per-head Q and K norms,
 	// post-attention and post-FFN norms, GELU gate, every sixth layer global
 	// and the others sliding over SlidingWindow positions, linear RoPE
-	// scaling 8 on the global layers, final logit soft-capping) or
+	// scaling 8 on the global layers, final logit soft-capping) or "gemma2"
+	// (gemma3 without the Q and K norms, every other layer sliding, the
+	// first included, linear RoPE scaling 2 on every layer, attention and
+	// final logit soft-capping) or
 	// "qwen3moe" (qwen3 with a mixture-of-experts FFN in every layer) or
 	// "qwen2moe" (qwen2 with a mixture-of-experts FFN and a shared expert
 	// of SharedFF in every layer, expert weights not renormalised) or
@@ -56,12 +59,15 @@ type RandomSpec struct {
 	// written as attention.key_length and value_length.
 	HeadDim int
 
-	// SlidingWindow is gemma3's attention.sliding_window in positions; 0
-	// means 8, so that short tests cross it.
+	// SlidingWindow is gemma2's and gemma3's attention.sliding_window in
+	// positions; 0 means 8, so that short tests cross it.
 	SlidingWindow int
-	// LogitSoftCap is gemma3's final_logit_softcapping; 0 means 30 (Gemma
-	// 2's cap), a negative value writes none.
+	// LogitSoftCap is gemma2's and gemma3's final_logit_softcapping; 0
+	// means 30 (Gemma 2's cap), a negative value writes none.
 	LogitSoftCap float32
+	// AttnSoftCap is gemma2's attn_logit_softcapping; 0 means 50 (Gemma
+	// 2's), a negative value writes none (and so 50 applies).
+	AttnSoftCap float32
 
 	// Experts, ExpertsUsed and ExpertFF shape the MoE architectures' FFNs;
 	// 0 means 4 experts, 2 used, and FF (mixtral's experts are always FF
@@ -117,9 +123,9 @@ func (s RandomSpec) Validate() error {
 		return fmt.Errorf("model: random spec Context must be > 0, got %d", s.Context)
 	}
 	switch s.Arch {
-	case "", "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2moe", "qwen3moe", "mixtral":
+	case "", "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "qwen2moe", "qwen3moe", "mixtral":
 	default:
-		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3, gemma3, qwen2moe, qwen3moe or mixtral, got %q", s.Arch)
+		return fmt.Errorf("model: random spec Arch must be llama, qwen2, qwen3, phi3, gemma2, gemma3, qwen2moe, qwen3moe or mixtral, got %q", s.Arch)
 	}
 	if s.Experts < 0 || s.Experts > MaxExperts || s.ExpertsUsed < 0 || s.ExpertFF < 0 || s.ExpertFF > MaxExpertFF || s.SharedFF < 0 || s.SharedFF > MaxFF {
 		return fmt.Errorf("model: random spec Experts %d, ExpertsUsed %d, ExpertFF %d, SharedFF %d out of range", s.Experts, s.ExpertsUsed, s.ExpertFF, s.SharedFF)
@@ -223,7 +229,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			kvs = append(kvs, gguf.KV{Key: arch + ".expert_weights_norm", Value: false})
 		}
 	}
-	if s.HeadDim != 0 || arch == "qwen3" || arch == "gemma3" || arch == "qwen3moe" {
+	if s.HeadDim != 0 || arch == "qwen3" || arch == "gemma2" || arch == "gemma3" || arch == "qwen3moe" {
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".attention.key_length", Value: uint32(hd)},
 			gguf.KV{Key: arch + ".attention.value_length", Value: uint32(hd)})
@@ -236,21 +242,23 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 			kvs = append(kvs, gguf.KV{Key: arch + ".rope.scaling.attn_factor", Value: float32(math.Sqrt(1 + math.Log(scale)/math.Log(float64(origCtx))))})
 		}
 	}
-	if arch == "gemma3" {
-		window, softCap := s.SlidingWindow, s.LogitSoftCap
-		if window == 0 {
-			window = 8
-		}
-		if softCap == 0 {
-			softCap = 30
+	gemma := arch == "gemma2" || arch == "gemma3"
+	if gemma {
+		window, softCap, attnCap := cmp.Or(s.SlidingWindow, 8), cmp.Or(s.LogitSoftCap, 30), cmp.Or(s.AttnSoftCap, 50)
+		ropeScale := float32(8)
+		if arch == "gemma2" {
+			ropeScale = 2
 		}
 		kvs = setRandomKV(kvs, arch+".attention.layer_norm_rms_epsilon", float32(1e-6))
 		kvs = append(kvs,
 			gguf.KV{Key: arch + ".attention.sliding_window", Value: uint32(window)},
 			gguf.KV{Key: arch + ".rope.scaling.type", Value: "linear"},
-			gguf.KV{Key: arch + ".rope.scaling.factor", Value: float32(8)})
+			gguf.KV{Key: arch + ".rope.scaling.factor", Value: ropeScale})
 		if softCap > 0 {
 			kvs = append(kvs, gguf.KV{Key: arch + ".final_logit_softcapping", Value: softCap})
+		}
+		if arch == "gemma2" && attnCap > 0 {
+			kvs = append(kvs, gguf.KV{Key: arch + ".attn_logit_softcapping", Value: attnCap})
 		}
 	}
 	var ts []gguf.WriteTensor
@@ -365,9 +373,9 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 					if err := vec(p+"attn_k_norm.weight", hd, 1, 0.1); err != nil {
 						return err
 					}
-					if arch == "gemma3" {
-						return norm(p + "post_attention_norm.weight")
-					}
+				}
+				if gemma {
+					return norm(p + "post_attention_norm.weight")
 				}
 				return nil
 			},
@@ -396,7 +404,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		steps = append(steps, func() error {
 			return add(p+"ffn_down.weight", s.Type, s.Embd, s.FF, 1/float32(math.Sqrt(float64(s.FF))))
 		})
-		if arch == "gemma3" {
+		if gemma {
 			steps = append(steps, func() error { return norm(p + "post_ffw_norm.weight") })
 		}
 	}

@@ -52,6 +52,16 @@ type KV interface {
 	Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32)
 }
 
+// SoftCapKV is a KV that also attends with soft-capped scores, for models
+// with Config.AttnSoftCap (Gemma 2).
+type SoftCapKV interface {
+	KV
+	// AttendSoftCap is Attend with each scaled score s replaced by
+	// capped*tanh(s/capped) before the softmax, the division done as a
+	// multiplication by scale/capped (ggml's flash attention).
+	AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32)
+}
+
 // ErrBadBatch wraps every error about a batch's shape or contents.
 var ErrBadBatch = errors.New("model: bad batch")
 
@@ -61,9 +71,10 @@ type Stage struct {
 	first, last int
 	be          Backend
 	kv          KV
-	hasQKV      bool    // a layer of the stage fuses Q, K and V
-	swaRope     bool    // sliding layers rotate with their own base and scale
-	attnScale   float32 // Attend's score scale
+	capKV       SoftCapKV // kv, when the model soft-caps attention scores
+	hasQKV      bool      // a layer of the stage fuses Q, K and V
+	swaRope     bool      // sliding layers rotate with their own base and scale
+	attnScale   float32   // Attend's score scale
 
 	// Scratch, grown to the largest batch seen; reused across calls.
 	x, h, q, k, v, att, gate, up, out, logitsIn, logits []float32
@@ -97,6 +108,13 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 		return nil, fmt.Errorf("model: layer range [%d, %d) is not inside [0, %d)", first, last, m.Layers)
 	}
 	s := &Stage{m: m, first: first, last: last, be: be, kv: kv, attnScratch: make([][]float32, be.Workers())}
+	if m.AttnSoftCap > 0 {
+		ck, ok := kv.(SoftCapKV)
+		if !ok {
+			return nil, fmt.Errorf("model: %s soft-caps attention scores, which the KV store %T cannot", m.Arch, kv)
+		}
+		s.capKV = ck
+	}
 	s.steps.embed = s.embedToken
 	s.steps.rope = s.ropeToken
 	s.steps.norm = s.normToken
@@ -218,7 +236,7 @@ func (s *Stage) ropeToken(_, t int) {
 	d := m.RopeDims
 	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
 	if s.swaRope {
-		ropeAngles(s.ropeCSSWA[t*d:(t+1)*d], s.pos[t], m.RopeBaseSWA, 1, m.RopeFactors, m.RopeAttnFactor)
+		ropeAngles(s.ropeCSSWA[t*d:(t+1)*d], s.pos[t], m.RopeBaseSWA, m.RopeScaleSWA, m.RopeFactors, m.RopeAttnFactor)
 	}
 }
 
@@ -285,7 +303,12 @@ func (s *Stage) attendToken(w, t int) {
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}
-	s.kv.Attend(s.ll, s.rows[s.rowOf[t]].Blocks, lo, pos, s.attnScale, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD], s.attnScratch[w][:n])
+	blocks, q, out := s.rows[s.rowOf[t]].Blocks, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD]
+	if s.capKV != nil {
+		s.capKV.AttendSoftCap(s.ll, blocks, lo, pos, s.attnScale, s.m.AttnSoftCap, q, out, s.attnScratch[w][:n])
+		return
+	}
+	s.kv.Attend(s.ll, blocks, lo, pos, s.attnScale, q, out, s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {

@@ -26,6 +26,11 @@ var archSpecs = []model.RandomSpec{
 	// sliding one: prompts of 24 and more positions cross the window.
 	{Arch: "gemma3", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 28, HeadDim: 32},
 	{Arch: "gemma3", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 1, FF: 96, Vocab: 300, Context: 256, Seed: 29, Tied: true, SlidingWindow: 13, LogitSoftCap: 5},
+	// gemma2: every other layer sliding over 8 (or 13) positions, attention
+	// scores capped at 1.5 (or llama.cpp's default 50, the key absent),
+	// linear RoPE scaling 2 on every layer.
+	{Arch: "gemma2", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 35, HeadDim: 32, AttnSoftCap: 1.5},
+	{Arch: "gemma2", Layers: 7, Embd: 64, Heads: 4, HeadsKV: 1, FF: 96, Vocab: 300, Context: 256, Seed: 36, Tied: true, SlidingWindow: 13, LogitSoftCap: 5, AttnSoftCap: -1},
 	// Mixtures of experts: 4 experts, 2 per token (qwen3moe's 48 wide);
 	// 6 experts, 3 per token, without renormalised weights.
 	{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Seed: 30, HeadDim: 32, ExpertFF: 48},
@@ -54,8 +59,8 @@ func specName(s model.RandomSpec) string {
 }
 
 // gguf64 is a float64 forward pass written from the file alone, by tensor
-// name and metadata key as llama.cpp's graphs for llama, qwen2, qwen3, phi3
-// and gemma3 read them; it shares nothing with model.Load or model.Stage.
+// name and metadata key as llama.cpp's graphs for llama, qwen2, qwen3, phi3,
+// gemma2, gemma3 and the MoE architectures read them; it shares nothing with model.Load or model.Stage.
 type gguf64 struct {
 	f                         *gguf.File
 	arch                      string
@@ -70,11 +75,13 @@ type gguf64 struct {
 	experts, used int
 	normW         bool
 
-	// gemma3: the window of the sliding layers (layer l slides when
-	// l%6 < 5; 0: none), their RoPE base, the logit cap (0: none).
-	gemma          bool
-	window         int
-	baseSWA, cap64 float64
+	// gemma2 and gemma3: the window of the sliding layers (layer l slides
+	// when l%period < period-1; 0: none), their RoPE base and scale, the
+	// logit cap and the attention score cap (0: none).
+	gemma                    bool
+	window, period           int
+	baseSWA, scaleSWA, cap64 float64
+	attnCap                  float64
 }
 
 func newGGUF64(t *testing.T, f *gguf.File) *gguf64 {
@@ -127,12 +134,20 @@ func newGGUF64(t *testing.T, f *gguf.File) *gguf64 {
 	}
 	r.fusedGateUp = arch == "phi3"
 	if arch == "gemma3" {
-		r.gemma = true
+		r.gemma, r.period = true, 6
 		if f.Has(arch + ".attention.sliding_window") {
 			r.window = u("attention.sliding_window")
 		}
-		r.baseSWA = fl("rope.freq_base_swa", 10000)
+		r.baseSWA, r.scaleSWA = fl("rope.freq_base_swa", 10000), 1
 		r.cap64 = fl("final_logit_softcapping", 0)
+	}
+	if arch == "gemma2" {
+		r.gemma, r.period, r.window = true, 2, 4096
+		if f.Has(arch + ".attention.sliding_window") {
+			r.window = u("attention.sliding_window")
+		}
+		r.baseSWA, r.scaleSWA = fl("rope.freq_base_swa", r.base), r.scale
+		r.cap64, r.attnCap = fl("final_logit_softcapping", 30), fl("attn_logit_softcapping", 50)
 	}
 	if arch == "phi3" {
 		if _, err := f.Tensor("rope_factors_long.weight"); err == nil {
@@ -323,8 +338,8 @@ func (r *gguf64) logits(tokens []int32) [][]float64 {
 	qd, kvd := r.heads*r.hd, r.headsKV*r.hd
 	for l := 0; l < r.layers; l++ {
 		base, scale, window := r.base, r.scale, 0
-		if r.window > 0 && l%6 < 5 {
-			base, scale, window = r.baseSWA, 1, r.window
+		if r.window > 0 && l%r.period < r.period-1 {
+			base, scale, window = r.baseSWA, r.scaleSWA, r.window
 		}
 		name := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
 		var wq, wk, wv [][]float64
@@ -346,7 +361,7 @@ func (r *gguf64) logits(tokens []int32) [][]float64 {
 		qb, kb, vb := r.vec(name("attn_q.bias")), r.vec(name("attn_k.bias")), r.vec(name("attn_v.bias"))
 		pan, pfn := r.vec(name("post_attention_norm.weight")), r.vec(name("post_ffw_norm.weight"))
 		if r.gemma && (pan == nil || pfn == nil) {
-			panic("gemma3 file without post norms")
+			panic("gemma file without post norms")
 		}
 		var qs, ks, vs [][]float64
 		for p := range x {
@@ -387,6 +402,9 @@ func (r *gguf64) logits(tokens []int32) [][]float64 {
 						sc[j] += qs[p][hh*r.hd+i] * ks[j][kh+i]
 					}
 					sc[j] /= math.Sqrt(float64(r.hd))
+					if r.attnCap > 0 {
+						sc[j] = r.attnCap * math.Tanh(sc[j]/r.attnCap)
+					}
 					mx = max(mx, sc[j])
 				}
 				var sum float64
@@ -452,7 +470,7 @@ func (r *gguf64) logits(tokens []int32) [][]float64 {
 // KV) gives every position's logits within 2e-5 relative error of a float64
 // forward pass written from the file's tensors and keys alone.
 //
-// gemma3's bound is 8e-5: its GELU rounds the gate to half precision, and a
+// gemma2's and gemma3's bound is 8e-5: their GELU rounds the gate to half precision, and a
 // gate within float32 rounding of a half-precision midpoint rounds one way
 // here and the other in the float64 pass (up to 5.6e-5 seen over 20 seeds).
 // A GELU without ggml's half-precision rounding lands 1.1e-4 to 1.6e-4 away
@@ -488,7 +506,7 @@ func TestArchsAgainstFloat64(t *testing.T) {
 				worst = max(worst, math.Sqrt(num/den))
 			}
 			bound := 2e-5
-			if spec.Arch == "gemma3" {
+			if spec.Arch == "gemma3" || spec.Arch == "gemma2" {
 				bound = 8e-5
 			}
 			if worst > bound {
@@ -502,11 +520,12 @@ func TestArchsAgainstFloat64(t *testing.T) {
 // TestArchsLogitsBatchInvariant extends the numerics contract to every
 // architecture: a sequence's logits are bit-identical run alone one token at
 // a time, in prompt chunks inside batches of other sequences, and with 1 or
-// 2 threads. gemma3's 30-position prompts run past its sliding window, so
-// its sliding layers start attention at keys that move with each position.
+// 2 threads. gemma2's and gemma3's 30-position prompts run past their
+// sliding windows, so their sliding layers start attention at keys that
+// move with each position.
 func TestArchsLogitsBatchInvariant(t *testing.T) {
 	for _, spec := range archSpecs {
-		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" && !moeSpec(spec) {
+		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma2" && spec.Arch != "gemma3" && !moeSpec(spec) {
 			continue
 		}
 		for _, typ := range []ggml.Type{ggml.F32, ggml.Q8_0} {
@@ -556,18 +575,18 @@ func TestArchsLogitsBatchInvariant(t *testing.T) {
 
 // TestArchsPipelineSplitIdentical runs each architecture as one stage and as
 // two or three stages passing hidden states: logits are bit-identical.
-// gemma3 keeps its seven layers, so that the cuts fall between sliding
-// layers and on both sides of the global one (layer 5), and its 20-position
-// prompt crosses the window.
+// gemma2 and gemma3 keep their seven layers, so that the cuts fall between
+// sliding layers and on both sides of global ones (gemma3's layer 5,
+// gemma2's odd layers), and their 20-position prompts cross the window.
 func TestArchsPipelineSplitIdentical(t *testing.T) {
 	for _, spec := range archSpecs {
-		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma3" && !moeSpec(spec) {
+		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma2" && spec.Arch != "gemma3" && !moeSpec(spec) {
 			continue
 		}
 		t.Run(specName(spec), func(t *testing.T) {
 			spec.Type = ggml.Q8_0
 			cutSets := [][]int{{5}, {6}, {2, 5}, {1, 3, 6}}
-			if spec.Arch != "gemma3" {
+			if spec.Arch != "gemma3" && spec.Arch != "gemma2" {
 				spec.Layers = 3
 				cutSets = [][]int{{1}, {2}, {1, 2}}
 			}

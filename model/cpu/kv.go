@@ -168,6 +168,24 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 		c.attendSIMD(layer, blocks, lo, pos, scale, q, out)
 		return
 	}
+	c.attendPortable(layer, blocks, lo, pos, scale, 0, q, out, scratch)
+}
+
+// AttendSoftCap implements model.SoftCapKV: Attend with Gemma 2's attention
+// logit soft-capping, each score s = capped*tanh(dot*(scale/capped)) as
+// ggml's flash attention computes it (the tanh in float64, rounded). It
+// always runs the portable loops, which the SIMD path equals bit for bit
+// without a cap.
+func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
+	if lo < 0 || lo > pos || !(capped > 0) {
+		panic(fmt.Sprintf("cpu: attention over positions %d..%d capped at %g", lo, pos, capped))
+	}
+	c.attendPortable(layer, blocks, lo, pos, scale, capped, q, out, scratch)
+}
+
+// attendPortable is Attend without the SIMD kernels, its scores soft-capped
+// when capped > 0 (AttendSoftCap).
+func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -204,15 +222,28 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 					sc[r] = c.dot(hd, keys[r*c.row:r*c.row+hd*esz], qb)
 				}
 			}
-			for r := range sc {
-				sc[r] *= scale
-			}
+			capScores(sc, scale, capped)
 		}
 		if cfg.Type == ggml.F32 {
 			c.softmaxValuesF32(layer, blocks, hoff, lo, scores, o)
 		} else {
 			c.softmaxValuesF16(layer, blocks, hoff, lo, scores, o)
 		}
+	}
+}
+
+// capScores sets each raw score s of sc to s*scale, or, when capped > 0,
+// to capped*tanh(s*(scale/capped)).
+func capScores(sc []float32, scale, capped float32) {
+	if capped > 0 {
+		k := scale / capped
+		for r, s := range sc {
+			sc[r] = capped * float32(math.Tanh(float64(s*k)))
+		}
+		return
+	}
+	for r := range sc {
+		sc[r] *= scale
 	}
 }
 
