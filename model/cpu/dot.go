@@ -36,7 +36,7 @@ func VecDotFor(t ggml.Type) (VecDot, error) {
 	case ggml.Q5_0:
 		return vecDotQ50, nil
 	case ggml.Q5_1:
-		return dotQ51Q81, nil
+		return vecDotQ51, nil
 	case ggml.IQ4_NL:
 		return vecDotIQ4NL, nil
 	case ggml.Q2_K:

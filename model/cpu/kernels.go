@@ -1,17 +1,51 @@
 package cpu
 
 import (
+	"fmt"
+	"os"
+	"strings"
 	"unsafe"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
 
+// cpuEnv is the environment variable that limits the kernels, for
+// measuring one path on a machine that has a faster one: "avx2" runs what
+// a CPU with AVX2, FMA and F16C but no AVX-512 runs (amd64; the AVX-512 and
+// VNNI kernels, activation quantizers and attention loops are skipped),
+// "portable" the portable Go kernels; unset, empty or "auto", the fastest
+// this CPU has. It is read once, when the process starts; another value is
+// reported on standard error and ignored. Every setting gives the same
+// bits, only the speed differs.
+const cpuEnv = "STRATA_CPU"
+
+func init() {
+	if err := setKernels(os.Getenv(cpuEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v; running the fastest kernels\n", err)
+	}
+}
+
+// setKernels applies a value of cpuEnv.
+func setKernels(v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto":
+		avx2Only, portableOnly = false, false
+	case "avx2":
+		avx2Only, portableOnly = true, false
+	case "portable":
+		avx2Only, portableOnly = false, true
+	default:
+		return fmt.Errorf("%s=%q: want avx2, portable or auto", cpuEnv, v)
+	}
+	return nil
+}
+
 // tileFunc computes an R×C tile of dot products: out[c*os/4 + r] is the dot
 // product of weight row r (at w + r*ws) with activation row c (at x + c*xs),
 // for r < R and c < C; strides are in bytes. n counts elements for the float
-// types and 32-element blocks for Q8_0, Q4_0 and Q5_0. Each output is
-// reduced in exactly the order of the portable kernel of its type, whatever
-// R and C.
+// types and 32-element blocks for Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL. Each
+// output is reduced in exactly the order of the portable kernel of its
+// type, whatever R and C.
 type tileFunc func(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
 // maxTile bounds the rows and columns of a tile kernel.
@@ -128,6 +162,14 @@ func vecDotQ50(n int, w, x []byte) float32 {
 		return ts.dot1(n, w[:nb*q50Bytes], x[:nb*q80Bytes])
 	}
 	return dotQ50Q80(n, w, x)
+}
+
+func vecDotQ51(n int, w, x []byte) float32 {
+	if ts := tilesFor(ggml.Q5_1); ts != nil {
+		nb := n / ggml.QK
+		return ts.dot1(n, w[:nb*q51Bytes], x[:nb*q81Bytes])
+	}
+	return dotQ51Q81(n, w, x)
 }
 
 func vecDotIQ4NL(n int, w, x []byte) float32 {

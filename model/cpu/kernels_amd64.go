@@ -61,27 +61,37 @@ func archTiles(t ggml.Type) *tileSet {
 		if haveF16C {
 			return &iq4NLAVX2
 		}
+	case ggml.Q5_1:
+		if haveF16C {
+			return &q51AVX2
+		}
 	}
 	return nil
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// Q4_K, Q5_K and Q6_K have AVX2 panel kernels as well (Q8_0 and Q4_0 have AVX2
-// tile kernels on the stored rows instead).
+// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) have AVX2 panel
+// kernels as well; Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL have AVX2 tile
+// kernels on the stored rows instead.
 func archPanels(t ggml.Type) *panelSet {
-	if (t == ggml.Q4_K || t == ggml.Q5_K || t == ggml.Q6_K) && (!haveVNNI || avx2Only) {
-		switch {
-		case !haveF16C:
-			return nil
-		case t == ggml.Q4_K:
-			return &q4KPanelsAVX2
-		case t == ggml.Q5_K:
-			return &q5KPanelsAVX2
-		default:
-			return &q6KPanelsAVX2
-		}
-	}
 	if !haveVNNI || avx2Only {
+		if !haveF16C {
+			return nil
+		}
+		switch t {
+		case ggml.Q4_K:
+			return &q4KPanelsAVX2
+		case ggml.Q5_K:
+			return &q5KPanelsAVX2
+		case ggml.Q6_K:
+			return &q6KPanelsAVX2
+		case ggml.Q2_K:
+			return &q2KPanelsAVX2
+		case ggml.Q3_K:
+			return &q3KPanelsAVX2
+		case ggml.IQ4_XS:
+			return &iq4XSPanelsAVX2
+		}
 		return nil
 	}
 	switch t {
@@ -165,6 +175,18 @@ var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", k: [maxPanelC]panelFunc{
 
 var q6KPanelsAVX2 = panelSet{name: "q6KAVX2", k: [maxPanelC]panelFunc{
 	q6KPanelAVX2_1, q6KPanelAVX2_2, q6KPanelAVX2_3, q6KPanelAVX2_4, q6KPanelAVX2_5, q6KPanelAVX2_6, q6KPanelAVX2_7, q6KPanelAVX2_8,
+}}
+
+var q2KPanelsAVX2 = panelSet{name: "q2KAVX2", k: [maxPanelC]panelFunc{
+	q2KPanelAVX2_1, q2KPanelAVX2_2, q2KPanelAVX2_3, q2KPanelAVX2_4, q2KPanelAVX2_5, q2KPanelAVX2_6, q2KPanelAVX2_7, q2KPanelAVX2_8,
+}}
+
+var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", k: [maxPanelC]panelFunc{
+	q3KPanelAVX2_1, q3KPanelAVX2_2, q3KPanelAVX2_3, q3KPanelAVX2_4, q3KPanelAVX2_5, q3KPanelAVX2_6, q3KPanelAVX2_7, q3KPanelAVX2_8,
+}}
+
+var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
+	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
@@ -284,5 +306,16 @@ var iq4NLAVX2 = tileSet{one: iq4NLAVX21, name: "iq4NLAVX2", unit: 32, maxR: 2, m
 func iq4NLAVX21(n int, w, x *byte) float32 {
 	var out float32
 	iq4NLAVX2_1x1(n, w, 0, x, 0, &out, 0)
+	return out
+}
+
+var q51AVX2 = tileSet{one: q51AVX21, name: "q51AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+	{q51AVX2_1x1, q51AVX2_1x2},
+	{q51AVX2_2x1, q51AVX2_2x2},
+}}
+
+func q51AVX21(n int, w, x *byte) float32 {
+	var out float32
+	q51AVX2_1x1(n, w, 0, x, 0, &out, 0)
 	return out
 }

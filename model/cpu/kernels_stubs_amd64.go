@@ -998,3 +998,143 @@ func iq4NLAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int
 //
 //go:noescape
 func iq4NLAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_1 computes a 16-row panel of Q2_K weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_1 computes a 16-row panel of Q3_K weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_1 computes a 16-row panel of IQ4_XS weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_2 computes a 16-row panel of Q2_K weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_2 computes a 16-row panel of Q3_K weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_3 computes a 16-row panel of Q2_K weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_3 computes a 16-row panel of Q3_K weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_4 computes a 16-row panel of Q2_K weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_4 computes a 16-row panel of Q3_K weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_5 computes a 16-row panel of Q2_K weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_5 computes a 16-row panel of Q3_K weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_6 computes a 16-row panel of Q2_K weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_6 computes a 16-row panel of Q3_K weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_7 computes a 16-row panel of Q2_K weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_7 computes a 16-row panel of Q3_K weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_8 computes a 16-row panel of Q2_K weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q2KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_8 computes a 16-row panel of Q3_K weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q3KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func iq4XSPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51AVX2_1x1 computes a 1×1 tile of Q5_1 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q51AVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q51AVX2_1x2 computes a 1×2 tile of Q5_1 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q51AVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q51AVX2_2x1 computes a 2×1 tile of Q5_1 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q51AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q51AVX2_2x2 computes a 2×2 tile of Q5_1 dot products with AVX2 and FMA.
+//
+//go:noescape
+func q51AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)

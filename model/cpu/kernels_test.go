@@ -52,6 +52,8 @@ func randRow(t testing.TB, r *rand.Rand, typ ggml.Type, n int) []byte {
 			}
 		}
 		return b
+	case ggml.Q5_1: // raw blocks half the time: every quant and fifth bit
+		return weightsOf(t, r, typ, n, r.IntN(2) == 0)
 	}
 	return encode(t, typ, randBytesVec(r, n))
 }
@@ -67,7 +69,7 @@ func TestTilesEqualPortable(t *testing.T) {
 
 func testTilesEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL, ggml.Q5_1} {
 		ts := archTiles(typ)
 		if ts == nil {
 			t.Logf("%s: no SIMD kernels on this CPU (avx2Only %v)", typ, avx2Only)
@@ -104,6 +106,13 @@ func testTilesEqualPortable(t *testing.T) {
 								copy(x[c*xs:], randRow(t, r, typ, n))
 							} else {
 								ConvertActivation(typ, randBytesVec(r, n), x[c*xs:c*xs+xrow])
+								if vt == ggml.Q8_1 && r.IntN(3) == 0 { // raw quants, -128 included
+									for b := c * xs; b < c*xs+xrow; b += q81Bytes {
+										for i := b + 4; i < b+q81Bytes; i++ {
+											x[i] = byte(r.Uint32())
+										}
+									}
+								}
 							}
 						}
 						const os = 5
@@ -137,7 +146,7 @@ func testTilesEqualPortable(t *testing.T) {
 // and off on random inputs.
 func TestVecDotPortableSwitch(t *testing.T) {
 	r := rand.New(rand.NewPCG(33, 34))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL, ggml.Q5_1} {
 		f, err := VecDotFor(typ)
 		if err != nil {
 			t.Fatal(err)

@@ -157,6 +157,20 @@ func main() {
 			ret()
 		}
 	}
+	for C := 1; C <= maxPanelC; C++ {
+		q23KPanelAVX2(C, false)
+		q23KPanelAVX2(C, true)
+		iq4XSPanelAVX2(C)
+	}
+	for r := 1; r <= 2; r++ {
+		for c := 1; c <= 2; c++ {
+			TEXT(fmt.Sprintf("q51AVX2_%dx%d", r, c), NOSPLIT, signature)
+			Pragma("noescape")
+			Doc(fmt.Sprintf("q51AVX2_%dx%d computes a %d×%d tile of Q5_1 dot products with AVX2 and FMA.", r, c, r, c))
+			q51AVX2(newTile(r, c))
+			ret()
+		}
+	}
 	Generate()
 }
 
@@ -934,6 +948,15 @@ func softmaxValues(f16 bool, H int) {
 // saturate); then acc = fma(float32(sum), f16(w.d)*f16(x.d), acc). wquants
 // loads the int16 weights of the block of row r (elements 0..15, 16..31).
 func (t *tile) blockAVX2(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
+	t.blockAVX2Q(wsz, q80, 2, false, wquants)
+}
+
+// blockAVX2Q is blockAVX2 for activation blocks of xsz bytes whose 32
+// quants start at byte xq (Q8_0: 34, 2; Q8_1: 36, 4). With mins (Q5_1's
+// weights on Q8_1), each block then adds acc = fma(f16(w.m), f16(x.s), acc),
+// w.m the f16 at byte 2 of the weight block and x.s that of the activation
+// block: dotQ51Q81's order.
+func (t *tile) blockAVX2Q(wsz, xsz, xq int, mins bool, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
 	acc := make([][]reg.VecVirtual, t.R)
 	for r := range acc {
 		acc[r] = make([]reg.VecVirtual, t.C)
@@ -956,10 +979,16 @@ func (t *tile) blockAVX2(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg
 		wd := XMM()
 		VPBROADCASTW(t.w(r, 0), wd)
 		VCVTPH2PS(wd, wd)
+		var wm reg.VecVirtual
+		if mins {
+			wm = XMM()
+			VPBROADCASTW(t.w(r, 2), wm)
+			VCVTPH2PS(wm, wm)
+		}
 		for c := 0; c < t.C; c++ {
 			xa, xb := YMM(), YMM()
-			VPMOVSXBW(t.x(c, 2), xa)
-			VPMOVSXBW(t.x(c, 18), xb)
+			VPMOVSXBW(t.x(c, xq), xa)
+			VPMOVSXBW(t.x(c, xq+16), xb)
 			VPMADDWD(wa, xa, xa)
 			VPMADDWD(wb, xb, xb)
 			VPADDD(xb, xa, xa)
@@ -975,9 +1004,15 @@ func (t *tile) blockAVX2(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg
 			dd := XMM()
 			VMULSS(xd[c], wd, dd)
 			VFMADD231SS(dd, s, acc[r][c])
+			if mins {
+				xm := XMM()
+				VPBROADCASTW(t.x(c, 2), xm)
+				VCVTPH2PS(xm, xm)
+				VFMADD231SS(xm, wm, acc[r][c]) // acc = w.m*x.s + acc, rounded once
+			}
 		}
 	}
-	t.advance(wsz, q80, 1)
+	t.advance(wsz, xsz, 1)
 	JMP(LabelRef("loop"))
 	Label("done")
 	op := param("out")

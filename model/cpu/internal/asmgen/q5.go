@@ -120,7 +120,15 @@ func q50Panel(C int, one bool) {
 // 0..15) and the high ones (16..31); each word j of qh's low or high half,
 // broadcast, is tested against bit j (q50Bits) and adds 16 where set; then
 // 16 is subtracted from every quant.
-func q50AVX2(t *tile) {
+func q50AVX2(t *tile) { q5AVX2(t, false) }
+
+// q51AVX2 is the Q5_1 tile kernel for AVX2 (blockAVX2Q's order with the
+// mins, dotQ51Q81's): q50AVX2's quants from Q5_1's block (d, m, qh, qs)
+// without the 16 subtracted, against Q8_1 activations.
+func q51AVX2(t *tile) { q5AVX2(t, true) }
+
+// q5AVX2 is q50AVX2, or q51AVX2 with one.
+func q5AVX2(t *tile, one bool) {
 	if q50Bits == nil {
 		m := GLOBL("q50Bits", RODATA|NOPTR)
 		for j := range 16 {
@@ -132,23 +140,39 @@ func q50AVX2(t *tile) {
 	c10 := bcastConstY(0x00100010)
 	sel := YMM()
 	VMOVDQU(*q50Bits, sel)
-	t.blockAVX2(q50Bytes, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+	wquants := func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+		off := 0 // Q5_1: qh and qs two bytes on, after m
+		if one {
+			off = 2
+		}
 		a, b := YMM(), YMM()
-		VPMOVZXBW(t.w(r, disp+6), a)
+		VPMOVZXBW(t.w(r, disp+off+6), a)
 		VPSRLW(Imm(4), a, b)
 		VPAND(c0f, a, a)
 		for i, v := range []reg.VecVirtual{a, b} {
 			h := YMM()
-			VPBROADCASTW(t.w(r, disp+2+2*i), h)
+			VPBROADCASTW(t.w(r, disp+off+2+2*i), h)
 			VPAND(sel, h, h)
 			VPCMPEQW(sel, h, h)
 			VPAND(c10, h, h)
 			VPADDW(h, v, v)
-			VPSUBW(c10, v, v)
+			if !one {
+				VPSUBW(c10, v, v)
+			}
 		}
 		return a, b
-	})
+	}
+	if one {
+		t.blockAVX2Q(q51Bytes, q81Bytes, 4, true, wquants)
+		return
+	}
+	t.blockAVX2(q50Bytes, wquants)
 }
+
+const (
+	q51Bytes = 24
+	q81Bytes = 36
+)
 
 const q50Bytes = 22
 
@@ -160,15 +184,8 @@ var q50Bits *Mem
 // 0..15) and high ones (16..31), each looked up in the signed levels
 // (VPSHUFB) and sign-extended to words.
 func iq4NLAVX2(t *tile) {
-	if iq4Signed == nil {
-		m := GLOBL("iq4LevelsSigned", RODATA|NOPTR)
-		for i, v := range iq4Values {
-			DATA(i, U8(uint8(v)))
-		}
-		iq4Signed = &m
-	}
 	tbl := XMM()
-	VMOVDQU(*iq4Signed, tbl)
+	VMOVDQU(iq4SignedTable(), tbl)
 	c0f := bcastConstY(0x0f0f0f0f).AsX()
 	t.blockAVX2(iq4NLBytes, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
 		lo, hi := XMM(), XMM()
@@ -188,5 +205,17 @@ func iq4NLAVX2(t *tile) {
 const iq4NLBytes = 18
 
 // iq4Signed is ggml's 16 IQ4 levels as signed bytes, made by the first
-// iq4NLAVX2.
+// iq4SignedTable.
 var iq4Signed *Mem
+
+// iq4SignedTable returns iq4Signed, making it on the first call.
+func iq4SignedTable() Mem {
+	if iq4Signed == nil {
+		m := GLOBL("iq4LevelsSigned", RODATA|NOPTR)
+		for i, v := range iq4Values {
+			DATA(i, U8(uint8(v)))
+		}
+		iq4Signed = &m
+	}
+	return *iq4Signed
+}

@@ -1,0 +1,62 @@
+//go:build amd64 && !purego
+
+package cpu
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// TestAVX2KernelsForEveryType: with the AVX-512 kernels off, as on a CPU
+// with AVX2 but no AVX-512, every weight type strata reads runs an AVX2
+// kernel, none the portable one.
+func TestAVX2KernelsForEveryType(t *testing.T) {
+	if !haveF16C {
+		t.Skip("no AVX2, FMA and F16C")
+	}
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0,
+		ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL, ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
+		if isa := ISA(typ); !strings.HasSuffix(isa, "AVX2") {
+			t.Errorf("%s runs %s with AVX2 only", typ, isa)
+		}
+	}
+}
+
+// TestSetKernels checks the values of STRATA_CPU.
+func TestSetKernels(t *testing.T) {
+	defer func() { avx2Only, portableOnly = false, false }()
+	for _, tc := range []struct {
+		v                string
+		avx2, portable   bool
+		isaSuffix, wrong string
+	}{
+		{v: "avx2", avx2: true, isaSuffix: "AVX2"},
+		{v: " AVX2 ", avx2: true, isaSuffix: "AVX2"},
+		{v: "portable", portable: true, isaSuffix: "portable"},
+		{v: "auto"},
+		{v: ""},
+		{v: "avx512", wrong: `STRATA_CPU="avx512": want avx2, portable or auto`},
+	} {
+		avx2Only, portableOnly = true, true // a bad value changes nothing
+		err := setKernels(tc.v)
+		if tc.wrong != "" {
+			if err == nil || err.Error() != tc.wrong {
+				t.Errorf("%q: error %v, want %q", tc.v, err, tc.wrong)
+			}
+			if !avx2Only || !portableOnly {
+				t.Errorf("%q changed the kernels", tc.v)
+			}
+			continue
+		}
+		if err != nil || avx2Only != tc.avx2 || portableOnly != tc.portable {
+			t.Errorf("%q: avx2Only %v, portableOnly %v, error %v", tc.v, avx2Only, portableOnly, err)
+		}
+		if isa := ISA(ggml.Q2_K); haveF16C && tc.isaSuffix != "" && !strings.HasSuffix(isa, tc.isaSuffix) {
+			t.Errorf("%q: Q2_K runs %s", tc.v, isa)
+		}
+	}
+}

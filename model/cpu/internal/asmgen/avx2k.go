@@ -1,0 +1,235 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// AVX2 panel kernels for Q2_K, Q3_K and IQ4_XS: the VNNI kernels' panels
+// (q23KPanel, iq4XSPanel) read as q4KPanelAVX2 reads Q4_K's, each 64-byte
+// vector as two YMM halves of eight rows, in the same order per row.
+
+// wordPair makes each dword lane of sc, a sign- or zero-extended byte,
+// hold its value in both 16-bit words, for VPMADDWD.
+func wordPair(sc reg.VecVirtual) {
+	t := YMM()
+	VPSLLD(Imm(16), sc, t)
+	VPBLENDW(Imm(0xaa), t, sc, sc) // the odd words from t
+}
+
+// q23KPanelAVX2 emits q2KPanelAVX2_C, or q3KPanelAVX2_C when three is set:
+// q23KPanel's order with AVX2. For each half of the panel's rows and each
+// group g of 16 elements: the four weight vectors (L shifted right by 2j,
+// masked to two bits; Q3_K ORs 4 into the bytes its high-bit mask selects,
+// expanded as q5KBits does), and for each activation row the int16 sums
+// of four VPMADDUBSW (weights 0..7 times activations -128..127: at most
+// 4*2*7*128 in magnitude), Q3_K's correction -4 times the group's
+// activation sum (at most 8192 in magnitude) added to the low word of each
+// lane, widened by VPMADDWD with the group's scale in both words, which
+// is scale(g) times the group's exact sum; those add into the row's int32
+// isum on the stack. Then acc = fma(float32(isum), f16(w.d)*x.d, acc), and
+// for Q2_K the mins as q23KPanel computes them (VPMULLD of each min with
+// the group's correction -32 times its sum, the total shifted right by 5),
+// acc = fma(float32(-summs), f16(w.dmin)*x.d, acc).
+func q23KPanelAVX2(C int, three bool) {
+	name, what, size, loff, scoff := "q2KPanelAVX2", "Q2_K", q2KPanelBytes, 320, 64
+	if three {
+		name, what, size, loff, scoff = "q3KPanelAVX2", "Q3_K", q3KPanelBytes, 288, 32
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
+	isum := AllocLocal(32 * C)
+	c03 := bcastConstY(0x03030303)
+	var c04, lowW, c0f reg.VecVirtual
+	var bits Mem
+	if three {
+		c04 = bcastConstY(0x04040404)
+		lowW = bcastConstY(0x0000ffff)
+		bits = q5KBits()
+	} else {
+		c0f = bcastConstY(0x0000000f)
+	}
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	rowScalesAVX2(wp, 0, px, C, dm)
+	halfLoop("half", func(hr reg.GPVirtual) {
+		var h2 reg.GPVirtual // hr/2: a mask's half is 4 bytes on
+		if three {
+			h2 = GP64()
+			MOVQ(hr, h2)
+			SHRQ(Imm(1), h2)
+		}
+		for g := range 16 {
+			L := YMM()
+			VMOVDQU(at(Mem{Base: wp, Disp: loff + 64*g}, hr, 4), L)
+			var w [4]reg.VecVirtual
+			for j := range w {
+				w[j] = YMM()
+				if j == 0 {
+					VPAND(c03, L, w[j])
+				} else {
+					VPSRLW(Imm(uint64(2*j)), L, w[j])
+					VPAND(c03, w[j], w[j])
+				}
+				if three {
+					hb := YMM()
+					VPBROADCASTD(at(Mem{Base: wp, Disp: 1312 + 32*g + 8*j}, h2, 1), hb)
+					VPSHUFB(bits, hb, hb)
+					VPAND(bits.Offset(32), hb, hb)
+					VPCMPEQB(bits.Offset(32), hb, hb)
+					VPAND(c04, hb, hb)
+					VPOR(hb, w[j], w[j])
+				}
+			}
+			sc := YMM()
+			if three {
+				VPMOVSXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), sc)
+			} else {
+				VPMOVZXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), sc)
+				VPAND(c0f, sc, sc)
+			}
+			wordPair(sc)
+			for c := range C {
+				var sum reg.VecVirtual
+				for j := range w {
+					xb := YMM()
+					VPBROADCASTD(px.m(c, xKQuants+16*g+4*j), xb)
+					VPMADDUBSW(xb, w[j], xb)
+					if j == 0 {
+						sum = xb
+					} else {
+						VPADDW(xb, sum, sum)
+					}
+				}
+				if three {
+					cr := YMM()
+					VPBROADCASTD(px.m(c, xKCorr+4*g), cr)
+					VPSRAD(Imm(3), cr, cr)
+					VPAND(lowW, cr, cr)
+					VPADDW(cr, sum, sum)
+				}
+				VPMADDWD(sc, sum, sum)
+				if g > 0 {
+					VPADDD(isum.Offset(32*c), sum, sum)
+				}
+				VMOVDQU(sum, isum.Offset(32*c))
+			}
+		}
+		for c := range C {
+			s := YMM()
+			VCVTDQ2PS(isum.Offset(32*c), s)
+			fmaAcc(s, at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
+		}
+		if three {
+			return
+		}
+		ms := make([]reg.VecVirtual, C)
+		for g := range 16 {
+			mn := YMM()
+			VPMOVZXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), mn)
+			VPSRLD(Imm(4), mn, mn)
+			for c := range C {
+				t := YMM()
+				VPBROADCASTD(px.m(c, xKCorr+4*g), t)
+				VPMULLD(mn, t, t)
+				if g == 0 {
+					ms[c] = t
+				} else {
+					VPADDD(t, ms[c], ms[c])
+				}
+			}
+		}
+		wdm := YMM()
+		VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wdm)
+		for c := range C {
+			VPSRAD(Imm(5), ms[c], ms[c])
+			VCVTDQ2PS(ms[c], ms[c])
+			dmin := YMM()
+			VBROADCASTSS(px.m(c, 0), dmin)
+			VMULPS(wdm, dmin, dmin)
+			fmaAcc(ms[c], dmin, at(acc.Offset(64*c), hr, 4), false)
+		}
+	})
+	ADDQ(U32(uint32(size)), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanelAVX2(C, acc)
+	ret()
+}
+
+// iq4XSPanelAVX2 emits iq4XSPanelAVX2_C: iq4XSPanel's order with AVX2.
+// The nibbles are looked up in the signed levels (-127..113, VPSHUFB).
+// VPMADDUBSW needs one unsigned operand and its pairs must stay within
+// int16: it takes the activations' magnitudes (VPABSB: 0..128, unsigned)
+// and the levels with the activations' signs (VPSIGNB: a level is never
+// -128, so its negation is exact), each pair at most 2*127*128 in
+// magnitude; VPMADDWD with the sub-block's scale in both words widens
+// every vector's pairs to int32 at once, and their sum is scale(s) times
+// the sub-block's exact sum, folded in with one fma per row as foldSum
+// does. The activation rows are taken four at a time, each group
+// rebuilding the weight vectors, so that the sums stay in registers.
+func iq4XSPanelAVX2(C int) {
+	nb, wp, px, acc, dm := panelHeadAVX2("iq4XSPanelAVX2", "IQ4_XS", C)
+	c0f := bcastConstY(0x0f0f0f0f)
+	tbl := YMM()
+	VBROADCASTI128(iq4SignedTable(), tbl)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	rowScalesAVX2(wp, 0, px, C, dm)
+	for s := range 8 {
+		halfLoop(fmt.Sprintf("sub%d", s), func(hr reg.GPVirtual) {
+			sc := YMM()
+			VPMOVSXBD(at(Mem{Base: wp, Disp: 32 + 16*s}, hr, 1), sc)
+			wordPair(sc)
+			for c0 := 0; c0 < C; c0 += 4 {
+				cs := min(4, C-c0)
+				sum := make([]reg.VecVirtual, cs)
+				for j := range 4 {
+					q := YMM()
+					VMOVDQU(at(Mem{Base: wp, Disp: 160 + 256*s + 64*j}, hr, 4), q)
+					for k := range 2 { // low nibbles: elements 4j.., high: 16+4j..
+						w := YMM()
+						if k == 0 {
+							VPAND(c0f, q, w)
+						} else {
+							VPSRLW(Imm(4), q, w)
+							VPAND(c0f, w, w)
+						}
+						VPSHUFB(w, tbl, w)
+						for i := range cs {
+							xb, ax := YMM(), YMM()
+							VPBROADCASTD(px.m(c0+i, xKQuants+32*s+4*j+16*k), xb)
+							VPABSB(xb, ax)
+							VPSIGNB(xb, w, xb) // the level times the activation's sign
+							VPMADDUBSW(xb, ax, xb)
+							VPMADDWD(sc, xb, xb)
+							if j == 0 && k == 0 {
+								sum[i] = xb
+							} else {
+								VPADDD(xb, sum[i], sum[i])
+							}
+						}
+					}
+				}
+				for i := range cs {
+					c := c0 + i
+					VCVTDQ2PS(sum[i], sum[i])
+					fmaAcc(sum[i], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
+				}
+			}
+		})
+	}
+	ADDQ(U32(iq4XSPanelBytes), wp)
+	px.advance(xKBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanelAVX2(C, acc)
+	ret()
+}
