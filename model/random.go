@@ -32,7 +32,7 @@ type RandomSpec struct {
 	// scaling 8 on the global layers, final logit soft-capping) or "gemma2"
 	// (gemma3 without the Q and K norms, every other layer sliding, the
 	// first included, linear RoPE scaling 2 on every layer, attention and
-	// final logit soft-capping) or
+	// final logit soft-capping, always Tied as Gemma 2's files are) or
 	// "qwen3moe" (qwen3 with a mixture-of-experts FFN in every layer) or
 	// "qwen2moe" (qwen2 with a mixture-of-experts FFN and a shared expert
 	// of SharedFF in every layer, expert weights not renormalised) or
@@ -313,7 +313,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		func() error { return add("token_embd.weight", s.Type, s.Vocab, s.Embd, 1) },
 		func() error { return norm("output_norm.weight") },
 	}
-	if !s.Tied {
+	if !s.Tied && arch != "gemma2" { // llama.cpp's gemma2 loader takes no output.weight
 		steps = append(steps, func() error { return add("output.weight", s.Type, s.Vocab, s.Embd, in) })
 	}
 	if arch == "phi3" {
