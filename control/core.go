@@ -1,0 +1,812 @@
+package control
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Config configures a Core.
+type Config struct {
+	// Shape is the served model's, for placement.
+	Shape Shape
+	// MinShards holds the first placement until this many shards are
+	// candidates (--min-shards). It gates nothing after that: a loss
+	// re-places at once onto the shards left, however few.
+	MinShards int
+	// KVMemory caps each shard's KV pool in bytes (--kv-memory); 0 means
+	// what each shard offers.
+	KVMemory int64
+	// Mix is the load placement balances the stages for; empty means
+	// MixBalanced.
+	Mix Mix
+	// LossConfirm is how long stage 0 may stay without a stage stream
+	// while its control stream is up before it is lost, how long the
+	// shards of a restored placement are waited for, and how recent a
+	// shard's last sign of life must be for its control stream to
+	// outweigh a gossip death or leave.
+	LossConfirm time.Duration
+	// Epoch is this coordinator start's; placements are stamped with it.
+	Epoch uint64
+	// Restored is the placement persisted by the previous start, nil for
+	// none: it is made again, under a new version, when every one of its
+	// nodes is back within LossConfirm of Start.
+	Restored *Placement
+	// Start is when this coordinator started (the not-ready clock and the
+	// restore wait begin there).
+	Start time.Time
+}
+
+// Validate names the first field that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case c.MinShards < 1:
+		return fmt.Errorf("control: Config.MinShards must be >= 1, got %d", c.MinShards)
+	case c.KVMemory < 0:
+		return fmt.Errorf("control: Config.KVMemory must be >= 0, got %d", c.KVMemory)
+	case c.LossConfirm <= 0:
+		return fmt.Errorf("control: Config.LossConfirm must be > 0, got %v", c.LossConfirm)
+	}
+	return c.Shape.Validate()
+}
+
+// ShardInfo is what a shard's registration tells the core.
+type ShardInfo struct {
+	// ID is the shard's ID (node ID and incarnation), unique per process.
+	ID          string
+	NodeID      string
+	Incarnation uint64
+	// Addr is its stage endpoint.
+	Addr string
+	// Memory is the bytes it may use for weights and KV; KVMemory caps its
+	// KV pool (0: what fits after weights).
+	Memory   int64
+	KVMemory int64
+	// Speed is its calibration on the served model; nil: none.
+	Speed *Speed
+	// Registered orders the candidates: placement takes them oldest
+	// first.
+	Registered time.Time
+}
+
+// MemberKind is what gossip says happened to a member.
+type MemberKind uint8
+
+// Member event kinds. Only MemberDead and MemberLeft can make a loss, and
+// only of a shard whose control stream is down or silent.
+const (
+	MemberAlive MemberKind = iota + 1
+	MemberSuspect
+	MemberDead
+	MemberLeft
+)
+
+// String returns "alive", "suspect", "dead" or "leave" (the word the
+// coordinator's reasons have always used).
+func (k MemberKind) String() string {
+	switch k {
+	case MemberAlive:
+		return "alive"
+	case MemberSuspect:
+		return "suspect"
+	case MemberDead:
+		return "dead"
+	case MemberLeft:
+		return "leave"
+	}
+	return fmt.Sprintf("member(%d)", uint8(k))
+}
+
+// ActionKind says what an Action asks the shell to do.
+type ActionKind uint8
+
+// The actions, in the order the shell must carry out a slice of them.
+const (
+	// ActPause: stop dispatching, fail every in-flight batch, close the
+	// stage-0 link and any link being opened. Reason says why.
+	ActPause ActionKind = iota + 1
+	// ActActivate: persist Placement and switch the pipeline to it
+	// (paused until a link opens). ActAssign and ActSpare follow.
+	ActActivate
+	// ActAssign: send Shard its stage (Stage) of Placement.
+	ActAssign
+	// ActSpare: send Shard a spare Assign of Placement's version: it
+	// drops the range it held, and its KV.
+	ActSpare
+	// ActOpenLink: every stage is READY: open the stage-0 link of
+	// Placement to Shard (answer with LinkUp or LinkDown).
+	ActOpenLink
+	// ActResume: the link opened: dispatch on it.
+	ActResume
+	// ActLost: Shard is declared lost, for Reason.
+	ActLost
+	// ActCut: close Shard's control stream (declared gone while silent:
+	// should it be alive after all, its return is a rejoin).
+	ActCut
+	// ActOverruled: gossip reported Shard gone while its control stream
+	// is alive and answering; ignored (Reason says what gossip said).
+	ActOverruled
+	// ActLoaded: Shard reported READY for Placement.
+	ActLoaded
+	// ActLoadFailed: Shard failed to load its range (Reason).
+	ActLoadFailed
+	// ActReplan: a placement over the candidates now would be markedly
+	// faster than the active one (Placement is that plan, not made
+	// active; Reason gives the predicted stage times). A decision only:
+	// make-before-break re-placement is not carried out yet.
+	ActReplan
+)
+
+var actionNames = [...]string{ActPause: "pause", ActActivate: "activate", ActAssign: "assign", ActSpare: "spare",
+	ActOpenLink: "open-link", ActResume: "resume", ActLost: "lost", ActCut: "cut", ActOverruled: "overruled",
+	ActLoaded: "loaded", ActLoadFailed: "load-failed", ActReplan: "replan"}
+
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) && actionNames[k] != "" {
+		return actionNames[k]
+	}
+	return fmt.Sprintf("action(%d)", uint8(k))
+}
+
+// Action is one thing for the shell to do. Placement, when set, is the
+// core's and never changed after it is returned: the shell may keep it.
+type Action struct {
+	Kind      ActionKind
+	Shard     string
+	Stage     int
+	Placement *Placement
+	Reason    string
+}
+
+// ShardState is the core's view of one shard (Core.Shard).
+type ShardState struct {
+	ShardInfo
+	Connected bool
+	// Lost: declared lost; excluded from placement until its control
+	// stream opens again (or it registers again).
+	Lost bool
+	// Failed is its load failure of the last Assign ("" for none).
+	Failed string
+	// Ready is the placement version it reported READY for.
+	Ready uint64
+}
+
+// shard is the core's record of one registered shard.
+type shard struct {
+	ShardInfo
+	connected bool
+	lost      bool
+	failed    string
+	ready     uint64
+	// alive is its control stream's latest sign of life: its opening or
+	// a heartbeat.
+	alive time.Time
+	// assigned: it held a range in some placement (a placement without it
+	// sends it a spare Assign).
+	assigned bool
+}
+
+// replanGain is how much faster (slowest stage, predicted) a placement
+// over the candidates must be than the active one for ActReplan: "a
+// markedly faster" shard, not noise in two calibrations.
+const replanGain = 1.3
+
+// Core is the control plane's decisions: which shards are alive, which are
+// lost, where the layers go, and when the pipeline may dispatch. It is
+// driven by one goroutine (the coordinator's loop): events in, actions out.
+// Call Tick after every event and periodically (it confirms what waits on
+// the clock, places, and opens the link).
+type Core struct {
+	cfg         Config
+	shards      map[string]*shard
+	active      *Placement
+	restored    *Placement
+	nextVersion uint64
+
+	dispatching bool      // the stage-0 link is up: batches flow
+	linking     bool      // a stage-0 link is being opened
+	linkRetryAt time.Time // no link is opened before
+	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
+
+	notReady    time.Time // since when no pipeline is ready (zero: ready)
+	notReadyWhy string
+	lastLoss    string // the latest loss of a placed shard since the last placement
+	cannotPlace bool   // a pipeline had formed, and the shards left cannot hold the model
+	overruled   uint64 // gossip deaths and leaves ignored
+	replanned   uint64 // the active version an ActReplan was last returned for
+
+	out []Action
+}
+
+// New returns a core with no shards, not ready.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Mix == "" {
+		cfg.Mix = MixBalanced
+	}
+	c := &Core{cfg: cfg, shards: map[string]*shard{}, restored: cfg.Restored, nextVersion: 1,
+		notReady: cfg.Start, notReadyWhy: fmt.Sprintf("waiting for shards (0 of --min-shards %d connected)", cfg.MinShards)}
+	if cfg.Restored != nil {
+		c.nextVersion = cfg.Restored.Version + 1
+	}
+	return c, nil
+}
+
+// take returns the actions queued since the last call.
+func (c *Core) take() []Action {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+func (c *Core) emit(a Action) { c.out = append(c.out, a) }
+
+// Register records a shard process (a Register call the shell accepted).
+// Registering again under the same ID keeps its place in the order and
+// clears its loss and load failure. A different process of the same node
+// (a new incarnation) must be Forgotten first.
+func (c *Core) Register(info ShardInfo, now time.Time) []Action {
+	s := c.shards[info.ID]
+	if s == nil {
+		s = &shard{}
+		c.shards[info.ID] = s
+	} else {
+		info.Registered = s.Registered
+		s.lost, s.failed = false, ""
+	}
+	s.ShardInfo = info
+	return c.take()
+}
+
+// Forget removes a shard from the registry: replaced by a new incarnation
+// (why says so, and it is a loss of the old process) or expired (why
+// empty: it is disconnected and unplaced, nothing to lose).
+func (c *Core) Forget(id, why string, now time.Time) []Action {
+	s := c.shards[id]
+	if s == nil {
+		return nil
+	}
+	if why != "" {
+		c.lose(s, why, now)
+	}
+	if s.connected {
+		c.emit(Action{Kind: ActCut, Shard: id})
+	}
+	delete(c.shards, id)
+	return c.take()
+}
+
+// StreamUp: shard id's control stream opened. The shard is evidently
+// alive: a loss is lifted (the placement it broke has moved on, so it
+// returns as a spare). A placed shard not READY for the active version
+// gets its Assign again; a shard that held a range of an older placement
+// and holds none now gets a spare Assign.
+func (c *Core) StreamUp(id string, now time.Time) []Action {
+	s := c.shards[id]
+	if s == nil {
+		return nil
+	}
+	s.connected = true
+	s.lost = false // it is evidently alive
+	s.alive = later(s.alive, now)
+	if i := c.active.stageOf(id); i >= 0 && s.ready != c.active.Version {
+		c.emit(Action{Kind: ActAssign, Shard: id, Stage: i, Placement: c.active})
+	} else if i < 0 && s.assigned && c.active != nil {
+		s.assigned = false
+		c.emit(Action{Kind: ActSpare, Shard: id, Placement: c.active})
+	}
+	c.considerReplan()
+	return c.take()
+}
+
+// StreamDown: shard id's control stream closed (err says how). The stream
+// is the truth: a placed shard whose stream broke is lost now, not after a
+// confirmation. Waiting would keep every stream silent and save only the
+// KV of the in-flight sequences, which recomputation restores
+// token-identically. A stream that comes back is a rejoin.
+func (c *Core) StreamDown(id string, err error, now time.Time) []Action {
+	s := c.shards[id]
+	if s == nil {
+		return nil
+	}
+	s.connected = false
+	if c.active.stageOf(id) >= 0 {
+		c.lose(s, fmt.Sprintf("control stream closed: %v", err), now)
+	}
+	return c.take()
+}
+
+// Heartbeat: shard id's control stream answered.
+func (c *Core) Heartbeat(id string, now time.Time) []Action {
+	if s := c.shards[id]; s != nil {
+		s.alive = later(s.alive, now)
+	}
+	return nil
+}
+
+// Loaded: shard id reports READY for placement version (a report of
+// another version is ignored).
+func (c *Core) Loaded(id string, version uint64, now time.Time) []Action {
+	s := c.shards[id]
+	if s == nil || c.active == nil || version != c.active.Version {
+		return nil
+	}
+	s.ready = version
+	c.emit(Action{Kind: ActLoaded, Shard: id, Placement: c.active})
+	return c.take()
+}
+
+// LoadFailed: shard id failed to load its range of placement version (why
+// says how; a report of another version is ignored). It is the shard's
+// loss, and it is no candidate until it registers again.
+func (c *Core) LoadFailed(id string, version uint64, why string, now time.Time) []Action {
+	s := c.shards[id]
+	if s == nil || c.active == nil || version != c.active.Version {
+		return nil
+	}
+	s.failed = why
+	c.emit(Action{Kind: ActLoadFailed, Shard: id, Placement: c.active, Reason: why})
+	c.lose(s, "load failed: "+why, now)
+	return c.take()
+}
+
+// Member: gossip reports kind for the shard process (nodeID,
+// incarnation). Membership is a hint, the control stream is the truth: a
+// death or leave is a loss only when the shard's stream is down or has
+// shown no life for LossConfirm. A live, answering stream outweighs gossip
+// — which anyone who can gossip may forge: a member claiming a healthy
+// shard's node ID and then leaving takes nothing away.
+func (c *Core) Member(nodeID string, incarnation uint64, kind MemberKind, now time.Time) []Action {
+	if kind != MemberDead && kind != MemberLeft {
+		return nil
+	}
+	for _, id := range c.ids() {
+		s := c.shards[id]
+		if s.NodeID != nodeID || s.Incarnation != incarnation {
+			continue
+		}
+		if s.connected && c.answering(s, now) {
+			c.overruled++
+			c.emit(Action{Kind: ActOverruled, Shard: id, Reason: "membership: " + kind.String()})
+			continue
+		}
+		if s.connected {
+			// Silent and declared gone: cut the stream, so that if the
+			// shard is alive after all, its return is a rejoin.
+			s.connected = false
+			c.emit(Action{Kind: ActCut, Shard: id})
+		}
+		c.lose(s, "membership: "+kind.String(), now)
+	}
+	return c.take()
+}
+
+// answering reports whether s's control stream has shown life within
+// LossConfirm.
+func (c *Core) answering(s *shard, now time.Time) bool {
+	return now.Sub(s.alive) < c.cfg.LossConfirm
+}
+
+// LinkUp: the stage-0 link of placement version opened (the one
+// ActOpenLink asked for). It returns ActResume, or nothing when the link
+// is no longer wanted (the shell then closes it).
+func (c *Core) LinkUp(version uint64, now time.Time) []Action {
+	if !c.linking || c.active == nil || version != c.active.Version {
+		return nil
+	}
+	c.linking, c.dispatching = false, true
+	c.linkDown = time.Time{}
+	c.notReady, c.notReadyWhy = time.Time{}, ""
+	c.emit(Action{Kind: ActResume, Shard: c.active.Stages[0].ShardID, Placement: c.active})
+	return c.take()
+}
+
+// LinkDown: the stage-0 link being opened failed, or the one dispatching
+// broke (the shell reports only those, not a link it had already
+// dropped). Dispatch pauses; the link is tried again after a short wait,
+// and stage 0 is lost when its stage stream stays down for LossConfirm.
+func (c *Core) LinkDown(shardID string, err error, now time.Time) []Action {
+	if !c.linking && !c.dispatching {
+		return nil
+	}
+	c.linking = false
+	if c.linkDown.IsZero() {
+		c.linkDown = now
+	}
+	c.linkRetryAt = now.Add(linkRetry)
+	c.pause(fmt.Sprintf("stage-0 link to %s: %v", shardID, err), now)
+	return c.take()
+}
+
+// linkRetry is how long after a stage-0 link failed it is opened again.
+const linkRetry = 250 * time.Millisecond
+
+// DownstreamBackoff is how long the pipeline stays paused after a stage
+// reports its downstream unreachable before the stage-0 link is reopened:
+// long enough for the broken shard's control stream or membership to
+// report the loss (which then holds the pipeline until a new placement),
+// so that requests are not dispatched again and again into a pipeline
+// with a hole, each try costing them a retry.
+const DownstreamBackoff = time.Second
+
+// Downstream: a stage of placement version failed a whole batch because
+// the stage after it (or the coordinator's Results) is unreachable.
+func (c *Core) Downstream(version uint64, shardID, reason string, now time.Time) []Action {
+	if c.active == nil || c.active.Version != version || !c.dispatching {
+		return nil
+	}
+	c.linkRetryAt = now.Add(DownstreamBackoff)
+	c.pause(fmt.Sprintf("shard %s: %s", shardID, reason), now)
+	return c.take()
+}
+
+// Tick moves the cluster toward a ready pipeline: it confirms the loss of
+// a stage 0 whose stage stream stays down, places when no placement is
+// active or the active one lost a shard, and opens the stage-0 link once
+// every stage is READY.
+func (c *Core) Tick(now time.Time) []Action {
+	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
+		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
+			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
+		}
+		c.linkDown = time.Time{}
+	}
+	if c.active == nil || c.broken(c.active) {
+		c.place(now)
+		return c.take()
+	}
+	// Whole again (a lost shard of it came back): whatever pauses it next
+	// is no longer "nothing can hold the model".
+	c.cannotPlace = false
+	if c.dispatching || c.linking || now.Before(c.linkRetryAt) {
+		return c.take()
+	}
+	waiting := 0
+	for _, st := range c.active.Stages {
+		s := c.shards[st.ShardID]
+		if !s.connected || s.ready != c.active.Version {
+			waiting++
+		}
+	}
+	if waiting > 0 {
+		c.setNotReady(fmt.Sprintf("placement %d: %d of %d stages loading", c.active.Version, waiting, len(c.active.Stages)), now)
+		return c.take()
+	}
+	c.linking = true
+	c.emit(Action{Kind: ActOpenLink, Shard: c.active.Stages[0].ShardID, Placement: c.active})
+	return c.take()
+}
+
+// lose declares s lost: it leaves placement until its control stream
+// opens again (or it registers again), and a placement holding it is
+// broken: the pipeline pauses (its in-flight batches fail, their requests
+// are requeued) and the next Tick re-places at once.
+func (c *Core) lose(s *shard, why string, now time.Time) {
+	if s.lost {
+		return
+	}
+	s.lost = true
+	c.emit(Action{Kind: ActLost, Shard: s.ID, Reason: why})
+	if c.active.stageOf(s.ID) >= 0 {
+		c.lastLoss = fmt.Sprintf("shard %s lost: %s", s.ID, why)
+		c.pause(c.lastLoss, now)
+	}
+}
+
+// pause stops dispatch (and any link being opened) and records why.
+func (c *Core) pause(why string, now time.Time) {
+	c.dispatching, c.linking = false, false
+	c.emit(Action{Kind: ActPause, Reason: why})
+	c.setNotReady(why, now)
+}
+
+func (c *Core) setNotReady(why string, now time.Time) {
+	if c.notReady.IsZero() {
+		c.notReady = now
+	}
+	c.notReadyWhy = why
+}
+
+// broken reports whether p names a shard that is gone.
+func (c *Core) broken(p *Placement) bool {
+	for _, st := range p.Stages {
+		s := c.shards[st.ShardID]
+		if s == nil || s.lost || s.failed != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// candidates returns the shards placement may use: connected, not lost,
+// not failed, in registration order.
+func (c *Core) candidates() []*shard {
+	var out []*shard
+	for _, s := range c.shards {
+		if s.connected && !s.lost && s.failed == "" {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *shard) int {
+		if d := a.Registered.Compare(b.Registered); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// capacities returns what cands offer to placement.
+func (c *Core) capacities(cands []*shard) []Capacity {
+	caps := make([]Capacity, len(cands))
+	for i, s := range cands {
+		kvm := s.KVMemory
+		if c.cfg.KVMemory > 0 && (kvm == 0 || kvm > c.cfg.KVMemory) {
+			kvm = c.cfg.KVMemory
+		}
+		caps[i] = Capacity{ShardID: s.ID, NodeID: s.NodeID, Incarnation: s.Incarnation,
+			Addr: s.Addr, Memory: s.Memory, KVMemory: kvm, Speed: s.Speed}
+	}
+	return caps
+}
+
+// place makes a new placement: the restored one when all its shards came
+// back after a coordinator restart, else a fresh plan over the candidates.
+// The first formation waits for MinShards of them; after it, a loss is
+// re-placed onto whatever is left (degraded is better than down), and only
+// when that cannot hold the model is CannotPlace set.
+func (c *Core) place(now time.Time) {
+	cands := c.candidates()
+	var p *Placement
+	if c.restored != nil {
+		p = c.restore(cands)
+		if p == nil && now.Sub(c.cfg.Start) < c.cfg.LossConfirm {
+			c.setNotReady(fmt.Sprintf("waiting for the shards of placement %d to return", c.restored.Version), now)
+			return
+		}
+		c.restored = nil
+	}
+	if p == nil {
+		if c.active == nil && len(cands) < c.cfg.MinShards {
+			c.setNotReady(fmt.Sprintf("waiting for shards (%d of --min-shards %d connected)", len(cands), c.cfg.MinShards), now)
+			return
+		}
+		var err error
+		if p, err = PlanFor(c.cfg.Shape, c.capacities(cands), c.cfg.Mix, c.nextVersion, c.cfg.Epoch); err != nil {
+			why := fmt.Sprintf("cannot place the model on %d shards: %v", len(cands), err)
+			if c.lastLoss != "" {
+				why = fmt.Sprintf("%s; cannot place the model on the shards left (%d): %v", c.lastLoss, len(cands), err)
+			}
+			c.cannotPlace = c.active != nil
+			c.setNotReady(why, now)
+			return
+		}
+	}
+	p.Version, p.Epoch = c.nextVersion, c.cfg.Epoch
+	c.activate(p, now)
+}
+
+// restore returns the restored placement under a new version if every one
+// of its stages' nodes is back and connected: the same process, or a new
+// incarnation of the same node ID (a restarted shard, whose weight cache
+// holds that range). After a coordinator restart no shard keeps KV of the
+// old epoch, so a new incarnation is as good as the old one.
+func (c *Core) restore(cands []*shard) *Placement {
+	p := *c.restored
+	p.Stages = slices.Clone(p.Stages)
+	used := map[string]bool{}
+	for i, st := range p.Stages {
+		j := slices.IndexFunc(cands, func(s *shard) bool {
+			return !used[s.ID] && s.NodeID == st.NodeID && s.Incarnation == st.Incarnation
+		})
+		if j < 0 {
+			j = slices.IndexFunc(cands, func(s *shard) bool { return !used[s.ID] && s.NodeID == st.NodeID })
+		}
+		if j < 0 {
+			return nil
+		}
+		s := cands[j]
+		used[s.ID] = true
+		p.Stages[i].ShardID, p.Stages[i].Incarnation, p.Stages[i].Addr = s.ID, s.Incarnation, s.Addr
+	}
+	return &p
+}
+
+// activate makes p the placement: the pipeline paused until every stage
+// is READY, p persisted and switched to, Assigns sent, and shards that
+// held a range and have none now made spares.
+func (c *Core) activate(p *Placement, now time.Time) {
+	c.pause(fmt.Sprintf("placement %d: loading", p.Version), now)
+	c.emit(Action{Kind: ActActivate, Placement: p})
+	c.nextVersion = p.Version + 1
+	c.active = p
+	c.linkDown, c.linkRetryAt = time.Time{}, time.Time{} // a new placement: new links
+	c.lastLoss, c.cannotPlace = "", false
+	for i, st := range p.Stages {
+		c.shards[st.ShardID].assigned = true
+		c.emit(Action{Kind: ActAssign, Shard: st.ShardID, Stage: i, Placement: p})
+	}
+	for _, id := range c.ids() {
+		s := c.shards[id]
+		if s.assigned && p.stageOf(id) < 0 && s.connected {
+			s.assigned = false
+			c.emit(Action{Kind: ActSpare, Shard: id, Placement: p})
+		}
+	}
+}
+
+// considerReplan returns ActReplan, once per active version, when a
+// placement over the candidates now would predict a slowest stage
+// replanGain times faster than the active one's (a markedly faster shard
+// joined, or a loss healed). Both need every stage's prediction.
+func (c *Core) considerReplan() {
+	if c.active == nil || c.broken(c.active) || c.replanned == c.active.Version {
+		return
+	}
+	cur := bottleneck(c.active)
+	if cur == 0 {
+		return
+	}
+	p, err := PlanFor(c.cfg.Shape, c.capacities(c.candidates()), c.cfg.Mix, c.nextVersion, c.cfg.Epoch)
+	if err != nil {
+		return
+	}
+	if next := bottleneck(p); next > 0 && float64(cur) >= replanGain*float64(next) {
+		c.replanned = c.active.Version
+		c.emit(Action{Kind: ActReplan, Placement: p, Reason: fmt.Sprintf("slowest stage predicted %v, now %v",
+			time.Duration(next), time.Duration(cur))})
+	}
+}
+
+// bottleneck returns p's slowest stage's predicted time, 0 when a stage has
+// no prediction.
+func bottleneck(p *Placement) int64 {
+	var m int64
+	for _, st := range p.Stages {
+		if st.PredictedNs <= 0 {
+			return 0
+		}
+		m = max(m, st.PredictedNs)
+	}
+	return m
+}
+
+// ids returns the shard IDs in order, so that actions come out in the
+// same order for the same events.
+func (c *Core) ids() []string {
+	ids := make([]string, 0, len(c.shards))
+	for id := range c.shards {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// stageOf returns the index of shardID in p, or -1 (also for a nil p).
+func (p *Placement) stageOf(shardID string) int {
+	if p == nil {
+		return -1
+	}
+	return slices.IndexFunc(p.Stages, func(st Stage) bool { return st.ShardID == shardID })
+}
+
+// Active returns the active placement (nil before the first). It is not
+// changed afterwards: a new one replaces it.
+func (c *Core) Active() *Placement { return c.active }
+
+// Restored returns the persisted placement still waited for (nil once
+// made again or given up).
+func (c *Core) Restored() *Placement { return c.restored }
+
+// Dispatching reports whether the stage-0 link is up and batches flow.
+func (c *Core) Dispatching() bool { return c.dispatching }
+
+// NotReady returns since when and why no pipeline dispatches (zero and
+// "" while one does), and whether that is because the shards left after a
+// loss cannot hold the model.
+func (c *Core) NotReady() (since time.Time, why string, cannotPlace bool) {
+	return c.notReady, c.notReadyWhy, c.cannotPlace
+}
+
+// Overruled counts the gossip deaths and leaves ignored because the
+// shard's control stream was alive and answering.
+func (c *Core) Overruled() uint64 { return c.overruled }
+
+// Shard returns the core's view of shard id.
+func (c *Core) Shard(id string) (ShardState, bool) {
+	s := c.shards[id]
+	if s == nil {
+		return ShardState{}, false
+	}
+	return ShardState{ShardInfo: s.ShardInfo, Connected: s.connected, Lost: s.lost, Failed: s.failed, Ready: s.ready}, true
+}
+
+// CheckInvariants returns the first broken rule of the core's state, for
+// tests (after every event).
+func (c *Core) CheckInvariants() error {
+	if p := c.active; p != nil {
+		if err := wellFormed(p, c.cfg.Shape.Layers); err != nil {
+			return fmt.Errorf("active placement %d: %w", p.Version, err)
+		}
+		if p.Version >= c.nextVersion {
+			return fmt.Errorf("active placement %d not below the next version %d", p.Version, c.nextVersion)
+		}
+	}
+	if c.dispatching || c.linking {
+		if c.dispatching && c.linking {
+			return errors.New("dispatching and opening a link at once")
+		}
+		if c.active == nil {
+			return errors.New("dispatching (or linking) without a placement")
+		}
+		for _, st := range c.active.Stages {
+			s := c.shards[st.ShardID]
+			switch {
+			case s == nil:
+				return fmt.Errorf("placement %d serves with shard %s, which is not registered", c.active.Version, st.ShardID)
+			case s.lost:
+				return fmt.Errorf("placement %d serves with shard %s, which is lost", c.active.Version, st.ShardID)
+			case s.failed != "":
+				return fmt.Errorf("placement %d serves with shard %s, which failed to load", c.active.Version, st.ShardID)
+			case !s.connected:
+				return fmt.Errorf("placement %d serves with shard %s, whose control stream is down", c.active.Version, st.ShardID)
+			case s.ready != c.active.Version:
+				return fmt.Errorf("placement %d serves with shard %s, not READY for it", c.active.Version, st.ShardID)
+			}
+		}
+	}
+	switch {
+	case c.dispatching && (c.notReadyWhy != "" || !c.notReady.IsZero()):
+		return fmt.Errorf("dispatching, yet not ready since %v: %q", c.notReady, c.notReadyWhy)
+	case !c.dispatching && (c.notReadyWhy == "" || c.notReady.IsZero()):
+		return fmt.Errorf("not dispatching, without a reason (%q) or a time (%v)", c.notReadyWhy, c.notReady)
+	case c.cannotPlace && (c.active == nil || !c.broken(c.active)):
+		return errors.New("cannot place, yet no placement had formed or the active one is whole")
+	}
+	return nil
+}
+
+// wellFormed checks that p covers layers [0, layers) with contiguous,
+// non-empty ranges, one owner per layer and each shard once, the
+// embedding on the first stage and the head on the last.
+func wellFormed(p *Placement, layers int) error {
+	if len(p.Stages) == 0 {
+		return errors.New("no stages")
+	}
+	seen := map[string]bool{}
+	next := 0
+	for i, st := range p.Stages {
+		switch {
+		case seen[st.ShardID]:
+			return fmt.Errorf("shard %s holds two stages", st.ShardID)
+		case st.First != next:
+			return fmt.Errorf("stage %d (%s) starts at layer %d, want %d: a layer with two owners or none", i, st.ShardID, st.First, next)
+		case st.End <= st.First:
+			return fmt.Errorf("stage %d (%s) holds no layer: [%d,%d)", i, st.ShardID, st.First, st.End)
+		case st.Embed != (i == 0):
+			return fmt.Errorf("stage %d (%s): embed %v", i, st.ShardID, st.Embed)
+		case st.Head != (i == len(p.Stages)-1):
+			return fmt.Errorf("stage %d (%s): head %v", i, st.ShardID, st.Head)
+		}
+		seen[st.ShardID] = true
+		next = st.End
+	}
+	if next != layers {
+		return fmt.Errorf("the stages end at layer %d of %d", next, layers)
+	}
+	if p.Blocks < 1 {
+		return fmt.Errorf("a KV pool of %d blocks", p.Blocks)
+	}
+	return nil
+}
