@@ -271,6 +271,58 @@ func (c *partitionCluster) metrics(ctx context.Context, s partitionShard) (shard
 	return m, nil
 }
 
+// coordinatorKV is what the watcher reads of the coordinator's /metrics:
+// the allocator's used blocks and live sequences, the requests running,
+// and the backstop tombstones not yet acked, summed over shards.
+type coordinatorKV struct {
+	used, seqs, running, unacked float64
+}
+
+func (c *partitionCluster) coordinatorKV(ctx context.Context) (coordinatorKV, error) {
+	var k coordinatorKV
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.api+"/metrics", nil)
+	if err != nil {
+		return k, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return k, err
+	}
+	defer resp.Body.Close()
+	seen := 0
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, value, ok := parseSample(line)
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "strata_kv_allocator_blocks" && labels["state"] == "used":
+			k.used, seen = value, seen+1
+		case name == "strata_kv_allocator_sequences":
+			k.seqs, seen = value, seen+1
+		case name == "strata_requests_running":
+			k.running, seen = value, seen+1
+		case name == "strata_tombstones_unacked":
+			k.unacked += value
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return k, err
+	}
+	if seen < 3 {
+		return k, fmt.Errorf("coordinator /metrics: %d of the 3 gauges read", seen)
+	}
+	return k, nil
+}
+
 // parseSample parses one line of the Prometheus text format:
 // name{label="value",...} value.
 func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
@@ -316,6 +368,7 @@ type watcher struct {
 	ranges     map[uint64]map[string][2]int // version → shard → [first, end) as the coordinator assigned it
 	viols      []string
 	victimAt   []victimSample
+	victimKV   []victimKV // the victim's own metrics, when they could be read
 	kvAt       []kvSample
 	versions   []uint64
 	freed      map[string]map[string]float64 // shard → reason → count, latest
@@ -337,9 +390,17 @@ type victimSample struct {
 	lastBeat time.Time
 }
 
+type victimKV struct {
+	at           time.Time
+	blocks, seqs float64
+}
+
 type kvSample struct {
-	at     time.Time
-	zero   bool // every shard read, all at zero blocks and sequences
+	at time.Time
+	// zero: every shard read, all at zero blocks and sequences, and the
+	// coordinator read, its allocator at zero used blocks and sequences,
+	// no request running, every backstop tombstone acked.
+	zero   bool
 	detail string
 }
 
@@ -351,16 +412,27 @@ func (c *partitionCluster) watch(ctx context.Context, victim string) *watcher {
 	if v, err := c.view(ctx); err == nil {
 		w.startVer = v.Placement
 	}
-	go func() {
-		defer close(w.done)
-		for {
-			w.poll(ctx)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(pollEvery):
+	// Two pollers, so that a shard whose /metrics does not answer (a
+	// paused container holds each scrape for its timeout) does not thin
+	// out the coordinator's views.
+	var wg sync.WaitGroup
+	every := func(poll func(context.Context)) {
+		wg.Go(func() {
+			for {
+				poll(ctx)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(pollEvery):
+				}
 			}
-		}
+		})
+	}
+	every(w.pollView)
+	every(w.pollMetrics)
+	go func() {
+		wg.Wait()
+		close(w.done)
 	}()
 	return w
 }
@@ -370,25 +442,37 @@ func (w *watcher) stop() {
 	<-w.done
 }
 
-// poll takes one sample of the view and of every shard's metrics.
-func (w *watcher) poll(ctx context.Context) {
+// pollView takes one sample of the coordinator's view.
+func (w *watcher) pollView(ctx context.Context) {
 	now := time.Now()
-	v, verr := w.c.view(ctx)
+	v, err := w.c.view(ctx)
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.viewSample(v, now)
+}
+
+// pollMetrics takes one sample of every shard's metrics and of the
+// coordinator's.
+func (w *watcher) pollMetrics(ctx context.Context) {
+	now := time.Now()
 	ms := make([]shardMetrics, len(w.c.shards))
 	errs := make([]error, len(w.c.shards))
+	var ck coordinatorKV
+	var cerr error
 	var wg sync.WaitGroup
 	for i, s := range w.c.shards {
 		wg.Go(func() { ms[i], errs[i] = w.c.metrics(ctx, s) })
 	}
+	wg.Go(func() { ck, cerr = w.c.coordinatorKV(ctx) })
 	wg.Wait()
 	if ctx.Err() != nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if verr == nil {
-		w.viewSample(v, now)
-	}
 	// The shards' own claims: among shards that say they serve a loaded
 	// range, those of one placement version must hold disjoint layers.
 	byVersion := map[uint64][]string{}
@@ -409,11 +493,25 @@ func (w *watcher) poll(ctx context.Context) {
 		if m.blocksUsed != 0 || m.seqs != 0 {
 			zero = false
 		}
+		if m.shardID == w.victim {
+			w.victimKV = append(w.victimKV, victimKV{at: now, blocks: m.blocksUsed, seqs: m.seqs})
+		}
 		if m.invariantOK != 1 {
 			w.viols = append(w.viols, fmt.Sprintf("%s: %s reports strata_kv_invariant_ok %v", now.Format(time.StampMilli), m.shardID, m.invariantOK))
 		}
 		detail = append(detail, fmt.Sprintf("%s=%s blocks %v seqs %v version %v ready %v",
 			w.c.shards[i].service, m.shardID, m.blocksUsed, m.seqs, m.version, m.ready))
+	}
+	switch {
+	case cerr != nil:
+		zero = false
+		detail = append(detail, "coordinator: "+cerr.Error())
+	default:
+		if ck != (coordinatorKV{}) {
+			zero = false
+		}
+		detail = append(detail, fmt.Sprintf("coordinator: allocator used %v sequences %v, requests running %v, tombstones unacked %v",
+			ck.used, ck.seqs, ck.running, ck.unacked))
 	}
 	w.kvAt = append(w.kvAt, kvSample{at: now, zero: zero, detail: strings.Join(detail, "; ")})
 	w.claims(byVersion, now)
@@ -522,7 +620,8 @@ func (w *watcher) backAfter(heal time.Time) bool {
 }
 
 // drainedAfter reports whether a poll taken after t saw every shard at
-// zero KV blocks and sequences.
+// zero KV blocks and sequences and the coordinator with nothing live and
+// nothing unacked (kvSample.zero).
 func (w *watcher) drainedAfter(t time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -541,6 +640,26 @@ func (w *watcher) lastKV() string {
 		return "none"
 	}
 	return w.kvAt[len(w.kvAt)-1].detail
+}
+
+// victimEmptyBetween returns the first poll in [from, to] where the
+// victim's own metrics showed zero KV blocks and sequences, after one that
+// showed some in the same window (so a victim that held nothing does not
+// count as having freed it).
+func (w *watcher) victimEmptyBetween(from, to time.Time) (at time.Time, held, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.victimKV {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		if s.blocks != 0 || s.seqs != 0 {
+			held = true
+		} else if held {
+			return s.at, true, true
+		}
+	}
+	return time.Time{}, held, false
 }
 
 func (w *watcher) versionsSeen() []uint64 {

@@ -82,7 +82,12 @@ const (
 // or an OpenAI-shaped error, that service came back (a request started
 // after the heal completed, and the victim is on its control stream again),
 // that no two live stages of one placement version held overlapping layers
-// at any poll, and that every shard's KV drained to zero blocks afterwards.
+// at any poll, and that afterwards every shard's KV drained to zero blocks
+// and the coordinator's allocator to nothing live, every backstop tombstone
+// acked. For the 30 s cut, longer than the coordinator's LossConfirm
+// (10 s) and the shard's lease (15 s), also that the coordinator re-placed
+// the victim's layers and that the victim freed its KV on its own before
+// the heal.
 // It logs the time to detect, the time to service restored and the largest
 // inter-token gap of the streams that completed.
 func TestPartitionFaults(t *testing.T) {
@@ -109,16 +114,20 @@ func TestPartitionFaults(t *testing.T) {
 		hold time.Duration
 		// pick chooses the victim among the stages of the active
 		// placement (ordered by stage).
-		pick  func(stages []clusterShard) clusterShard
-		cut   func(ctx context.Context, container string) error
-		heal  func(ctx context.Context, container string) error
-		pause bool
+		pick func(stages []clusterShard) clusterShard
+		cut  func(ctx context.Context, container string) error
+		heal func(ctx context.Context, container string) error
+		// confirmed: the fault outlasts the coordinator's LossConfirm
+		// (10 s) and the shard's lease (15 s) by far, so the
+		// coordinator must have re-placed the victim's layers and the
+		// victim must have freed its KV on its own before the heal.
+		confirmed bool
 	}{
 		{name: "disconnect-5s", hold: 5 * time.Second,
 			pick: func(s []clusterShard) clusterShard { return s[0] }, cut: c.disconnect, heal: c.reconnect},
-		{name: "disconnect-30s", hold: 30 * time.Second,
+		{name: "disconnect-30s", hold: 30 * time.Second, confirmed: true,
 			pick: func(s []clusterShard) clusterShard { return s[len(s)-1] }, cut: c.disconnect, heal: c.reconnect},
-		{name: "pause-10s", hold: 10 * time.Second, pause: true,
+		{name: "pause-10s", hold: 10 * time.Second,
 			pick: func(s []clusterShard) clusterShard { return s[0] }, cut: c.pause, heal: c.unpause},
 	}
 	var reports []string
@@ -142,7 +151,7 @@ func TestPartitionFaults(t *testing.T) {
 			}
 			r := c.runFault(ctx, t, faultRun{
 				victim: victim, container: container, hold: f.hold,
-				cut: f.cut, heal: f.heal, want: want,
+				cut: f.cut, heal: f.heal, want: want, confirmed: f.confirmed,
 			})
 			reports = append(reports, fmt.Sprintf("%-15s %s", f.name, r))
 		})
@@ -163,6 +172,7 @@ type faultRun struct {
 	hold      time.Duration
 	cut, heal func(ctx context.Context, container string) error
 	want      map[string]string
+	confirmed bool
 }
 
 // faultReport is what one fault measured.
@@ -175,6 +185,7 @@ type faultReport struct {
 	back                  time.Duration // heal → victim connected again
 	drained               time.Duration // load's end → zero KV blocks everywhere
 	maxGap                time.Duration // largest inter-token gap of completed streams
+	victimEmpty           string        // when the victim's own KV went to zero while cut
 	longest               time.Duration // longest request
 	spanGap               time.Duration // largest gap of completed streams that spanned the fault
 	spanning              int           // completed streams that spanned the fault
@@ -196,11 +207,11 @@ func (r faultReport) String() string {
 	return fmt.Sprintf("victim %s: %d requests (%d text, %d errors %v), detect %s, service restored %s after the fault, "+
 		"victim back %s after the heal, KV drained %s after the load, largest inter-token gap %s "+
 		"(%s over the %d streams that spanned the fault), longest request %s, placement versions %v, "+
-		"victim freed on its own %s, docker took %s to make the fault",
+		"victim freed on its own %s (%s), docker took %s to make the fault",
 		r.victim, r.requests, r.ok, r.errored, kinds, det, r.restored.Round(10*time.Millisecond),
 		r.back.Round(10*time.Millisecond), r.drained.Round(10*time.Millisecond), r.maxGap.Round(time.Millisecond),
 		r.spanGap.Round(time.Millisecond), r.spanning, r.longest.Round(10*time.Millisecond), r.versions,
-		r.victimFreed, r.cutTook.Round(10*time.Millisecond))
+		r.victimFreed, r.victimEmpty, r.cutTook.Round(10*time.Millisecond))
 }
 
 // runFault starts the watcher and the load, waits until tokens flow, cuts
@@ -332,6 +343,26 @@ func (c *partitionCluster) runFault(ctx context.Context, t *testing.T, f faultRu
 		rep.back = at.Sub(tHeal)
 	}
 	rep.versions = w.versionsSeen()
+	at, held, emptied := w.victimEmptyBetween(tFault, tHeal)
+	switch {
+	case emptied:
+		rep.victimEmpty = fmt.Sprintf("its KV at zero %s after the fault", at.Sub(tFault).Round(10*time.Millisecond))
+	case held:
+		rep.victimEmpty = "its KV not at zero before the heal"
+	default:
+		rep.victimEmpty = "no KV seen on it while cut"
+	}
+	if f.confirmed {
+		if rep.detect < 0 {
+			t.Errorf("a %s cut of a stage never showed in the coordinator's view", f.hold)
+		}
+		if len(rep.versions) < 2 {
+			t.Errorf("a %s cut of a stage did not re-place its layers: placement versions %v", f.hold, rep.versions)
+		}
+		if held && !emptied {
+			t.Errorf("the victim held KV through a %s cut: its lease should have freed it", f.hold)
+		}
+	}
 	rep.victimFreed = w.freedBy(f.victim.ShardID)
 	t.Logf("%s", rep)
 	return rep

@@ -19,26 +19,17 @@ model=${1:-${STRATA_MODEL:-$root/../shared/models/stories260K.gguf}}
 [[ -f $model ]] || { echo "test-compose: model $model not found" >&2; exit 2; }
 model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 
-if docker compose version >/dev/null 2>&1; then
-	compose=(docker compose)
-elif command -v docker-compose >/dev/null 2>&1; then
-	compose=(docker-compose)
-else
-	echo "test-compose: neither 'docker compose' nor docker-compose is installed" >&2
-	exit 2
-fi
-
 project=strata-test-$$
 tag=test-$$
-work=$(mktemp -d)
 start=$(date +%s)
+compose_files=("$here/compose.yaml")
+# shellcheck source=compose-lib.sh
+. "$here/compose-lib.sh"
+work=$(mktemp -d)
 export STRATA_MODEL=$model STRATA_TAG=$tag STRATA_THREADS=1
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export STRATA_HTTP=127.0.0.1:$port
 api=http://127.0.0.1:$port
-dc() { "${compose[@]}" -p "$project" -f "$here/compose.yaml" "$@"; }
-
-log() { printf '[%4ds] %s\n' "$(($(date +%s) - start))" "$*"; }
 
 cleanup() {
 	local rc=$1
@@ -56,31 +47,9 @@ cleanup() {
 	exit $rc
 }
 # Bound the whole run: a watchdog ends this script (cleanup still runs).
-timeout_s=${STRATA_TEST_TIMEOUT:-600}
-(
-	trap 'kill $sp 2>/dev/null; exit 0' TERM
-	sleep "$timeout_s" &
-	sp=$!
-	wait $sp
-	log "timed out after ${timeout_s}s"
-	kill -TERM $$
-) &
-watchdog=$!
+start_watchdog "${STRATA_TEST_TIMEOUT:-600}"
 trap 'cleanup $?' EXIT
 trap 'exit 130' INT TERM
-
-# wait_for DEADLINE_S WHAT CMD...: retry CMD every 0.5 s until it succeeds.
-wait_for() {
-	local deadline=$(($(date +%s) + $1)) what=$2
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if (($(date +%s) > deadline)); then
-			log "timed out waiting for $what"
-			return 1
-		fi
-		sleep 0.5
-	done
-}
 
 ready() { [[ $(curl -s -o /dev/null -w '%{http_code}' "$api/readyz") == 200 ]]; }
 healthy() { [[ $(curl -s -o /dev/null -w '%{http_code}' "$api/healthz") == 200 ]]; }
@@ -105,16 +74,7 @@ check_text() {
 	log "$1: greedy text matches llama.cpp"
 }
 
-log "building static binaries"
-mkdir -p "$work/bin" "$work/data"
-(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin/" ./cmd/coordinator ./cmd/shard)
-log "building images strata-{coordinator,shard}:$tag"
-for target in coordinator shard; do
-	if ! out=$(docker build -q -f "$here/Dockerfile" --target "$target" -t "strata-$target:$tag" "$work" 2>&1); then
-		echo "$out" >&2
-		exit 1
-	fi
-done
+build_images "$tag"
 
 log "starting $project (API on $STRATA_HTTP)"
 if ! out=$(dc up -d 2>&1); then

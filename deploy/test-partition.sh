@@ -15,6 +15,7 @@
 #	                     already built (and keep them) instead of building
 #	STRATA_SUBNET        the cluster network's /24 (default 10.231.N.0/24,
 #	                     N from the PID); must not overlap another network
+#	STRATA_PARTITION_LOGS  also write the cluster's whole log to this file
 #	STRATA_TEST_TIMEOUT  seconds before the whole run is killed (default 1200)
 #
 # Everything it creates carries a per-run compose project name
@@ -27,27 +28,18 @@ model=${1:-${STRATA_MODEL:-$root/../shared/models/stories260K.gguf}}
 [[ -f $model ]] || { echo "test-partition: model $model not found" >&2; exit 2; }
 model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 
-if docker compose version >/dev/null 2>&1; then
-	compose=(docker compose)
-elif command -v docker-compose >/dev/null 2>&1; then
-	compose=(docker-compose)
-else
-	echo "test-partition: neither 'docker compose' nor docker-compose is installed" >&2
-	exit 2
-fi
-
 project=strata-part-$$
 tag=${STRATA_IMAGE_TAG:-part-$$}
-work=$(mktemp -d)
 start=$(date +%s)
+compose_files=("$here/compose.yaml" "$here/partition.yaml")
+# shellcheck source=compose-lib.sh
+. "$here/compose-lib.sh"
+work=$(mktemp -d)
 export STRATA_MODEL=$model STRATA_TAG=$tag STRATA_THREADS=1
 export STRATA_SUBNET=${STRATA_SUBNET:-10.231.$(($$ % 200 + 20)).0/24}
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export STRATA_HTTP=127.0.0.1:$port
 api=http://127.0.0.1:$port
-dc() { "${compose[@]}" -p "$project" -f "$here/compose.yaml" -f "$here/partition.yaml" "$@"; }
-
-log() { printf '[%4ds] %s\n' "$(($(date +%s) - start))" "$*"; }
 
 cleanup() {
 	local rc=$1
@@ -70,32 +62,14 @@ cleanup() {
 	log "done in $(($(date +%s) - start)) s (exit $rc)"
 	exit $rc
 }
-timeout_s=${STRATA_TEST_TIMEOUT:-1200}
-(
-	trap 'kill $sp 2>/dev/null; exit 0' TERM
-	sleep "$timeout_s" &
-	sp=$!
-	wait $sp
-	log "timed out after ${timeout_s}s"
-	kill -TERM $$
-) &
-watchdog=$!
+start_watchdog "${STRATA_TEST_TIMEOUT:-1200}"
 trap 'cleanup $?' EXIT
 trap 'exit 130' INT TERM
 
 ready() { [[ $(curl -s -o /dev/null -w '%{http_code}' "$api/readyz") == 200 ]]; }
 
 if [[ -z ${STRATA_IMAGE_TAG:-} ]]; then
-	log "building static binaries"
-	mkdir -p "$work/bin" "$work/data"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin/" ./cmd/coordinator ./cmd/shard)
-	log "building images strata-{coordinator,shard}:$tag"
-	for target in coordinator shard; do
-		if ! out=$(docker build -q -f "$here/Dockerfile" --target "$target" -t "strata-$target:$tag" "$work" 2>&1); then
-			echo "$out" >&2
-			exit 1
-		fi
-	done
+	build_images "$tag"
 fi
 
 log "starting $project (API on $STRATA_HTTP, cluster network $STRATA_SUBNET)"
@@ -103,11 +77,7 @@ if ! out=$(dc up -d 2>&1); then
 	echo "$out" >&2
 	exit 1
 fi
-deadline=$(($(date +%s) + 120))
-until ready; do
-	(($(date +%s) < deadline)) || { log "timed out waiting for /readyz"; exit 1; }
-	sleep 0.5
-done
+wait_for 120 "/readyz" ready
 log "cluster ready"
 
 shards=""
