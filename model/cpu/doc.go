@@ -21,15 +21,16 @@
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q4_0, IQ4_NL and Q5_0 (on the
-// stored rows) and Q4_K, Q5_K and Q6_K (on the same panels), chosen at run
-// time with golang.org/x/sys/cpu. Every other case, and other architectures (or
-// the purego tag), runs the portable Go kernels, which give the same bits:
-// tests compare the two on random inputs. Without VNNI, Q2_K, Q3_K, Q5_1
-// and IQ4_XS run their portable kernels; their orders
-// (dot_kquant.go, dot_q5.go) sum each block or sub-block exactly in
-// integers and fold it into one accumulator with one fma, as the others'
-// do, so SIMD kernels can reproduce them. Matrix products use R×C tile
+// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q4_0, IQ4_NL, Q5_0
+// and Q5_1 (on the stored rows) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+// (on the same panels), chosen at run time with golang.org/x/sys/cpu (the
+// STRATA_CPU environment variable can hold a process to the AVX2 or the
+// portable kernels, for measuring; see cpuEnv). Other architectures (or the
+// purego tag) and x86 CPUs without AVX2 run the portable Go kernels, which
+// give the same bits: tests compare the two on random inputs. Every type's
+// order (dot.go, dot_quant.go, dot_kquant.go, dot_q5.go) sums each block or
+// sub-block exactly in integers and folds it into one accumulator with one
+// fma, so SIMD kernels can reproduce it. Matrix products use R×C tile
 // kernels (up to 4 weight rows × 4 activation rows per call) or panel
 // kernels (16 weight rows × up to 8 activation rows) that reduce each
 // output exactly as the single-row kernel does. BF16 runs no VDPBF16PS,

@@ -70,8 +70,8 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) have AVX2 panel
-// kernels as well; Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL have AVX2 tile
+// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) and Q5_1 have
+// AVX2 panel kernels as well; Q8_0, Q4_0, Q5_0 and IQ4_NL have AVX2 tile
 // kernels on the stored rows instead.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
@@ -91,6 +91,8 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q3KPanelsAVX2
 		case ggml.IQ4_XS:
 			return &iq4XSPanelsAVX2
+		case ggml.Q5_1:
+			return &q51PanelsAVX2
 		}
 		return nil
 	}
@@ -187,6 +189,10 @@ var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", k: [maxPanelC]panelFunc{
 
 var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
+}}
+
+var q51PanelsAVX2 = panelSet{name: "q51AVX2", k: [maxPanelC]panelFunc{
+	q51PanelAVX2_1, q51PanelAVX2_2, q51PanelAVX2_3, q51PanelAVX2_4, q51PanelAVX2_5, q51PanelAVX2_6, q51PanelAVX2_7, q51PanelAVX2_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the

@@ -13,7 +13,7 @@ import (
 // GMAC/s is multiply-adds per second (R*C*n per call).
 func BenchmarkTile(b *testing.B) {
 	r := rand.New(rand.NewPCG(41, 42))
-	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL} {
 		ts := archTiles(typ)
 		if ts == nil {
 			continue
@@ -109,6 +109,37 @@ func BenchmarkMatVec(b *testing.B) {
 				be.MatMul(w, x, 1, out)
 			}
 			b.SetBytes(int64(len(data)))
+		})
+	}
+}
+
+// BenchmarkMatMulBatch measures a prompt-sized product, 16 activation rows
+// against a 1024×2048 weight matrix (which stays in the caches of most
+// CPUs once repacked), through Backend.MatMul on one thread: the kernels'
+// GEMM speed in GMAC/s. Run it under STRATA_CPU=avx2 or =portable to
+// measure those paths on a CPU that has faster ones.
+func BenchmarkMatMulBatch(b *testing.B) {
+	r := rand.New(rand.NewPCG(47, 48))
+	pool := NewPool(1)
+	defer pool.Close()
+	const N, K, R = 1024, 2048, 16
+	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL,
+		ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
+		b.Run(typ.String(), func(b *testing.B) {
+			wrow := mustRowBytes(b, typ, K)
+			data := make([]byte, N*wrow)
+			for o := range N {
+				copy(data[o*wrow:], quantWeights(b, r, typ, K))
+			}
+			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+			be := NewBackend(pool)
+			be.Prepare(w)
+			x := randVec(r, R*K)
+			out := make([]float32, R*N)
+			for b.Loop() {
+				be.MatMul(w, x, R, out)
+			}
+			b.ReportMetric(float64(N*K*R)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 		})
 	}
 }

@@ -1014,6 +1014,11 @@ func q3KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51PanelAVX2_1 computes a 16-row panel of Q5_1 weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q2KPanelAVX2_2 computes a 16-row panel of Q2_K weights against 2 activation rows with AVX2.
 //
 //go:noescape
@@ -1028,6 +1033,11 @@ func q3KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVX2_2 computes a 16-row panel of Q5_1 weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_3 computes a 16-row panel of Q2_K weights against 3 activation rows with AVX2.
 //
@@ -1044,6 +1054,11 @@ func q3KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51PanelAVX2_3 computes a 16-row panel of Q5_1 weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q2KPanelAVX2_4 computes a 16-row panel of Q2_K weights against 4 activation rows with AVX2.
 //
 //go:noescape
@@ -1058,6 +1073,11 @@ func q3KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVX2_4 computes a 16-row panel of Q5_1 weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_5 computes a 16-row panel of Q2_K weights against 5 activation rows with AVX2.
 //
@@ -1074,6 +1094,11 @@ func q3KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51PanelAVX2_5 computes a 16-row panel of Q5_1 weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q2KPanelAVX2_6 computes a 16-row panel of Q2_K weights against 6 activation rows with AVX2.
 //
 //go:noescape
@@ -1088,6 +1113,11 @@ func q3KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVX2_6 computes a 16-row panel of Q5_1 weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_7 computes a 16-row panel of Q2_K weights against 7 activation rows with AVX2.
 //
@@ -1104,6 +1134,11 @@ func q3KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q51PanelAVX2_7 computes a 16-row panel of Q5_1 weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q2KPanelAVX2_8 computes a 16-row panel of Q2_K weights against 8 activation rows with AVX2.
 //
 //go:noescape
@@ -1118,6 +1153,11 @@ func q3KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVX2_8 computes a 16-row panel of Q5_1 weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q51PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q51AVX2_1x1 computes a 1×1 tile of Q5_1 dot products with AVX2 and FMA.
 //

@@ -59,8 +59,8 @@ func kActivations(t testing.TB, r *rand.Rand, n int, extreme bool) []byte {
 	return q
 }
 
-// TestKPanelsEqualPortable checks the K-quant panel kernels (VNNI and, for
-// the types that have them, AVX2, every C, several super-block counts, row counts that leave a
+// TestKPanelsEqualPortable checks the K-quant panel kernels (VNNI and AVX2,
+// every C, several super-block counts, row counts that leave a
 // partial panel, extreme quants and scales) on repacked weights and
 // expanded activations against the portable kernel on the stored rows, bit
 // for bit.
@@ -289,7 +289,7 @@ func BenchmarkRepackK(b *testing.B) {
 	}
 }
 
-// BenchmarkKMatVec is BenchmarkMatVec for Q4_K and Q6_K on each of their
+// BenchmarkKMatVec is BenchmarkMatVec for the K-panel types on each of their
 // kernel sets: the fastest (VNNI here), the AVX2 ones, and the portable Go.
 func BenchmarkKMatVec(b *testing.B) {
 	r := rand.New(rand.NewPCG(71, 72))

@@ -21,13 +21,17 @@ func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
 	return w
 }
 
-// TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (every
-// C, odd and even block counts, partial panels, extreme quants) on
-// repacked weights against the portable kernel on the stored rows, bit for
-// bit.
+// TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (VNNI,
+// and AVX2 for Q5_1; every C, odd and even block counts, partial panels,
+// extreme quants) on repacked weights against the portable kernel on the
+// stored rows, bit for bit.
 func TestQ50PanelsEqualPortable(t *testing.T) {
-	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1} {
-		t.Run(typ.String(), func(t *testing.T) { testQ5PanelsEqualPortable(t, typ) })
+	defer func() { avx2Only = false }()
+	for _, avx2 := range []bool{false, true} {
+		avx2Only = avx2
+		for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1} {
+			t.Run(fmt.Sprintf("%s/avx2Only=%v", typ, avx2), func(t *testing.T) { testQ5PanelsEqualPortable(t, typ) })
+		}
 	}
 }
 

@@ -233,3 +233,91 @@ func iq4XSPanelAVX2(C int) {
 	storePanelAVX2(C, acc)
 	ret()
 }
+
+// q51PanelAVX2 emits q51PanelAVX2_C: q51Panel's order (dotQ51Q81's) with
+// AVX2 on the same panels. For each half of the panel's rows and each
+// block: the eight weight vectors (nibbles with 0x10 ORed into the bytes
+// the fifth bits' mask selects, expanded as q5KBits does: the unsigned
+// 5-bit quants), for each activation row four VPMADDUBSW summed in int16
+// (at most 4*2*31*128 in magnitude) and widened by VPMADDWD with ones,
+// twice (the low nibbles' vectors, then the high ones', the first sums
+// waiting on the stack): the block's exact sum p. Then acc =
+// fma(float32(p), f16(w.d)*x.d, acc) and acc = fma(f16(w.m), x.s, acc).
+func q51PanelAVX2(C int) {
+	nb, wp, px, acc, _ := panelHeadAVX2("q51PanelAVX2", "Q5_1", C)
+	part := AllocLocal(32 * C)
+	bits := q5KBits()
+	c0f := bcastConstY(0x0f0f0f0f)
+	ones := bcastConstY(0x00010001)
+	Label("loop")
+	TESTQ(nb, nb)
+	JZ(LabelRef("done"))
+	halfLoop("half", func(hr reg.GPVirtual) {
+		h2 := GP64() // hr/2: a mask's half is 4 bytes on
+		MOVQ(hr, h2)
+		SHRQ(Imm(1), h2)
+		for G := range 2 { // the low nibbles (elements 4j..), then the high (16+4j..)
+			var w [4]reg.VecVirtual
+			for j := range w {
+				w[j] = YMM()
+				q := at(Mem{Base: wp, Disp: 128 + 64*j}, hr, 4)
+				if G == 0 {
+					VPAND(q, c0f, w[j])
+				} else {
+					VMOVDQU(q, w[j])
+					VPSRLW(Imm(4), w[j], w[j])
+					VPAND(c0f, w[j], w[j])
+				}
+				hb := YMM()
+				VPBROADCASTD(at(Mem{Base: wp, Disp: 64 + 8*(4*G+j)}, h2, 1), hb)
+				VPSHUFB(bits, hb, hb)
+				VPAND(bits.Offset(32), hb, hb)
+				VPCMPEQB(bits.Offset(32), hb, hb)
+				VPAND(bits.Offset(64), hb, hb)
+				VPOR(hb, w[j], w[j])
+			}
+			for c := range C {
+				var sum reg.VecVirtual
+				for j := range w {
+					xb := YMM()
+					VPBROADCASTD(px.m(c, 8+16*G+4*j), xb)
+					VPMADDUBSW(xb, w[j], xb)
+					if j == 0 {
+						sum = xb
+					} else {
+						VPADDW(xb, sum, sum)
+					}
+				}
+				VPMADDWD(ones, sum, sum)
+				if G == 1 {
+					VPADDD(part.Offset(32*c), sum, sum)
+				}
+				VMOVDQU(sum, part.Offset(32*c))
+			}
+		}
+		wd, wm := YMM(), YMM()
+		VCVTPH2PS(at(Mem{Base: wp}, hr, 2), wd)
+		VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wm)
+		for c := range C {
+			p := YMM()
+			VCVTDQ2PS(part.Offset(32*c), p)
+			d := YMM()
+			VBROADCASTSS(px.m(c, 0), d)
+			VMULPS(wd, d, d)
+			a := YMM()
+			VMOVUPS(at(acc.Offset(64*c), hr, 4), a)
+			VFMADD231PS(d, p, a)
+			xs := YMM()
+			VBROADCASTSS(px.m(c, 4), xs)
+			VFMADD231PS(xs, wm, a) // acc = w.m*x.s + acc
+			VMOVUPS(a, at(acc.Offset(64*c), hr, 4))
+		}
+	})
+	ADDQ(U32(q51PanelBytes), wp)
+	px.advance(xBlock)
+	DECQ(nb)
+	JMP(LabelRef("loop"))
+	Label("done")
+	storePanelAVX2(C, acc)
+	ret()
+}
