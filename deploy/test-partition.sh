@@ -16,6 +16,7 @@
 #	STRATA_SUBNET        the cluster network's /24 (default 10.231.N.0/24,
 #	                     N from the PID); must not overlap another network
 #	STRATA_PARTITION_LOGS  also write the cluster's whole log to this file
+#	STRATA_GO_TEST_FLAGS   more flags for go test (e.g. -race)
 #	STRATA_TEST_TIMEOUT  seconds before the whole run is killed (default 1200)
 #
 # Everything it creates carries a per-run compose project name
@@ -91,5 +92,5 @@ probe=$(docker network ls --filter "label=com.docker.compose.project=$project" -
 
 log "running TestPartitionFaults"
 (cd "$root" && STRATA_PARTITION_API=$api STRATA_PARTITION_NETWORK=$network STRATA_PARTITION_PROBE=$probe \
-	STRATA_PARTITION_SHARDS=$shards go test -count=1 -timeout 20m -run '^TestPartitionFaults$' -v ./deploy/)
+	STRATA_PARTITION_SHARDS=$shards go test -count=1 -timeout 20m ${STRATA_GO_TEST_FLAGS:-} -run '^TestPartitionFaults$' -v ./deploy/)
 log "PASS"
