@@ -1,6 +1,12 @@
 package deploy
 
 import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,5 +81,81 @@ func TestParseSample(t *testing.T) {
 				t.Errorf("parseSample(%q): label %s = %q, want %q", tc.line, k, labels[k], v)
 			}
 		}
+	}
+}
+
+// TestLoadClientJudgesEnds checks how the partition tests' client judges
+// the end of a request, against a fake server: text, a clear error (an
+// OpenAI envelope as the body or as an SSE event) and every way of ending
+// that fails the test — a hang past the bound, a stream that breaks off,
+// [DONE] without a finish, an error that is not an envelope.
+func TestLoadClientJudgesEnds(t *testing.T) {
+	chunk := func(text string, finish string) string {
+		fr := "null"
+		if finish != "" {
+			fr = `"` + finish + `"`
+		}
+		return fmt.Sprintf(`data: {"choices":[{"text":%q,"finish_reason":%s}]}`+"\n\n", text, fr)
+	}
+	envelope := `{"error":{"message":"shard lost","type":"server_error","param":null,"code":"service_unavailable"}}`
+	for _, tc := range []struct {
+		name    string
+		handle  func(w http.ResponseWriter, r *http.Request)
+		text    string // want, for a completion
+		errCode string // want, for a clear error
+		problem string // want, a substring, for a failure
+	}{
+		{name: "text", text: "Once more", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, ": waiting\n\n"+chunk("Once", "")+chunk(" more", "")+chunk("", "length")+"data: [DONE]\n\n")
+		}},
+		{name: "error event", errCode: "service_unavailable", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, chunk("Once", "")+"data: "+envelope+"\n\ndata: [DONE]\n\n")
+		}},
+		{name: "error status", errCode: "service_unavailable", handle: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, envelope)
+		}},
+		{name: "status without envelope", problem: "without an OpenAI error envelope", handle: func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "bad gateway")
+		}},
+		{name: "error event without envelope", problem: "not an OpenAI envelope", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, `data: {"error":"boom"}`+"\n\n")
+		}},
+		{name: "broken off", problem: "without [DONE]", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, chunk("Once", ""))
+		}},
+		{name: "done without finish", problem: "without a finish_reason", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, chunk("Once", "")+"data: [DONE]\n\n")
+		}},
+		{name: "hang", problem: "hung", handle: func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, chunk("Once", ""))
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(tc.handle))
+			defer srv.Close()
+			c := &partitionCluster{api: srv.URL, http: srv.Client(), bound: 300 * time.Millisecond}
+			r := c.complete(context.Background(), 1, "Once upon a time", time.Now())
+			switch {
+			case tc.problem != "":
+				if !strings.Contains(r.problem, tc.problem) {
+					t.Errorf("problem %q, want one with %q (result %+v)", r.problem, tc.problem, r)
+				}
+			case r.problem != "":
+				t.Errorf("problem %q, want none", r.problem)
+			case tc.errCode != "":
+				if r.errCode != tc.errCode || r.errType != "server_error" || r.errMsg != "shard lost" {
+					t.Errorf("error %q %q %q, want server_error %q \"shard lost\"", r.errType, r.errCode, r.errMsg, tc.errCode)
+				}
+			default:
+				if r.text != tc.text || r.errType != "" || r.tokens != 2 || r.keepAlives != 1 {
+					t.Errorf("text %q (%d tokens, %d keep-alives, error %q), want %q in 2 tokens after 1 keep-alive",
+						r.text, r.tokens, r.keepAlives, r.errType, tc.text)
+				}
+			}
+		})
 	}
 }

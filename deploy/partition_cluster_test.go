@@ -24,6 +24,7 @@ type partitionCluster struct {
 	network, probe string
 	shards         []partitionShard
 	http           *http.Client
+	bound          time.Duration // each load request's bound: requestBound
 }
 
 type partitionShard struct {
@@ -37,7 +38,7 @@ func newPartitionCluster(api, network, probe, shards string) (*partitionCluster,
 		return nil, errors.New("STRATA_PARTITION_NETWORK, _PROBE and _SHARDS must be set with STRATA_PARTITION_API")
 	}
 	c := &partitionCluster{api: strings.TrimRight(api, "/"), network: network, probe: probe,
-		http: &http.Client{Timeout: 5 * time.Second}}
+		http: &http.Client{Timeout: 5 * time.Second}, bound: requestBound}
 	for _, pair := range strings.Fields(shards) {
 		service, container, ok := strings.Cut(pair, "=")
 		if !ok {

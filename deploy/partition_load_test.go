@@ -167,11 +167,11 @@ func (l *load) okStartedAfter(t time.Time) bool {
 }
 
 // complete streams one greedy completion of prompt and reads it to its
-// end, its error or requestBound.
+// end, its error or c.bound (requestBound).
 func (c *partitionCluster) complete(ctx context.Context, id int, prompt string, start time.Time) (r loadResult) {
 	r = loadResult{id: id, prompt: prompt, start: start}
 	defer func() { r.end = time.Now() }()
-	ctx, cancel := context.WithTimeout(ctx, requestBound)
+	ctx, cancel := context.WithTimeout(ctx, c.bound)
 	defer cancel()
 	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": loadMaxTokens, "temperature": 0, "stream": true})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.api+"/v1/completions", bytes.NewReader(body))
@@ -180,10 +180,10 @@ func (c *partitionCluster) complete(ctx context.Context, id int, prompt string, 
 		return r
 	}
 	req.Header.Set("Content-Type", "application/json")
-	// No client timeout: requestBound, through ctx, is the bound.
+	// No client timeout: c.bound, through ctx, is the bound.
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		r.problem = requestProblem(ctx, err)
+		r.problem = requestProblem(ctx, c.bound, err)
 		return r
 	}
 	defer resp.Body.Close()
@@ -191,7 +191,7 @@ func (c *partitionCluster) complete(ctx context.Context, id int, prompt string, 
 	if resp.StatusCode != http.StatusOK {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		if err != nil {
-			r.problem = requestProblem(ctx, err)
+			r.problem = requestProblem(ctx, c.bound, err)
 			return r
 		}
 		if !r.envelope(b) {
@@ -257,7 +257,7 @@ func (c *partitionCluster) complete(ctx context.Context, id int, prompt string, 
 	}
 	r.text = text.String()
 	if err := sc.Err(); err != nil {
-		r.problem = requestProblem(ctx, err)
+		r.problem = requestProblem(ctx, c.bound, err)
 	} else if r.errType == "" {
 		r.problem = fmt.Sprintf("the stream ended without [DONE] after %d tokens", r.tokens)
 	}
@@ -283,10 +283,10 @@ func (r *loadResult) envelope(b []byte) bool {
 	return true
 }
 
-// requestProblem names a transport error: past requestBound, a hang.
-func requestProblem(ctx context.Context, err error) string {
+// requestProblem names a transport error: past the bound, a hang.
+func requestProblem(ctx context.Context, bound time.Duration, err error) string {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Sprintf("hung: still open after %s", requestBound)
+		return fmt.Sprintf("hung: still open after %s", bound)
 	}
 	return "broke off without an error: " + err.Error()
 }
