@@ -1,0 +1,104 @@
+package main
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/ggml"
+	"github.com/strata-llm/strata/model/gguf"
+)
+
+// randomSpec is the shape compared with llama.cpp: 4 layers of 256 (every
+// row a multiple of 256, so llama-quantize needs no fallback types), FFN
+// 512, grouped-query attention 4/2, a 2000-token vocabulary; per
+// architecture as model/cpu's llama.cpp test writes them.
+func randomSpec(arch string, seed uint64) model.RandomSpec {
+	s := model.RandomSpec{Arch: arch, Layers: 4, Embd: 256, Heads: 4, HeadsKV: 2, FF: 512, Vocab: 2000, Context: 2048, Type: ggml.F32, Seed: seed}
+	switch arch {
+	case "gemma2":
+		s.AttnSoftCap = 5 // scores of a few units: the cap bends them
+	case "qwen2moe":
+		s.Experts, s.ExpertsUsed, s.ExpertFF, s.SharedFF = 8, 2, 256, 256
+	case "qwen3moe":
+		s.Experts, s.ExpertsUsed, s.ExpertFF = 8, 2, 256
+	case "mixtral":
+		s.Experts, s.ExpertsUsed, s.FF = 8, 2, 256
+	}
+	return s
+}
+
+func random(args []string) error {
+	fs := flag.NewFlagSet("random", flag.ContinueOnError)
+	arch := fs.String("arch", "llama", "architecture (model.RandomSpec.Arch)")
+	out := fs.String("out", "", "GGUF file to write")
+	seed := fs.Uint64("seed", 21, "weights' seed")
+	scale := fs.Float64("head-scale", 1, "multiply the output head (the token embedding where tied) by this")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("random: --out is required")
+	}
+	if *scale <= 0 || math.IsInf(*scale, 0) {
+		return fmt.Errorf("random: --head-scale must be positive, got %v", *scale)
+	}
+	spec := randomSpec(*arch, *seed)
+	if err := model.WriteRandomFile(*out, spec); err != nil {
+		return err
+	}
+	if *scale == 1 {
+		return nil
+	}
+	return scaleHead(*out, float32(*scale))
+}
+
+// scaleHead rewrites the F32 file at path with output.weight (else
+// token_embd.weight) multiplied by k: the logits scale by k, so the gap
+// between the top two tokens grows k-fold while the model stays the same
+// function up to the final softmax's temperature.
+func scaleHead(path string, k float32) error {
+	f, err := gguf.Open(path)
+	if err != nil {
+		return err
+	}
+	name := "output.weight"
+	if _, err := f.Tensor(name); err != nil {
+		name = "token_embd.weight"
+	}
+	var ts []gguf.WriteTensor
+	for _, t := range f.Tensors {
+		data := append([]byte(nil), t.Data...)
+		if t.Name == name {
+			if t.Type != ggml.F32 {
+				f.Close()
+				return fmt.Errorf("scale %s: %s is %v, want F32", path, name, t.Type)
+			}
+			for i := 0; i+4 <= len(data); i += 4 {
+				v := math.Float32frombits(binary.LittleEndian.Uint32(data[i:]))
+				binary.LittleEndian.PutUint32(data[i:], math.Float32bits(v*k))
+			}
+		}
+		ts = append(ts, gguf.WriteTensor{Name: t.Name, Type: t.Type, Dims: t.Dims, Data: data})
+	}
+	kvs := f.KV
+	f.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := gguf.Write(tmp, kvs, ts); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
