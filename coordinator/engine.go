@@ -195,9 +195,13 @@ func (e *Engine) Submit(ctx context.Context, p GenParams) (*Stream, error) {
 	// the vocabulary behind the sampled token's (the same token either way).
 	p.Sample.NoLogprob = !p.Logprobs && p.Sample.TopLogprobs == 0
 	// A constrained request's automaton reads its output from here on.
-	p.Sample.OutputStart, p.Sample.Output = 0, nil
+	// max_tokens reserves room to close the document (sample.Params.OutputEnd).
+	p.Sample.OutputStart, p.Sample.Output, p.Sample.OutputEnd = 0, nil, 0
 	if len(p.Sample.Constraint) > 0 {
 		p.Sample.OutputStart = len(p.Prompt)
+		if p.MaxTokens > 0 {
+			p.Sample.OutputEnd = len(p.Prompt) + p.MaxTokens
+		}
 	}
 	st := newStream(p.ID, e.cfg.StreamLimit)
 	sub := submission{p: p, s: st, reply: make(chan error, 1)}

@@ -125,11 +125,13 @@ func (r *Runner) SetVocab(src VocabSource) { r.vocab = src }
 
 // constraint is one constrained sequence's automaton.
 type constraint struct {
-	m     *grammar.Matcher
-	start int // the position of the first generated token
-	next  int // the position of the next token to read
-	end   int32
-	mask  []uint64
+	m      *grammar.Matcher
+	start  int // the position of the first generated token
+	next   int // the position of the next token to read
+	outEnd int // the position after the last token it may generate; 0: no bound
+	end    int32
+	mask   []uint64
+	cands  []int32 // fit's likeliest tokens
 }
 
 // newConstraint compiles p's constraint and reads the output p carries
@@ -146,7 +148,7 @@ func (r *Runner) newConstraint(p *sample.Params, pos int) (*constraint, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &constraint{m: g.NewMatcher(v), start: p.OutputStart, next: p.OutputStart, end: end}
+	c := &constraint{m: g.NewMatcher(v), start: p.OutputStart, next: p.OutputStart, outEnd: p.OutputEnd, end: end}
 	if pos > c.start && len(p.Output) != pos-c.start {
 		return nil, fmt.Errorf("first row at %d carries %d output tokens from %d", pos, len(p.Output), c.start)
 	}
@@ -179,6 +181,82 @@ func (c *constraint) read(pos int, tokens []int32) error {
 func (c *constraint) apply(logits []float32) {
 	c.mask = c.m.Mask(c.mask)
 	maskLogits(logits, c.mask, c.end)
+}
+
+// maxRedraws bounds the draws fit makes, each with the token before it
+// masked out, before it cuts the mask to tokens that fit; fitCands is how
+// many of the likeliest tokens it keeps then, when they fit.
+const (
+	maxRedraws = 3
+	fitCands   = 32
+)
+
+// fit keeps a constrained document closable within the request's
+// max_tokens: s, drawn at pos from logits under the mask, stands if the
+// document can still close in the tokens left after it (a byte per token
+// at worst; grammar.Matcher.CloseAfter). Otherwise the token is masked
+// out and the draw made again, a few times, and then the mask is cut to
+// the likeliest tokens that fit and those along a shortest completion
+// (grammar.Matcher.FitMask) and the draw made from what is left.
+// Everything depends only on the logits and the tokens read, so the
+// numerics contract holds.
+func (c *constraint) fit(logits []float32, pos int, draw func() sample.Result, s sample.Result) sample.Result {
+	left := c.outEnd - pos // tokens it may still generate, this one included
+	if c.outEnd == 0 || left <= 0 || c.m.MinClose() > left {
+		// No bound, or too small a one for any document (a max_tokens
+		// below the shortest document): the draw stands and the output
+		// ends cut, as without a constraint. Otherwise some allowed token
+		// fits (every byte has a token of its own), so the draws below
+		// never run out of tokens.
+		return s
+	}
+	fits := func(id int32) bool {
+		d, ok := c.m.CloseAfter(id)
+		return ok && d <= left-1
+	}
+	for range maxRedraws {
+		if fits(s.Token) {
+			return s
+		}
+		logits[s.Token] = float32(math.Inf(-1))
+		s = draw()
+	}
+	if fits(s.Token) {
+		return s
+	}
+	c.cands = likeliest(logits, fitCands, c.cands)
+	if c.m.FitMask(c.mask, left, c.cands) == 0 {
+		return s // not reached while every byte has a token
+	}
+	maskLogits(logits, c.mask, c.end)
+	return draw()
+}
+
+// likeliest returns the IDs of the k largest finite logits, in dst:
+// ties to the lower ID, so the choice depends on the logits only.
+func likeliest(logits []float32, k int, dst []int32) []int32 {
+	dst = dst[:0]
+	for i, l := range logits {
+		if math.IsInf(float64(l), -1) || math.IsNaN(float64(l)) {
+			continue
+		}
+		if len(dst) == k && l <= logits[dst[k-1]] {
+			continue
+		}
+		// Insert in descending order (ties keep the earlier, lower ID first).
+		j := len(dst)
+		if j < k {
+			dst = append(dst, 0)
+		} else {
+			j = k - 1
+		}
+		for j > 0 && logits[dst[j-1]] < l {
+			dst[j] = dst[j-1]
+			j--
+		}
+		dst[j] = int32(i)
+	}
+	return dst
 }
 
 // ninfs is a word's worth of -Inf, copied over the logits of a word of

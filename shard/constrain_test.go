@@ -11,6 +11,7 @@ import (
 	"github.com/strata-llm/strata/model/grammar"
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/model/tokenizer"
+	"github.com/strata-llm/strata/transport"
 )
 
 const constrainSchema = `{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string","maxLength":6},"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["name","n","ok"],"additionalProperties":false}}}`
@@ -111,6 +112,84 @@ func TestConstrainedDecoding(t *testing.T) {
 	}
 }
 
+// openSchema lets a nonsense model run on: free strings, an unbounded
+// array of them, a free number.
+const openSchema = `{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":{"type":"object","properties":{"title":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}},"x":{"type":"number"}},"required":["title","tags","x"],"additionalProperties":false}}}`
+
+// TestConstrainedDecodingCloses: with OutputEnd (max_tokens), the last
+// stage keeps the document closable and the output is a whole document
+// however tight the budget; without it the same draws run past it.
+func TestConstrainedDecodingCloses(t *testing.T) {
+	m := loadStories(t)
+	f, err := gguf.Open("../../shared/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipe(t, m)
+	p[0].SetVocab(ModelVocab("", f))
+	g, err := grammar.Compile([]byte(openSchema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shortest := g.NewMatcher(func() *grammar.Vocab { v, _, _ := ModelVocab("", f)(); return v }()).MinClose()
+	seq := uint64(100)
+	// run generates up to n tokens with OutputEnd set to the prompt's
+	// length + budget (0: none) and returns them.
+	run := func(seed uint64, n, budget int) []int32 {
+		seq++
+		params := sample.DefaultParams()
+		params.Temperature, params.Seed = 1, seed
+		params.Constraint, params.OutputStart = []byte(openSchema), len(prompt)
+		if budget > 0 {
+			params.OutputEnd = len(prompt) + budget
+		}
+		blocks := []int32{0, 1, 2, 3, 4, 5, 6, 7}
+		rows := []Row{{Seq: seq, First: true, Tokens: prompt, Blocks: blocks, Sample: true, Params: &params}}
+		pos := len(prompt)
+		var out []int32
+		for step := 0; len(out) < n; step++ {
+			res, dropped := p.run(t, Batch{Epoch: 1, ID: seq<<16 | uint64(step), Rows: rows})
+			if len(dropped) > 0 || len(res.Samples) != 1 {
+				t.Fatalf("step %d: dropped %+v, samples %+v", step, dropped, res.Samples)
+			}
+			id := res.Samples[0].Result.Token
+			if tok.IsEOG(id) {
+				break
+			}
+			out = append(out, id)
+			rows = []Row{{Seq: seq, Pos: pos, Tokens: []int32{id}, Blocks: blocks, Sample: true}}
+			pos++
+		}
+		p.run(t, Batch{Epoch: 1, ID: seq<<16 | 0xFFFF, Tombstones: []transport.Tombstone{{Epoch: 1, Seq: seq, Reason: transport.ReasonFinished}}})
+		return out
+	}
+	cut := 0
+	for seed := uint64(1); seed <= 6; seed++ {
+		for _, budget := range []int{shortest, shortest + 3, shortest + 10, 48} {
+			out := run(seed, budget, budget)
+			if text := tok.Decode(out); !g.Match([]byte(text)) {
+				t.Errorf("seed %d, max_tokens %d (shortest document %d bytes): %q is no whole document", seed, budget, shortest, text)
+			}
+			if free := tok.Decode(run(seed, budget, 0)); !g.Match([]byte(free)) {
+				cut++
+			}
+		}
+	}
+	// The property is not vacuous: unbudgeted, the model runs past most
+	// of these budgets.
+	if cut < 12 {
+		t.Errorf("only %d of 24 unbudgeted runs were cut: the budgets test nothing", cut)
+	}
+	if err := p[0].CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
+
 // TestConstraintWithoutVocab: a last stage without a tokenizer drops a
 // constrained sequence's first row rather than sample it free.
 func TestConstraintWithoutVocab(t *testing.T) {
@@ -169,6 +248,16 @@ func BenchmarkMaskLogits(b *testing.B) {
 					maskLogits(logits, mask, 2)
 				}
 			})
+		}
+	}
+}
+
+func TestLikeliest(t *testing.T) {
+	ninf := float32(math.Inf(-1))
+	logits := []float32{0.5, ninf, 2, 0.5, 3, ninf, 2, -1}
+	for k, want := range map[int][]int32{1: {4}, 3: {4, 2, 6}, 5: {4, 2, 6, 0, 3}, 8: {4, 2, 6, 0, 3, 7}} {
+		if got := likeliest(logits, k, nil); !slices.Equal(got, want) {
+			t.Errorf("k %d: %v, want %v", k, got, want)
 		}
 	}
 }

@@ -365,6 +365,9 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 			st.con.apply(logits)
 		}
 		s := r.sampler.Sample(logits, &st.params, st.history, pos)
+		if st.con != nil {
+			s = st.con.fit(logits, pos, func() sample.Result { return r.sampler.Sample(logits, &st.params, st.history, pos) }, s)
+		}
 		res.Samples = append(res.Samples, Sampled{Seq: row.Seq, Result: s, Logprobs: st.logprobs})
 		j++
 	}

@@ -271,10 +271,10 @@ func ParamsToWire(p *sample.Params, logprobs bool) (*pb.SampleParams, error) {
 		Constraint:        p.Constraint,
 		Output:            p.Output,
 	}
-	if len(p.Constraint) > sample.MaxConstraint || p.OutputStart < 0 || p.OutputStart > math.MaxInt32 || len(p.Output) > math.MaxInt32 {
-		return nil, refuse(CodeBadParams, "constraint of %d bytes (limit %d), output_start %d or %d output tokens out of range", len(p.Constraint), sample.MaxConstraint, p.OutputStart, len(p.Output))
+	if len(p.Constraint) > sample.MaxConstraint || p.OutputStart < 0 || p.OutputStart > math.MaxInt32 || len(p.Output) > math.MaxInt32 || p.OutputEnd < 0 || p.OutputEnd > math.MaxInt32 {
+		return nil, refuse(CodeBadParams, "constraint of %d bytes (limit %d), output_start %d, output_end %d or %d output tokens out of range", len(p.Constraint), sample.MaxConstraint, p.OutputStart, p.OutputEnd, len(p.Output))
 	}
-	w.OutputStart = int32(p.OutputStart)
+	w.OutputStart, w.OutputEnd = int32(p.OutputStart), int32(p.OutputEnd)
 	if len(p.LogitBias) > 0 {
 		w.LogitBias = make(map[int32]float32, len(p.LogitBias))
 		for k, v := range p.LogitBias {
@@ -316,6 +316,7 @@ func ParamsFromWire(p *pb.SampleParams, vocab int) (*sample.Params, error) {
 	}
 	out.OutputStart = int(p.GetOutputStart())
 	out.Output = p.GetOutput()
+	out.OutputEnd = int(p.GetOutputEnd())
 	if len(p.GetLogitBias()) > 0 {
 		out.LogitBias = make(map[int32]float32, len(p.GetLogitBias()))
 		for k, v := range p.GetLogitBias() {

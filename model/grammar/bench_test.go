@@ -227,3 +227,57 @@ func BenchmarkNewVocab(b *testing.B) {
 		NewVocab(tv.tok)
 	}
 }
+
+// BenchmarkFitMask is the budget check's cost on the last stage
+// (shard/constrain.go): "step" is what every constrained step with a
+// max_tokens pays (MinClose, and CloseAfter of the token drawn); "fit" is
+// the rare full cut of a mask to the tokens that fit, paid only when a
+// draw does not fit near the end of the budget, here at its worst: inside
+// a free string, where nearly every token is allowed, with exactly the
+// shortest completion's length left.
+func BenchmarkFitMask(b *testing.B) {
+	vocabs := loadBenchVocabs(b)
+	for _, vn := range benchNames {
+		bv := vocabs[vn]
+		if bv == nil {
+			continue
+		}
+		g := benchGrammar(b, benchSchema)
+		m := g.NewMatcher(bv.v)
+		// Into the "bio" string: 12 tokens in.
+		for _, id := range bv.toks[:12] {
+			if err := m.Advance(id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		mask := m.Mask(nil)
+		left := m.MinClose()
+		next := bv.toks[12]
+		b.Run(vn+"/step", func(b *testing.B) {
+			for b.Loop() {
+				if m.MinClose() > left {
+					b.Fatal("MinClose moved")
+				}
+				if _, ok := m.CloseAfter(next); !ok {
+					b.Fatal("next token refused")
+				}
+			}
+		})
+		// 32 candidates, as the last stage passes its likeliest tokens.
+		var cands []int32
+		for id := int32(0); len(cands) < 32; id += 97 {
+			if mask[id>>6]&(1<<(id&63)) != 0 {
+				cands = append(cands, id)
+			}
+		}
+		b.Run(vn+"/fit", func(b *testing.B) {
+			work := make([]uint64, len(mask))
+			kept := 0
+			for b.Loop() {
+				copy(work, mask)
+				kept = m.FitMask(work, left, cands)
+			}
+			b.ReportMetric(float64(kept), "kept")
+		})
+	}
+}

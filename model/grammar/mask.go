@@ -187,6 +187,8 @@ type Matcher struct {
 	chk     [2]config
 	scratch []frame
 	part    []uint64 // one stack's mask, when there are several
+	fit     []int32  // FitMask's tokens kept
+	path    []byte   // FitMask's shortest completion
 }
 
 // NewMatcher returns a matcher at the start of a document, for tokens of

@@ -33,6 +33,13 @@ func bitSet(mask []uint64, id int32) bool { return mask[id>>6]&(1<<(id&63)) != 0
 // output a whole document, by breadth-first search over configurations.
 func shortestCompletion(t *testing.T, m *Matcher) []byte {
 	t.Helper()
+	return shortestCompletionIn(t, m, 0x7E, 0xFF)
+}
+
+// shortestCompletionIn is shortestCompletion with a pass per upper bound
+// of the bytes tried.
+func shortestCompletionIn(t *testing.T, m *Matcher, his ...int) []byte {
+	t.Helper()
 	type item struct {
 		cfg  config
 		path []byte
@@ -67,7 +74,7 @@ func shortestCompletion(t *testing.T, m *Matcher) []byte {
 	}
 	// Printable ASCII first (a completion rarely needs more), then every
 	// byte but whitespace other than '\n'.
-	for _, hi := range []int{0x7E, 0xFF} {
+	for _, hi := range his {
 		queue := []item{{cfg: start}}
 		seen := map[string]bool{keyOf(&start): true}
 		var scratch []frame

@@ -23,6 +23,9 @@ type Grammar struct {
 
 	mu    sync.Mutex
 	masks map[*Vocab]*maskCache
+
+	closeOnce sync.Once
+	cl        *closer // distances to a whole document (close.go)
 }
 
 // SchemaError is a schema the compiler refuses: the part at Pointer (a

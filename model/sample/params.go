@@ -59,6 +59,8 @@ func (p *Params) Validate(vocab int) error {
 		return bad("Constraint", fmt.Sprintf("at most %d bytes", MaxConstraint), len(p.Constraint))
 	case p.OutputStart < 0:
 		return bad("OutputStart", ">= 0", p.OutputStart)
+	case p.OutputEnd != 0 && p.OutputEnd <= p.OutputStart:
+		return bad("OutputEnd", "0 or > OutputStart", p.OutputEnd)
 	case len(p.Output) > 0 && len(p.Constraint) == 0:
 		return bad("Output", "empty without a Constraint", len(p.Output))
 	}

@@ -52,6 +52,12 @@ type Params struct {
 	// skipped by a prefix-cache hit), so that the automaton reads them
 	// although the stage computes nothing for them.
 	Output []int32
+	// OutputEnd is the position after the last token the request may
+	// generate (OutputStart + max_tokens); 0 means no bound. A
+	// constrained sequence's last stage then allows only tokens after which
+	// the document can still close before it, so that max_tokens cuts no
+	// document short.
+	OutputEnd int
 }
 
 // DefaultParams returns greedy sampling with every filter and penalty off.

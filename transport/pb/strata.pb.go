@@ -356,8 +356,12 @@ type SampleParams struct {
 	// output_start is the position of the request's first generated token;
 	// output the generated tokens of a recomputed sequence that precede its
 	// first row (a prefix-cache hit). Both only with constraint.
-	OutputStart   int32   `protobuf:"varint,13,opt,name=output_start,json=outputStart,proto3" json:"output_start,omitempty"`
-	Output        []int32 `protobuf:"varint,14,rep,packed,name=output,proto3" json:"output,omitempty"`
+	OutputStart int32   `protobuf:"varint,13,opt,name=output_start,json=outputStart,proto3" json:"output_start,omitempty"`
+	Output      []int32 `protobuf:"varint,14,rep,packed,name=output,proto3" json:"output,omitempty"`
+	// output_end is the position after the last token the request may
+	// generate (output_start + max_tokens), so that the last stage closes a
+	// constrained document in time; 0 means no bound.
+	OutputEnd     int32 `protobuf:"varint,15,opt,name=output_end,json=outputEnd,proto3" json:"output_end,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -488,6 +492,13 @@ func (x *SampleParams) GetOutput() []int32 {
 		return x.Output
 	}
 	return nil
+}
+
+func (x *SampleParams) GetOutputEnd() int32 {
+	if x != nil {
+		return x.OutputEnd
+	}
+	return 0
 }
 
 // Row is one sequence's slice of a micro-batch: a decode row (one token) or
@@ -3290,7 +3301,7 @@ const file_strata_proto_rawDesc = "" +
 	"\x06FAILED\x10\x05\x12\t\n" +
 	"\x05LEASE\x10\x06\x12\t\n" +
 	"\x05EPOCH\x10\a\x12\r\n" +
-	"\tRECONCILE\x10\b\"\xa9\x04\n" +
+	"\tRECONCILE\x10\b\"\xc8\x04\n" +
 	"\fSampleParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -3309,7 +3320,9 @@ const file_strata_proto_rawDesc = "" +
 	"constraint\x18\f \x01(\fR\n" +
 	"constraint\x12!\n" +
 	"\foutput_start\x18\r \x01(\x05R\voutputStart\x12\x16\n" +
-	"\x06output\x18\x0e \x03(\x05R\x06output\x1a<\n" +
+	"\x06output\x18\x0e \x03(\x05R\x06output\x12\x1d\n" +
+	"\n" +
+	"output_end\x18\x0f \x01(\x05R\toutputEnd\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xb8\x01\n" +
