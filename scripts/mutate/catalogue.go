@@ -42,6 +42,12 @@ const (
 	runCoordLoss = `^Test(Loss|MembershipIsAHint$|EngineFailsDispatched|WaitingForAPipeline|StreamKeepAlive$)`
 )
 
+// The control core's scenario scripts (control/testdata/scenarios): pure,
+// a fraction of a second.
+var pkgControl = []string{"./control"}
+
+const runControlCore = `^TestScenarios$`
+
 // The wire layer's checks and the coordinator's refusals (transport and
 // its callers: a message is validated in one place and refused, counted,
 // never used).
@@ -486,24 +492,25 @@ var catalogue = []mutation{
 		Orig: "t += rates[i].head * float64(shape.HeadBytes)", Repl: "_ = rates[i].head",
 		Why: "placement by speed counts the head as no work: the last stage is overloaded",
 	},
-	// coordinator: losses, placement after them, and membership as a hint.
+	// control core: losses, placement after them, and membership as a hint
+	// (control/core.go, killed by its scenario scripts).
 	{
-		Name: "coord/gossip-outweighs-stream", File: "coordinator/cluster_loss.go", Pkgs: pkgCoord, Run: runCoordLoss,
-		Orig: "if s.connected() && c.answering(s, now) {", Repl: "if false {",
+		Name: "core/gossip-outweighs-stream", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "if s.connected && c.answering(s, now) {", Repl: "if false {",
 		Why: "a gossip death or leave (forgeable) of a shard whose control stream is alive and answering is taken as its loss",
 	},
 	{
-		Name: "coord/min-shards-after-formation", File: "coordinator/cluster_loss.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Name: "core/min-shards-after-formation", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
 		Orig: "if c.active == nil && len(cands) < c.cfg.MinShards {", Repl: "if len(cands) < c.cfg.MinShards {",
 		Why: "--min-shards gates every re-placement: after a loss the streams stay silent though the survivors can hold the model",
 	},
 	{
-		Name: "coord/stream-break-not-a-loss", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordLoss,
-		Orig: `c.lose(s, fmt.Sprintf("control stream closed: %v", e.err), now)`, Repl: "_ = s",
+		Name: "core/stream-break-not-a-loss", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: `c.lose(s, fmt.Sprintf("control stream closed: %v", err), now)`, Repl: "_ = s",
 		Why: "a placed shard whose control stream broke stays placed: nothing re-places, the streams wait for a confirmation",
 	},
 	{
-		Name: "coord/lost-sticks-on-rejoin", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordLoss,
+		Name: "core/lost-sticks-on-rejoin", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
 		Orig: "s.lost = false // it is evidently alive", Repl: "_ = s.lost // it is evidently alive",
 		Why: "a lost shard whose control stream came back stays lost while the stream lives",
 	},
@@ -633,6 +640,16 @@ var catalogue = []mutation{
 		Name: "constrain/carried-output-ignored", File: "shard/constrain.go", Pkgs: pkgShard, Run: "^TestConstrainedDecoding$",
 		Orig: "if err := c.read(c.start, p.Output); err != nil {", Repl: "if err := c.read(c.start, nil); err != nil {",
 		Why: "a recomputed constrained sequence whose prefix came from the cache masks as if its earlier output were not there",
+	},
+	{
+		Name: "constrain/budget-off-by-one", File: "shard/constrain.go", Pkgs: pkgShard, Run: "^TestConstrainedDecodingCloses$",
+		Orig: "return ok && d <= left-1", Repl: "return ok && d <= left",
+		Why: "a drawn token stands when closing the document after it needs every token left: max_tokens cuts the document one byte short",
+	},
+	{
+		Name: "grammar/close-forgets-brace", File: "model/grammar/close.go", Pkgs: []string{"./model/grammar"}, Run: "^TestBudgetedWalkValidates$",
+		Orig: "end[np] = 1", Repl: "end[np] = 0",
+		Why: "the distance to a whole document forgets an object's closing brace: a budgeted document ends unclosed",
 	},
 	{
 		Name: "wire/constraint-output-unbounded", File: "transport/wire.go", Pkgs: []string{"./transport"}, Run: "^TestBatchFromWireRefusals$",
