@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/strata-llm/strata/control"
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
 )
@@ -136,7 +137,9 @@ func TestRemotePendingTombstones(t *testing.T) {
 }
 
 // loopCluster is a Cluster reduced to its loop-owned state: shards a and b
-// placed in placement 1 of epoch 7, both READY, with no network.
+// placed in placement 1 of epoch 7, with no network. Its control core
+// knows no shard: what these tests do (streams, acks, fan-out) asks it
+// for no decision.
 func loopCluster() *Cluster {
 	c := &Cluster{
 		log:     slog.New(slog.DiscardHandler),
@@ -148,8 +151,10 @@ func loopCluster() *Cluster {
 		stopped: make(chan struct{}),
 	}
 	c.cfg.Lease = 3 * time.Second
+	c.core, _ = control.New(control.Config{MinShards: 1, LossConfirm: time.Second, Epoch: 7,
+		Shape: control.Shape{Layers: 1, LayerBytes: []int64{1}, KVBytesPerBlockLayer: 1, BlockSize: 1}})
 	for _, id := range []string{"a", "b"} {
-		c.shards[id] = &shardState{rec: ShardRecord{ShardID: id, NodeID: "node-" + id, Incarnation: 1}, ready: 1}
+		c.shards[id] = &shardState{rec: ShardRecord{ShardID: id, NodeID: "node-" + id, Incarnation: 1}}
 	}
 	return c
 }

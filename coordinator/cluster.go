@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-llm/strata/control"
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 	"github.com/strata-llm/strata/transport/pb"
@@ -172,10 +173,12 @@ const seqReserve = 1 << 20
 const maxUnacked = 1 << 16
 
 // Cluster is the coordinator's side of a strata cluster: the bbolt store,
-// membership, the gRPC service shards talk to, placement, and the remote
-// Pipeline the engine drives. One goroutine (Run's loop) owns the shard
-// registry and the placement; gRPC handlers, links and membership send it
-// events and never lock it.
+// membership, the gRPC service shards talk to, and the remote Pipeline the
+// engine drives. It is the shell of the control core (control.Core), which
+// decides membership, loss and placement: one goroutine (Run's loop) turns
+// gRPC, link and membership happenings into the core's events and carries
+// out the actions it returns (streams, the pipeline, bbolt, logs). gRPC
+// handlers, links and membership send the loop events and never lock it.
 type Cluster struct {
 	cfg   ClusterConfig
 	log   *slog.Logger
@@ -200,39 +203,29 @@ type Cluster struct {
 	refused transport.Refusals
 
 	// Loop-owned.
-	shards      map[string]*shardState // by shard ID
-	active      *Placement
-	restored    *Placement // from the store, until restored or given up
-	nextVersion uint64
-	opening     *link // link being dialed
-	linkRetryAt time.Time
-	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
-	notReady    time.Time // since when no pipeline is ready
-	notReadyWhy string
-	lastLoss    string // the latest loss of a placed shard since the last placement, for reasons
-	cannotPlace bool   // a pipeline had formed, and the shards left cannot hold the model
-	overruled   uint64 // gossip deaths and leaves ignored: the shard's control stream was alive
-	reserved    uint64 // persisted sequence-ID high-water mark
-	rotatedAt   time.Time
-	started     time.Time
+	core   *control.Core          // membership, loss and placement decisions
+	shards map[string]*shardState // by shard ID: the I/O side of each shard the core knows
+	// active is the placement the pipeline carries: the core's latest
+	// ActActivate, carried out (the same, unchanging value as
+	// core.Active()).
+	active    *Placement
+	opening   *link  // link being dialed (the core's ActOpenLink)
+	reserved  uint64 // persisted sequence-ID high-water mark
+	rotatedAt time.Time
 }
 
-// shardState is the loop's record of one registered shard process.
+// shardState is the loop's I/O record of one registered shard process:
+// its registration, control stream, heartbeat and backstop. Whether it is
+// lost, failed or READY is the core's (control.ShardState).
 type shardState struct {
-	rec      ShardRecord
-	ctl      *outbox // nil while its control stream is down
-	lost     bool    // declared lost; excluded from placement until it registers again
-	failed   string  // load failure of the last Assign
-	ready    uint64  // placement version it reported READY for
-	status   pb.Status_State
-	hb       *pb.Heartbeat
-	hbAt     time.Time
-	ctlAt    time.Time // when its current (or last) control stream opened
-	nextAck  uint64
-	unacked  []*pb.Tombstones // ack_id ascending
-	dropped  uint64           // backstop messages dropped past maxUnacked
-	assigned bool             // held a range in some placement (gets spare Assigns)
-	speed    *Speed           // its calibration on the served model; nil: none
+	rec     ShardRecord
+	ctl     *outbox // nil while its control stream is down
+	hb      *pb.Heartbeat
+	hbAt    time.Time
+	nextAck uint64
+	unacked []*pb.Tombstones // ack_id ascending
+	dropped uint64           // backstop messages dropped past maxUnacked
+	speed   *Speed           // its calibration on the served model; nil: none
 }
 
 func (s *shardState) connected() bool { return s.ctl != nil }
@@ -276,16 +269,22 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		store.Close()
 		return nil, err
 	}
+	core, err := control.New(control.Config{Shape: cfg.Shape.Shape, MinShards: cfg.MinShards, KVMemory: cfg.KVMemory,
+		Mix: cfg.PlacementMix, LossConfirm: cfg.LossConfirm, Epoch: st.Epoch, Restored: (*control.Placement)(restored), Start: now})
+	if err != nil {
+		ln.Close()
+		store.Close()
+		return nil, err
+	}
 	c := &Cluster{
 		cfg: cfg, log: cfg.Log.With("component", "cluster"), store: store, start: st, ln: ln,
 		ev: make(chan any), stopped: make(chan struct{}), firstReady: make(chan struct{}),
-		shards:   map[string]*shardState{},
-		restored: restored, nextVersion: 1, reserved: reserved, started: now,
-		notReady: now, notReadyWhy: fmt.Sprintf("waiting for shards (0 of --min-shards %d connected)", cfg.MinShards),
+		core: core, shards: map[string]*shardState{}, reserved: reserved,
 	}
 	c.pipe = newRemote(st.Epoch, cfg.Shape.Vocab, &c.refused)
+	var restoredVersion uint64
 	if restored != nil {
-		c.nextVersion = restored.Version + 1
+		restoredVersion = restored.Version
 	}
 	if err := c.openTrust(now); err != nil {
 		ln.Close()
@@ -303,7 +302,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 	pb.RegisterCoordinatorServer(c.srv, &coordinatorService{c: c})
 	c.publish()
 	c.log.Info("cluster store opened", "cluster_id", st.ClusterID, "epoch", st.Epoch, "prev_epoch", st.PrevEpoch,
-		"first_seq", c.FirstSeq(), "restored_placement", c.nextVersion-1)
+		"first_seq", c.FirstSeq(), "restored_placement", restoredVersion)
 	return c, nil
 }
 
@@ -538,14 +537,6 @@ type (
 	}
 )
 
-// downstreamBackoff is how long the pipeline stays paused after a stage
-// reports its downstream unreachable before the stage-0 link is reopened:
-// long enough for the broken shard's control stream or membership to report
-// the loss (which then holds the pipeline until a new placement), so that
-// requests are not dispatched again and again into a pipeline with a hole,
-// each try costing them a retry.
-const downstreamBackoff = time.Second
-
 // downstreamDown reports whether a stage's BatchFailed reason says the
 // pipeline beyond it is broken, rather than something about the batch.
 func downstreamDown(reason transport.Code) bool {
@@ -589,7 +580,7 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 	case evCtlOpen:
 		err := c.ctlOpen(e.hello, e.out)
 		if err == nil {
-			c.shards[e.hello.GetShardId()].ctlAt = now
+			c.apply(c.core.StreamUp(e.hello.GetShardId(), now))
 		}
 		e.reply <- err
 	case evCtlClosed:
@@ -599,15 +590,7 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 		}
 		s.ctl = nil
 		c.log.Warn("control stream closed", "shard_id", e.shardID, "err", e.err)
-		if c.active.stageOf(e.shardID) >= 0 {
-			// The stream is the truth (DESIGN.md, Membership and
-			// placement). A broken one is a loss now, not after a
-			// confirmation: waiting would keep every stream silent and
-			// save only the KV of the in-flight sequences, which
-			// recomputation restores token-identically. A stream that comes
-			// back is a rejoin (ctlOpen): the shard returns as a spare.
-			c.lose(s, fmt.Sprintf("control stream closed: %v", e.err), now)
-		}
+		c.apply(c.core.StreamDown(e.shardID, e.err, now))
 	case evCtlMsg:
 		s := c.shards[e.shardID]
 		if s == nil || s.ctl != e.out {
@@ -617,10 +600,7 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 	case evLink:
 		c.linkEvent(e, now)
 	case evDownstream:
-		if c.active != nil && c.active.Version == e.version && c.pipe.ready() {
-			c.linkRetryAt = now.Add(downstreamBackoff)
-			c.pauseFor(fmt.Sprintf("shard %s: %s", e.shardID, e.reason), now)
-		}
+		c.apply(c.core.Downstream(e.version, e.shardID, e.reason, now))
 	}
 }
 
@@ -640,11 +620,7 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 	id := fmt.Sprintf("%s-%016x", req.GetNodeId(), req.GetIncarnation())
 	for _, old := range c.shards {
 		if old.rec.NodeID == req.GetNodeId() && old.rec.ShardID != id {
-			c.lose(old, "new incarnation registered", now)
-			if old.ctl != nil {
-				old.ctl.close()
-				old.ctl = nil
-			}
+			c.apply(c.core.Forget(old.rec.ShardID, "new incarnation registered", now))
 			delete(c.shards, old.rec.ShardID)
 		}
 	}
@@ -670,10 +646,11 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		c.log.Info("shard registered", "shard_id", id, "name", rec.Name, "addr", rec.GRPCAddr, "device", rec.Device, "memory", rec.MemoryBytes)
 	} else {
 		rec.Registered = s.rec.Registered
-		s.lost, s.failed = false, ""
 	}
 	s.rec = rec
 	s.speed = SpeedFromWire(req.GetCalibration(), c.cfg.Shape.Model, c.cfg.Shape.Layers)
+	c.apply(c.core.Register(control.ShardInfo{ID: id, NodeID: rec.NodeID, Incarnation: rec.Incarnation, Addr: rec.GRPCAddr,
+		Memory: int64(rec.MemoryBytes), KVMemory: int64(rec.KVMemory), Speed: s.speed, Registered: rec.Registered}, now))
 	if err := c.store.PutShard(rec); err != nil {
 		c.log.Warn("persist shard", "shard_id", id, "err", err)
 	}
@@ -681,10 +658,9 @@ func (c *Cluster) register(req *pb.RegisterRequest, now time.Time) (*pb.Register
 		HeartbeatMs: c.cfg.Heartbeat.Milliseconds(), LeaseMs: c.cfg.Lease.Milliseconds()}, nil
 }
 
-// ctlOpen attaches a control stream to its shard, resends the unacked
-// backstop and, when the shard is placed and not READY for the current
-// version, its Assign; a shard that held a range of an older placement and
-// holds none now gets a spare Assign (it drops the old range and its KV).
+// ctlOpen attaches a control stream to its shard and resends the unacked
+// backstop; the core's StreamUp then decides what else the shard is sent
+// (its Assign again, or a spare Assign).
 func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
 	s := c.shards[h.GetShardId()]
 	switch {
@@ -697,78 +673,47 @@ func (c *Cluster) ctlOpen(h *pb.StreamHello, out *outbox) error {
 		s.ctl.close()
 	}
 	s.ctl = out
-	s.lost = false // it is evidently alive; a placement it broke has moved on, so it returns as a spare
 	for _, t := range s.unacked {
 		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Tombstones{Tombstones: t}})
-	}
-	if i := c.active.stageOf(s.rec.ShardID); i >= 0 && s.ready != c.active.Version {
-		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: c.active.Assign(i, c.cfg.Shape)}})
-	} else if i < 0 && s.assigned && c.active != nil {
-		s.assigned = false
-		out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_Assign{Assign: &pb.Assign{PlacementVersion: c.active.Version, ModelSha256: c.active.Model}}})
 	}
 	c.log.Info("control stream open", "shard_id", s.rec.ShardID, "unacked", len(s.unacked))
 	return nil
 }
 
 func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time) {
+	sid := s.rec.ShardID
 	switch {
 	case m.GetHeartbeat() != nil:
 		s.hb, s.hbAt = m.GetHeartbeat(), now
+		c.apply(c.core.Heartbeat(sid, now))
 	case m.GetAck() != nil:
 		id := m.GetAck().GetAckId()
 		s.unacked = slices.DeleteFunc(s.unacked, func(t *pb.Tombstones) bool { return t.GetAckId() == id })
 	case m.GetStatus() != nil:
 		st := m.GetStatus()
-		s.status = st.GetState()
-		if c.active == nil || st.GetPlacementVersion() != c.active.Version {
-			return
-		}
 		switch st.GetState() {
 		case pb.Status_READY:
-			s.ready = st.GetPlacementVersion()
-			c.log.Info("shard ready", "shard_id", s.rec.ShardID, "placement", s.ready)
+			c.apply(c.core.Loaded(sid, st.GetPlacementVersion(), now))
 		case pb.Status_FAILED:
-			s.failed = st.GetError()
-			c.log.Error("shard failed to load", "shard_id", s.rec.ShardID, "placement", st.GetPlacementVersion(), "err", st.GetError())
-			c.lose(s, "load failed: "+st.GetError(), now)
+			c.apply(c.core.LoadFailed(sid, st.GetPlacementVersion(), st.GetError(), now))
 		}
 	case m.GetFailed() != nil:
-		c.pipe.batchFailed(m.GetFailed(), fromControl(s.rec.ShardID))
+		c.pipe.batchFailed(m.GetFailed(), fromControl(sid))
 	}
-}
-
-// pauseFor stops dispatch and fails every in-flight batch.
-func (c *Cluster) pauseFor(why string, now time.Time) {
-	if l := c.pipe.pause(why); l != nil {
-		l.cancel()
-		c.log.Warn("pipeline paused", "why", why)
-	}
-	if c.opening != nil {
-		c.opening.cancel()
-		c.opening = nil
-	}
-	c.setNotReady(why, now)
-}
-
-func (c *Cluster) setNotReady(why string, now time.Time) {
-	if c.notReady.IsZero() {
-		c.notReady = now
-	}
-	c.notReadyWhy = why
 }
 
 func (c *Cluster) linkEvent(e evLink, now time.Time) {
 	if e.up {
-		if c.opening != e.l || !c.pipe.resume(e.l) {
+		if c.opening != e.l {
 			e.l.cancel()
 			return
 		}
-		c.opening = nil
-		c.linkDown = time.Time{}
-		c.notReady, c.notReadyWhy = time.Time{}, ""
-		c.log.Info("pipeline ready", "placement", e.l.version, "stages", len(c.active.Stages), "kv_blocks", c.active.Blocks)
-		c.readyOnce.Do(func() { close(c.firstReady) })
+		acts := c.core.LinkUp(e.l.version, now)
+		if len(acts) == 0 {
+			e.l.cancel()
+			return
+		}
+		c.apply(acts)
 		return
 	}
 	if c.opening == e.l {
@@ -777,29 +722,7 @@ func (c *Cluster) linkEvent(e evLink, now time.Time) {
 		return // a link already dropped
 	}
 	c.log.Warn("stage-0 link down", "placement", e.l.version, "shard_id", e.l.shardID, "err", e.err)
-	if c.linkDown.IsZero() {
-		c.linkDown = now
-	}
-	c.linkRetryAt = now.Add(250 * time.Millisecond)
-	c.pauseFor(fmt.Sprintf("stage-0 link to %s: %v", e.l.shardID, e.err), now)
-}
-
-// candidates returns the shards placement may use: connected, not lost,
-// not failed, in registration order.
-func (c *Cluster) candidates() []*shardState {
-	var out []*shardState
-	for _, s := range c.shards {
-		if s.connected() && !s.lost && s.failed == "" {
-			out = append(out, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b *shardState) int {
-		if d := a.rec.Registered.Compare(b.rec.Registered); d != 0 {
-			return d
-		}
-		return cmpString(a.rec.ShardID, b.rec.ShardID)
-	})
-	return out
+	c.apply(c.core.LinkDown(e.l.shardID, e.err, now))
 }
 
 func cmpString(a, b string) int {
@@ -812,38 +735,24 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// reconcile moves the cluster toward a ready pipeline: it confirms the
-// loss of a stage 0 whose stage stream stays down, places when none is
-// active or the active one lost a shard, and opens the stage-0 link once
-// every stage is READY.
+// reconcile is the core's Tick, carried out: it confirms what waits on the
+// clock, places, and asks for the stage-0 link once every stage is READY,
+// which only reconcile opens (it has the loop's ctx).
 func (c *Cluster) reconcile(ctx context.Context, now time.Time) {
-	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
-		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
-			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
-		}
-		c.linkDown = time.Time{}
-	}
-	if c.active == nil || c.broken(c.active) {
-		c.place(now)
-		return
-	}
-	if c.pipe.ready() || c.opening != nil || now.Before(c.linkRetryAt) {
-		return
-	}
-	waiting := 0
-	for _, st := range c.active.Stages {
-		s := c.shards[st.ShardID]
-		if !s.connected() || s.ready != c.active.Version {
-			waiting++
+	acts := c.core.Tick(now)
+	for _, a := range acts {
+		if a.Kind == control.ActOpenLink {
+			c.openLink(ctx, (*Placement)(a.Placement))
 		}
 	}
-	if waiting > 0 {
-		c.setNotReady(fmt.Sprintf("placement %d: %d of %d stages loading", c.active.Version, waiting, len(c.active.Stages)), now)
-		return
-	}
-	st0 := c.active.Stages[0]
+	c.apply(acts)
+}
+
+// openLink dials stage 0 of p; the link reports back with evLink.
+func (c *Cluster) openLink(ctx context.Context, p *Placement) {
+	st0 := p.Stages[0]
 	lctx, cancel := context.WithCancel(ctx)
-	l := &link{version: c.active.Version, shardID: st0.ShardID, addr: st0.Addr, queue: make(chan *pb.BatchHeader, linkQueue), cancel: cancel}
+	l := &link{version: p.Version, shardID: st0.ShardID, addr: st0.Addr, queue: make(chan *pb.BatchHeader, linkQueue), cancel: cancel}
 	c.opening = l
 	c.wg.Go(func() { c.runLink(ctx, lctx, l) })
 }

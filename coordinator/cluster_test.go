@@ -405,8 +405,8 @@ func TestClusterRestartEpochAndPlacement(t *testing.T) {
 	if c2.FirstSeq() <= 5000 || c2.FirstSeq() <= first1 {
 		t.Fatalf("FirstSeq %d after dispatching 5000 (before %d)", c2.FirstSeq(), first1)
 	}
-	if c2.restored == nil || c2.restored.Version != 1 || len(c2.restored.Stages) != 1 {
-		t.Fatalf("restored placement = %+v", c2.restored)
+	if r := c2.core.Restored(); r == nil || r.Version != 1 || len(r.Stages) != 1 {
+		t.Fatalf("restored placement = %+v", r)
 	}
 	// The same shard process re-registers under the new epoch and gets the
 	// restored ranges under a new version.

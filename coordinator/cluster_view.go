@@ -116,10 +116,10 @@ func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
 		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
-		MembershipOverruled: c.overruled,
+		MembershipOverruled: c.core.Overruled(),
 	}
 	if !v.Ready {
-		v.NotReadyReason, v.NotReadySince, v.CannotPlace = c.notReadyWhy, c.notReady, c.cannotPlace
+		v.NotReadySince, v.NotReadyReason, v.CannotPlace = c.core.NotReady()
 		if v.NotReadySince.IsZero() {
 			v.NotReadySince = time.Now()
 		}
@@ -143,20 +143,21 @@ func (c *Cluster) publish() {
 			sv.PredictedStageNs = st.PredictedNs
 		}
 		sv.Calibration = s.speed
+		cs, _ := c.core.Shard(s.rec.ShardID) // the core's view: lost, failed, READY
 		if hb := s.hb; hb != nil {
 			sv.KVUsed, sv.KVTotal, sv.Sequences = hb.GetKv().GetBlocksUsed(), hb.GetKv().GetBlocksTotal(), hb.GetKv().GetSequences()
 			sv.InvariantOK = hb.GetInvariantOk()
 		}
 		switch {
-		case s.lost:
+		case cs.Lost:
 			sv.State = "lost"
-		case s.failed != "":
+		case cs.Failed != "":
 			sv.State = "failed"
 		case !s.connected():
 			sv.State = "disconnected"
 		case sv.Stage < 0:
 			sv.State = "idle"
-		case s.ready == c.active.Version:
+		case cs.Ready == c.active.Version:
 			sv.State = "ready"
 		default:
 			sv.State = "loading"

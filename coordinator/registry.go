@@ -53,6 +53,7 @@ func (c *Cluster) expireShards(now time.Time) {
 		if now.Sub(since) < keep {
 			continue
 		}
+		c.core.Forget(id, "", now) // disconnected and unplaced: no action
 		delete(c.shards, id)
 		if err := c.store.DeleteShard(s.rec.NodeID, id); err != nil {
 			c.log.Warn("forget expired shard", "shard_id", id, "err", err)
