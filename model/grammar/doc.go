@@ -194,7 +194,13 @@
 // sampled under the mask ends the sequence with finish_reason "stop". A
 // recomputed sequence re-reads its output as prefill, which reproduces the
 // masks bit for bit; after a prefix-cache hit its first row carries the
-// output the cache skipped (sample.Params.Output). A mask with no bit set
+// output the cache skipped (sample.Params.Output). With the request's
+// end (sample.Params.OutputEnd: prompt + max_tokens), the last stage keeps
+// the document closable in time (close.go): a drawn token stands if
+// [Matcher.CloseAfter] is at most the tokens left after it, else it is
+// drawn again and at last the mask is cut by [Matcher.FitMask] to the
+// likeliest tokens that fit and those spelling a shortest completion. A
+// mask with no bit set
 // cannot occur when the vocabulary can spell every byte (byte-fallback SPM
 // and byte-level BPE can); should it, only the end token is left, and the
 // sequence ends ("stop", the document unfinished) rather than sample
