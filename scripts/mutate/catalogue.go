@@ -515,6 +515,21 @@ var catalogue = []mutation{
 		Why: "a lost shard whose control stream came back stays lost while the stream lives",
 	},
 	{
+		Name: "core/reincarnation-not-a-loss", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "if why != \"\" {\n\t\tc.lose(s, why, now)", Repl: "if false {\n\t\tc.lose(s, why, now)",
+		Why: "a new incarnation of a placed node replaces the old process without a loss: the pipeline keeps dispatching to a shard that is gone",
+	},
+	{
+		Name: "core/heartbeat-not-life", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "s.alive = later(s.alive, now)\n\t}\n\treturn nil", Repl: "_ = later(s.alive, now)\n\t}\n\treturn nil",
+		Why: "heartbeats do not count as a stream's life: a gossip death outweighs a shard that answers, LossConfirm after its stream opened",
+	},
+	{
+		Name: "core/healed-keeps-cannot-place", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "c.cannotPlace = false\n\tif c.dispatching", Repl: "if c.dispatching",
+		Why: "a placement made whole again keeps saying nothing can hold the model: its next pause fails every dispatched request",
+	},
+	{
 		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
 		Orig: "case errors.Is(err, ErrNoFit):\n\t\te.failAll(", Repl: "case false:\n\t\te.failAll(",
 		Why: "when nothing left can hold the model, the requests in flight wait silently instead of ending with a 503",
