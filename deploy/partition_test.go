@@ -88,8 +88,10 @@ const (
 // (10 s) and the shard's lease (15 s), also that the coordinator re-placed
 // the victim's layers and that the victim freed its KV on its own before
 // the heal.
-// It logs the time to detect, the time to service restored and the largest
-// inter-token gap of the streams that completed.
+// It logs the time to detect, the time to service restored, the largest
+// inter-token gap of the streams that completed and their longest silence
+// (the wait for the first token included: a stream that started just
+// before the fault waits there).
 func TestPartitionFaults(t *testing.T) {
 	api := os.Getenv("STRATA_PARTITION_API")
 	if api == "" {
@@ -188,6 +190,7 @@ type faultReport struct {
 	victimEmpty           string        // when the victim's own KV went to zero while cut
 	longest               time.Duration // longest request
 	spanGap               time.Duration // largest gap of completed streams that spanned the fault
+	silence               time.Duration // longest wait of a completed stream for a token: its first, or the next
 	spanning              int           // completed streams that spanned the fault
 	cutTook               time.Duration // how long docker took to make the fault
 	victimFreed           string        // what the victim's own counters say it freed
@@ -206,11 +209,13 @@ func (r faultReport) String() string {
 	slices.Sort(kinds)
 	return fmt.Sprintf("victim %s: %d requests (%d text, %d errors %v), detect %s, service restored %s after the fault, "+
 		"victim back %s after the heal, KV drained %s after the load, largest inter-token gap %s "+
-		"(%s over the %d streams that spanned the fault), longest request %s, placement versions %v, "+
+		"(%s over the %d streams that spanned the fault), longest silence %s (the first token included), "+
+		"longest request %s, placement versions %v, "+
 		"victim freed on its own %s (%s), docker took %s to make the fault",
 		r.victim, r.requests, r.ok, r.errored, kinds, det, r.restored.Round(10*time.Millisecond),
 		r.back.Round(10*time.Millisecond), r.drained.Round(10*time.Millisecond), r.maxGap.Round(time.Millisecond),
-		r.spanGap.Round(time.Millisecond), r.spanning, r.longest.Round(10*time.Millisecond), r.versions,
+		r.spanGap.Round(time.Millisecond), r.spanning, r.silence.Round(time.Millisecond),
+		r.longest.Round(10*time.Millisecond), r.versions,
 		r.victimFreed, r.victimEmpty, r.cutTook.Round(10*time.Millisecond))
 }
 
@@ -319,6 +324,7 @@ func (c *partitionCluster) runFault(ctx context.Context, t *testing.T, f faultRu
 		default:
 			rep.ok++
 			rep.maxGap = max(rep.maxGap, r.maxGap)
+			rep.silence = max(rep.silence, r.maxGap, r.first.Sub(r.start))
 			if r.start.Before(tFault) && r.end.After(tFault) {
 				rep.spanning++
 				rep.spanGap = max(rep.spanGap, r.maxGap)
