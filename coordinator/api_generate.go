@@ -451,6 +451,10 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 		}
 		return ch
 	}
+	callChunk := func(d toolCallDelta) any {
+		return chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.info.Name,
+			Choices: []chatChoice{{Delta: &chatDelta{ToolCalls: []toolCallDelta{d}}}}, Usage: usageNull(g.req.includeUsage)}
+	}
 	if g.req.chat {
 		role := chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.info.Name,
 			Choices: []chatChoice{{Delta: &chatDelta{Role: "assistant", Content: new("")}}}}
@@ -500,11 +504,15 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 			text.WriteString(out)
 		}
 		out := text.String()
+		var calls []toolCallDelta
 		if g.tc != nil {
-			out = g.tc.push(out)
+			out, calls = g.tc.push(out)
 		}
 		if lp := g.takeLogprobs(false); out != "" || lp != nil {
 			ev.send(chunk(out, lp, ""))
+		}
+		for _, d := range calls {
+			ev.send(callChunk(d))
 		}
 	}
 	if ev.err != nil {
@@ -513,22 +521,14 @@ func (s *Server) streamResponse(ctx context.Context, c *call, g *genRun) {
 		return
 	}
 	if g.tc != nil && ev.err == nil {
-		rest, calls := g.tc.finish()
+		rest, calls, ok := g.tc.finishStream()
 		if rest != "" {
 			ev.send(chunk(rest, nil, ""))
 		}
-		// As OpenAI streams calls: per call, a chunk with its index, ID,
-		// type and name (empty arguments), then its arguments.
-		for i, call := range calls {
-			for _, d := range []toolCallDelta{
-				{Index: i, ID: callID(g.tc.ts.syntax), Type: "function", Function: toolFunction{Name: call.Name}},
-				{Index: i, Function: toolFunction{Arguments: call.Arguments}},
-			} {
-				ev.send(chatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: s.info.Name,
-					Choices: []chatChoice{{Delta: &chatDelta{ToolCalls: []toolCallDelta{d}}}}, Usage: usageNull(g.req.includeUsage)})
-			}
+		for _, d := range calls {
+			ev.send(callChunk(d))
 		}
-		if len(calls) > 0 {
+		if ok {
 			g.finish = "tool_calls"
 		}
 	}

@@ -224,20 +224,30 @@ func callID(syn chat.ToolSyntax) string {
 
 // toolStream splits a chat completion into text and calls as it comes:
 // text before a call's start goes out at once (less a partial marker held
-// back); from the call's start everything is held, and parsed at the end.
+// back); from the call's start on, a forced call (tool_choice required or
+// a named function: the grammar shapes it) goes out a piece at a time as
+// OpenAI streams calls, its name once whole and then its arguments; any
+// other output is held from there and parsed at the end (under "auto" the
+// model may write a call that does not parse, which is then text).
 type toolStream struct {
 	ts    *toolSet
 	all   strings.Builder
 	sent  int  // bytes of all given out as text
-	start bool // a call has started: nothing more is given out
+	start bool // a call has started: no more text goes out
+
+	cs   *chat.CallStream // a forced call, streamed
+	id   string           // its call ID, once its name went out
+	name string
+	args strings.Builder // its arguments given out
 }
 
-// push adds text and returns what may go out now. Whitespace at the end
-// is held too: the text before calls is trimmed, as in a whole answer.
-func (t *toolStream) push(text string) string {
+// push adds text and returns the text that may go out now and the pieces
+// of a forced call that are certain. Whitespace at the end is held too:
+// the text before calls is trimmed, as in a whole answer.
+func (t *toolStream) push(text string) (string, []toolCallDelta) {
 	t.all.WriteString(text)
 	if t.start {
-		return ""
+		return "", t.feed(text)
 	}
 	rest := t.all.String()[t.sent:]
 	start, held := t.ts.syntax.CallStart(rest, t.sent == 0)
@@ -246,7 +256,32 @@ func (t *toolStream) push(text string) string {
 		t.start, end = true, start
 	}
 	out := strings.TrimRight(rest[:end], " \t\r\n")
+	var calls []toolCallDelta
+	if t.start && t.ts.choice != "auto" {
+		t.cs = chat.NewCallStream(t.ts.syntax)
+		calls = t.feed(rest[start:])
+	}
 	t.sent += len(out)
+	return out, calls
+}
+
+// feed gives a forced call's new text to its stream and returns the
+// deltas it makes certain: the call's ID, type and name (arguments empty),
+// then pieces of its arguments.
+func (t *toolStream) feed(text string) []toolCallDelta {
+	if t.cs == nil {
+		return nil
+	}
+	name, args := t.cs.Feed(text)
+	var out []toolCallDelta
+	if name != "" {
+		t.id, t.name = callID(t.ts.syntax), name
+		out = append(out, toolCallDelta{Index: 0, ID: t.id, Type: "function", Function: toolFunction{Name: name}})
+	}
+	if args != "" {
+		t.args.WriteString(args)
+		out = append(out, toolCallDelta{Index: 0, Function: toolFunction{Arguments: args}})
+	}
 	return out
 }
 
@@ -266,6 +301,36 @@ func (t *toolStream) finish() (string, []chat.ParsedCall) {
 		return content[t.sent:], calls
 	}
 	return "", calls
+}
+
+// finishStream is finish for a stream: the text still to go out, the
+// deltas of what was not streamed yet (the rest of a streamed call's
+// arguments, whole calls after it), and whether the output ended in calls.
+// A streamed call whose whole text then does not parse as that call (only
+// when max_tokens is below the shortest call) ends there: what went out
+// stays the answer.
+func (t *toolStream) finishStream() (string, []toolCallDelta, bool) {
+	rest, calls := t.finish()
+	var out []toolCallDelta
+	first := 0
+	if t.id != "" {
+		sent := t.args.String()
+		if len(calls) == 0 || calls[0].Name != t.name || !strings.HasPrefix(calls[0].Arguments, sent) {
+			return "", nil, false
+		}
+		if more := calls[0].Arguments[len(sent):]; more != "" {
+			out = append(out, toolCallDelta{Index: 0, Function: toolFunction{Arguments: more}})
+		}
+		first = 1
+	}
+	// As OpenAI streams calls: per call, a chunk with its index, ID, type
+	// and name (empty arguments), then its arguments.
+	for i := first; i < len(calls); i++ {
+		out = append(out,
+			toolCallDelta{Index: i, ID: callID(t.ts.syntax), Type: "function", Function: toolFunction{Name: calls[i].Name}},
+			toolCallDelta{Index: i, Function: toolFunction{Arguments: calls[i].Arguments}})
+	}
+	return rest, out, len(calls) > 0
 }
 
 // toolMessage reads an assistant message's tool_calls and a tool

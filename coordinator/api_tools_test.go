@@ -29,10 +29,14 @@ func TestToolStream(t *testing.T) {
 		{chat.Llama3, true, []string{"Hi {", "x}"}, "Hi {x}", "", nil},
 		{chat.Mistral, true, []string{"[TOOL_", "CALLS]f[ARGS]{\"a\": [1]}"}, "", "", []string{`f{"a":[1]}`}},
 	} {
-		ts := &toolStream{ts: &toolSet{syntax: tc.syn, parallel: tc.parallel}}
+		ts := &toolStream{ts: &toolSet{syntax: tc.syn, parallel: tc.parallel, choice: "auto"}}
 		var sent strings.Builder
 		for _, p := range tc.pieces {
-			sent.WriteString(ts.push(p))
+			out, calls := ts.push(p)
+			if calls != nil {
+				t.Errorf("%v %q: a call streamed under tool_choice auto", tc.syn, tc.pieces)
+			}
+			sent.WriteString(out)
 		}
 		rest, calls := ts.finish()
 		var got []string
@@ -41,6 +45,56 @@ func TestToolStream(t *testing.T) {
 		}
 		if sent.String() != tc.sent || rest != tc.rest || strings.Join(got, " ") != strings.Join(tc.calls, " ") {
 			t.Errorf("%v %q: sent %q, rest %q, calls %v; want %q, %q, %v", tc.syn, tc.pieces, sent.String(), rest, got, tc.sent, tc.rest, tc.calls)
+		}
+	}
+}
+
+// TestToolStreamForced: a forced call goes out as it comes, as OpenAI
+// streams calls (ID, type and name first; arguments in pieces); the end
+// adds nothing the pieces did not say, and joined they are the call the
+// whole text parses to.
+func TestToolStreamForced(t *testing.T) {
+	for _, tc := range []struct {
+		syn    chat.ToolSyntax
+		pieces []string
+		call   string
+	}{
+		{chat.Hermes, []string{"<tool_", "call>\n{\"name\": \"get_", "weather\", \"arguments\": {\"city\"", ": \"Par", "is\", \"days\": [1,\n 2]}}\n</tool_call>"}, `get_weather{"city":"Paris","days":[1,2]}`},
+		{chat.Mistral, []string{"[TOOL_CALLS]f[AR", "GS]{\"a\"", ": [1]}"}, `f{"a":[1]}`},
+		{chat.Llama3, []string{"{\"name\": \"f\", \"parameters\": {", "}}"}, `f{}`},
+	} {
+		ts := &toolStream{ts: &toolSet{syntax: tc.syn, choice: "required"}}
+		var deltas []toolCallDelta
+		for i, p := range tc.pieces {
+			out, calls := ts.push(p)
+			if out != "" {
+				t.Errorf("%v: text %q beside a forced call", tc.syn, out)
+			}
+			if i == len(tc.pieces)-2 && len(calls) == 0 && len(deltas) == 0 {
+				t.Errorf("%v: nothing streamed before the call's end", tc.syn)
+			}
+			deltas = append(deltas, calls...)
+		}
+		rest, more, ok := ts.finishStream()
+		if rest != "" || !ok {
+			t.Errorf("%v: rest %q, ok %v", tc.syn, rest, ok)
+		}
+		if len(more) != 0 {
+			t.Errorf("%v: the end added %+v", tc.syn, more)
+		}
+		deltas = append(deltas, more...)
+		if len(deltas) < 2 || deltas[0].ID == "" || deltas[0].Type != "function" || deltas[0].Function.Arguments != "" {
+			t.Fatalf("%v: first delta %+v", tc.syn, deltas)
+		}
+		got := deltas[0].Function.Name
+		for _, d := range deltas[1:] {
+			if d.ID != "" || d.Function.Name != "" || d.Index != 0 {
+				t.Errorf("%v: later delta %+v", tc.syn, d)
+			}
+			got += d.Function.Arguments
+		}
+		if got != tc.call {
+			t.Errorf("%v: streamed %q, want %q", tc.syn, got, tc.call)
 		}
 	}
 }
