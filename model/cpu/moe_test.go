@@ -26,9 +26,19 @@ func (b *countingBackend) MatMul(w *model.Weight, x []float32, rows int, out []f
 // TestMoEStreamsEachExpertOnce: in one forward pass of a batch of several
 // sequences, every expert's matrices are multiplied at most once per layer
 // (each chosen expert's weights stream once per batch), the router once
-// over every token, and the experts' rows add up to ExpertsUsed per token.
+// over every token, and the experts' rows add up to ExpertsUsed per token;
+// a shared expert's matrices (qwen2moe), with its gate, once over every
+// token.
 func TestMoEStreamsEachExpertOnce(t *testing.T) {
-	spec := model.RandomSpec{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Experts: 8, ExpertsUsed: 2, ExpertFF: 32, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 7}
+	for _, spec := range []model.RandomSpec{
+		{Arch: "qwen3moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Experts: 8, ExpertsUsed: 2, ExpertFF: 32, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 7},
+		{Arch: "qwen2moe", Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Experts: 8, ExpertsUsed: 2, ExpertFF: 32, SharedFF: 64, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 7},
+	} {
+		t.Run(spec.Arch, func(t *testing.T) { testMoEStreamsEachExpertOnce(t, spec) })
+	}
+}
+
+func testMoEStreamsEachExpertOnce(t *testing.T, spec model.RandomSpec) {
 	f, err := model.RandomFile(spec)
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +91,16 @@ func TestMoEStreamsEachExpertOnce(t *testing.T) {
 		}
 		if used < 3 {
 			t.Fatalf("layer %d: only %d experts chosen over %d tokens: routing is degenerate", l, used, T)
+		}
+		for _, mat := range []string{"gate_inp_shexp", "gate_shexp", "up_shexp", "down_shexp"} {
+			name := fmt.Sprintf("blk.%d.ffn_%s.weight", l, mat)
+			want, wantRows := 0, 0
+			if spec.Arch == "qwen2moe" {
+				want, wantRows = 1, T
+			}
+			if n, r := be.calls[name], be.rows[name]; n != want || r != wantRows {
+				t.Fatalf("layer %d: %s multiplied %d times over %d rows, want %d over %d", l, name, n, r, want, wantRows)
+			}
 		}
 	}
 }
