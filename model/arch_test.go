@@ -230,18 +230,18 @@ func TestGemma2Config(t *testing.T) {
 		}
 	})
 	t.Run("27B query scale", func(t *testing.T) {
-		s := spec
-		s.Layers, s.HeadDim, s.FF, s.Vocab = 46, 32, 8, 263
-		f, err := RandomFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := Load(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.QueryScale != 0.25 || m.HeadDim != 32 {
-			t.Fatalf("query scale %g with head dim %d, want 1/sqrt(64/4)", m.QueryScale, m.HeadDim)
+		// llama.cpp scales the 46-layer model's queries by 1/sqrt(Embd/Heads),
+		// every other one's by 1/sqrt(HeadDim); the keys alone decide it.
+		kv := setKV(kvs, "gemma2.attention.key_length", uint32(32))
+		kv = setKV(kv, "gemma2.attention.value_length", uint32(32))
+		for layers, want := range map[uint32]float32{46: 0.25, 45: 1 / float32(math.Sqrt(32))} {
+			c, err := ConfigFromGGUF(writeParse(t, setKV(kv, "gemma2.block_count", layers), ts))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.QueryScale != want || c.HeadDim != 32 {
+				t.Fatalf("%d layers: query scale %g with head dim %d, want %g", layers, c.QueryScale, c.HeadDim, want)
+			}
 		}
 	})
 }
