@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"time"
 )
@@ -85,6 +86,12 @@ type ShardView struct {
 	// of the placement's mix (PlacementMix).
 	Calibration      *Speed `json:"calibration,omitempty"`
 	PredictedStageNs int64  `json:"predicted_stage_ns,omitempty"`
+	// Batches and BusyNs are the batches the shard has processed and the
+	// time it spent on them, over its life (its last heartbeat's counters;
+	// a local shard's read directly): their rates are the stage's measured
+	// time per batch, beside PredictedStageNs.
+	Batches uint64 `json:"batches"`
+	BusyNs  int64  `json:"busy_ns"`
 }
 
 // View returns the latest snapshot, published by the loop after every
@@ -147,6 +154,7 @@ func (c *Cluster) publish() {
 		if hb := s.hb; hb != nil {
 			sv.KVUsed, sv.KVTotal, sv.Sequences = hb.GetKv().GetBlocksUsed(), hb.GetKv().GetBlocksTotal(), hb.GetKv().GetSequences()
 			sv.InvariantOK = hb.GetInvariantOk()
+			sv.Batches, sv.BusyNs = hb.GetCounters().GetBatches(), int64(min(hb.GetCounters().GetBusyNs(), math.MaxInt64))
 		}
 		switch {
 		case cs.Lost:

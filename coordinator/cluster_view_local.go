@@ -81,6 +81,7 @@ func (v *LocalView) View() ClusterView {
 		}
 		sv.Local = true
 		sv.KVUsed, sv.KVTotal, sv.Sequences = uint64(s.BlocksUsed), uint64(s.BlocksTotal), uint64(s.Sequences)
+		sv.Batches, sv.BusyNs = s.Batches, int64(s.Busy)
 		good := s.InvariantOK && allocOK && s.BlocksUsed >= 0 && s.BlocksUsed <= s.BlocksTotal
 		if idle && sv.Stage >= 0 && (s.BlocksUsed != st.KV.Used || s.Sequences != st.KV.Sequences) {
 			since, seen := v.mismatch[sv.ShardID]

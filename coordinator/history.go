@@ -54,9 +54,9 @@ type ShardKV struct {
 	Stage   int    `json:"stage"` // -1: spare
 	Used    uint64 `json:"used"`
 	Total   uint64 `json:"total"`
-	// MSPerBatch is the shard's compute time per batch in that second:
-	// known for in-process shards (ServerConfig.StageTimings), null for
-	// remote ones and in seconds without batches.
+	// MSPerBatch is the shard's compute time per batch in that second, from
+	// the view's Batches and BusyNs (a remote shard's as of its latest
+	// heartbeat, so it lags by up to one); null in seconds without batches.
 	MSPerBatch *float64 `json:"ms_per_batch"`
 }
 
@@ -301,11 +301,6 @@ func (sp *sampler) sample(now time.Time) Sample {
 	}
 	sp.prevAt, sp.prevTok, sp.ttft, sp.itl = now, st.GeneratedTokens, ttft, itl
 	stages := map[string]StageTiming{}
-	if s.cfg.StageTimings != nil {
-		for _, t := range s.cfg.StageTimings() {
-			stages[t.Shard] = t
-		}
-	}
 	if s.cfg.View != nil {
 		for _, sh := range s.cfg.View().Shards {
 			if len(out.ShardsKV) == historyShards {
@@ -315,9 +310,10 @@ func (sp *sampler) sample(now time.Time) Sample {
 				continue
 			}
 			k := ShardKV{ShardID: sh.ShardID, Stage: sh.Stage, Used: sh.KVUsed, Total: sh.KVTotal}
-			cur, ok := stages[sh.ShardID]
+			cur := StageTiming{Shard: sh.ShardID, Batches: sh.Batches, Busy: time.Duration(sh.BusyNs)}
+			stages[sh.ShardID] = cur
 			prev, had := sp.stages[sh.ShardID]
-			if ok && had && cur.Batches > prev.Batches && cur.Busy >= prev.Busy {
+			if had && cur.Batches > prev.Batches && cur.Busy >= prev.Busy {
 				ms := float64(cur.Busy-prev.Busy) / float64(time.Millisecond) / float64(cur.Batches-prev.Batches)
 				k.MSPerBatch = &ms
 			}

@@ -50,18 +50,19 @@ func TestHistoryRingBounded(t *testing.T) {
 // latency percentiles of the tokens of that second; it returns when its
 // context ends.
 func TestHistorySampledEverySecond(t *testing.T) {
-	view := ClusterView{Shards: []ShardView{{ShardID: "b", Stage: 1, KVUsed: 5, KVTotal: 10}, {ShardID: "a", Stage: 0, KVUsed: 7, KVTotal: 10},
-		{ShardID: "c", Stage: -1, KVUsed: 3, KVTotal: 10, State: "lost"}}}
-	// Shard a (in-process) does 4 batches of 2.5 ms a second; b is remote.
-	var timingsMu sync.Mutex
+	// Shard a does 4 batches of 2.5 ms a second (its counters in the view,
+	// as a heartbeat or an in-process shard reports them); b reports none.
+	var viewMu sync.Mutex
 	var aBatches uint64
-	timings := func() []StageTiming {
-		timingsMu.Lock()
-		defer timingsMu.Unlock()
+	view := func() ClusterView {
+		viewMu.Lock()
+		defer viewMu.Unlock()
 		aBatches += 4
-		return []StageTiming{{Shard: "a", Batches: aBatches, Busy: time.Duration(aBatches) * 2500 * time.Microsecond}}
+		return ClusterView{Shards: []ShardView{{ShardID: "b", Stage: 1, KVUsed: 5, KVTotal: 10},
+			{ShardID: "a", Stage: 0, KVUsed: 7, KVTotal: 10, Batches: aBatches, BusyNs: int64(aBatches) * 2500_000},
+			{ShardID: "c", Stage: -1, KVUsed: 3, KVTotal: 10, State: "lost"}}}
 	}
-	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: func() ClusterView { return view }, StageTimings: timings}})
+	h := newHarness(t, harnessOpts{cfg: ServerConfig{View: view}})
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup

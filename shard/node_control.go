@@ -364,6 +364,7 @@ func (n *Node) heartbeat(epoch uint64) *pb.Heartbeat {
 		FreedEpoch:          s.Freed[Epoch],
 		Batches:             cs.batches,
 		Tokens:              cs.tokens,
+		BusyNs:              uint64(cs.busy),
 	}
 	for _, r := range []Reason{Finished, Aborted, Timeout, Preempted, Failed} {
 		if v := s.Freed[r]; v > 0 {

@@ -43,9 +43,11 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 	defer func() { cancel(); <-load }()
 
 	type shard struct {
-		Name  string `json:"name"`
-		Stage int    `json:"stage"`
-		State string `json:"state"`
+		Name    string `json:"name"`
+		Stage   int    `json:"stage"`
+		State   string `json:"state"`
+		Batches uint64 `json:"batches"`
+		BusyNs  int64  `json:"busy_ns"`
 	}
 	view := func() []shard {
 		var v struct {
@@ -68,6 +70,16 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 		return len(h.Samples), events
 	}
 	waitFor(t, "two history samples", 30*time.Second, func() bool { n, _ := history(); return n >= 2 })
+	// Each shard's heartbeats carry its batches and busy time, which the
+	// page turns into a measured time per batch beside the prediction.
+	waitFor(t, "every placed shard's batches and busy time", 30*time.Second, func() bool {
+		for _, s := range view() {
+			if s.Stage >= 0 && (s.Batches == 0 || s.BusyNs <= 0) {
+				return false
+			}
+		}
+		return true
+	})
 
 	stage := map[int]string{}
 	for _, s := range view() {
@@ -87,6 +99,9 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 	}
 	if want := []string{"coordinator", stage[0], stage[1], stage[2]}; strings.Join(names, "|") != strings.Join(want, "|") || !strings.Contains(pipe, "node back") {
 		t.Errorf("pipeline drawn as %q, want %q then back to the coordinator", names, want)
+	}
+	if n := strings.Count(pipe, " ms per batch<"); n != 3 {
+		t.Errorf("%d of the 3 remote stages show a measured time per batch", n)
 	}
 	points := func(dom string) int {
 		m := regexp.MustCompile(`data-points="(\d+)"`).FindStringSubmatch(domSection(t, dom, `id="chart-toks"`, `</svg>`))

@@ -2488,8 +2488,12 @@ type Counters struct {
 	Batches             uint64            `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
 	BatchesFailed       uint64            `protobuf:"varint,7,opt,name=batches_failed,json=batchesFailed,proto3" json:"batches_failed,omitempty"`
 	Tokens              uint64            `protobuf:"varint,8,opt,name=tokens,proto3" json:"tokens,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// busy_ns is the time spent processing those batches (the forward pass
+	// and sampling), so that the coordinator can show a remote stage's
+	// measured time per batch beside placement's prediction.
+	BusyNs        uint64 `protobuf:"varint,9,opt,name=busy_ns,json=busyNs,proto3" json:"busy_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Counters) Reset() {
@@ -2574,6 +2578,13 @@ func (x *Counters) GetBatchesFailed() uint64 {
 func (x *Counters) GetTokens() uint64 {
 	if x != nil {
 		return x.Tokens
+	}
+	return 0
+}
+
+func (x *Counters) GetBusyNs() uint64 {
+	if x != nil {
+		return x.BusyNs
 	}
 	return 0
 }
@@ -3483,7 +3494,7 @@ const file_strata_proto_rawDesc = "" +
 	"\vblocks_used\x18\x01 \x01(\x04R\n" +
 	"blocksUsed\x12!\n" +
 	"\fblocks_total\x18\x02 \x01(\x04R\vblocksTotal\x12\x1c\n" +
-	"\tsequences\x18\x03 \x01(\x04R\tsequences\"\xa3\x03\n" +
+	"\tsequences\x18\x03 \x01(\x04R\tsequences\"\xbc\x03\n" +
 	"\bCounters\x12Y\n" +
 	"\x12tombstones_applied\x18\x01 \x03(\v2*.strata.v1.Counters.TombstonesAppliedEntryR\x11tombstonesApplied\x122\n" +
 	"\x15unknown_sequence_rows\x18\x02 \x01(\x04R\x13unknownSequenceRows\x12\x1f\n" +
@@ -3494,7 +3505,8 @@ const file_strata_proto_rawDesc = "" +
 	"freedEpoch\x12\x18\n" +
 	"\abatches\x18\x06 \x01(\x04R\abatches\x12%\n" +
 	"\x0ebatches_failed\x18\a \x01(\x04R\rbatchesFailed\x12\x16\n" +
-	"\x06tokens\x18\b \x01(\x04R\x06tokens\x1aD\n" +
+	"\x06tokens\x18\b \x01(\x04R\x06tokens\x12\x17\n" +
+	"\abusy_ns\x18\t \x01(\x04R\x06busyNs\x1aD\n" +
 	"\x16TombstonesAppliedEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xe3\x01\n" +
