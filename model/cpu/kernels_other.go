@@ -12,7 +12,13 @@ func archPanels(ggml.Type) *panelSet { return nil }
 
 // archWsum returns nil: other architectures run the portable loop.
 
-const haveAVX512 = false
+const (
+	haveAVX512 = false
+	haveF16C   = false
+)
+
+func f16AxpyAVX2(n int, acc *uint16, v *uint16, vs float32) { panic("unreachable") }
+func f16RescaleAVX2(n int, acc *uint16, ms float32)         { panic("unreachable") }
 
 func swigluAVX512(n int, gate, up *float32)                     { panic("unreachable") }
 func expSubAVX512(n int, x *float32, sub float32, dst *float32) { panic("unreachable") }

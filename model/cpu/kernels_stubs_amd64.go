@@ -1178,3 +1178,13 @@ func q51AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16AxpyAVX2 sets acc[i] = f16(fma(v[i], vs, acc[i])) for i < n (a multiple of 8).
+//
+//go:noescape
+func f16AxpyAVX2(n int, acc *uint16, v *uint16, vs float32)
+
+// f16RescaleAVX2 sets acc[i] = f16(acc[i] * ms) for i < n (a multiple of 8).
+//
+//go:noescape
+func f16RescaleAVX2(n int, acc *uint16, ms float32)

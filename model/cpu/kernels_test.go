@@ -172,7 +172,7 @@ func TestVecDotPortableSwitch(t *testing.T) {
 // SIMD path's chunks.
 func TestAttendEqualsPortable(t *testing.T) {
 	testAttendEqualsPortable(t)
-	avx2Only = true // the portable loops with the AVX2 score kernels
+	avx2Only = true // the portable loops with the AVX2 score and value kernels
 	defer func() { avx2Only = false }()
 	testAttendEqualsPortable(t)
 }

@@ -261,6 +261,9 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o
 	}
 	clear(acc)
 	t := f16Table
+	// A CPU with F16C but no AVX-512 (attendSIMD) runs the element loops
+	// eight at a time with f16AxpyAVX2 and f16RescaleAVX2: the same bits.
+	simd, n8 := haveF16C && !portableOnly && hd >= 8, hd&^7
 	M := float32(math.Inf(-1))
 	var S float32
 	for j, s := range scores {
@@ -268,16 +271,26 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o
 		if s > M {
 			ms = expf(M - s)
 			M = s
-			for i, a := range acc {
-				acc[i] = ggml.F32ToF16(float32(t[a] * ms))
+			k := 0
+			if simd {
+				f16RescaleAVX2(n8, &acc[0], ms)
+				k = n8
+			}
+			for i := k; i < hd; i++ {
+				acc[i] = ggml.F32ToF16(float32(t[acc[i]] * ms))
 			}
 		} else {
 			vs = expf(s - M)
 		}
 		off := c.offset(layer, blocks, lo+j) + hoff
 		v := unsafe.Slice((*uint16)(unsafe.Pointer(&c.v[off])), hd)
-		for i, a := range acc {
-			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[a]))
+		k := 0
+		if simd {
+			f16AxpyAVX2(n8, &acc[0], &v[0], vs)
+			k = n8
+		}
+		for i := k; i < hd; i++ {
+			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[acc[i]]))
 		}
 		S = fma32(S, ms, vs)
 	}

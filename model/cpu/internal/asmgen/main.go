@@ -172,6 +172,7 @@ func main() {
 			ret()
 		}
 	}
+	f16AccAVX2()
 	Generate()
 }
 
