@@ -66,7 +66,9 @@ type llamaRun struct {
 // through strata, five prompts × 64 greedy tokens (fewer where llama.cpp
 // stops at the end-of-text token). Tokens must be equal
 // except where strata, fed llama.cpp's tokens, has llama.cpp's choice within
-// llamaTieMargin of its best (a measured near tie), and the first token's
+// llamaTieMargin of its best (a measured near tie) or llama.cpp itself, with
+// flash attention off, parts from its own run there or earlier, and the
+// first token's
 // top-10 log-probabilities within max(2e-3, llama.cpp's own spread between
 // flash attention on and off on the same file). It logs one README table
 // row per file.
@@ -124,10 +126,20 @@ func TestRandomArchsMatchLlamaCppServer(t *testing.T) {
 					equal, total = equal+n, total+len(got)
 					if n < len(got) {
 						margin := forcedMargin(t, newEngine(t, m, 2, 8, ggml.F16), r.Prompt, r.Tokens, n)
-						ties = append(ties, fmt.Sprintf("%d@%d: %.4f", i, n, margin))
-						if margin > llamaTieMargin {
-							t.Errorf("prompt %d diverges at token %d by %.4f logits, more than a near tie (%.2f)", i, n, margin, llamaTieMargin)
+						tie := fmt.Sprintf("%d@%d: %.4f", i, n, margin)
+						// llama.cpp parting from itself there (flash attention
+						// off) shows a tie too, one a mixture of experts can
+						// widen: a near tie in the router picks other experts.
+						self := 0
+						for self < len(r.Tokens) && self < len(off[i].Tokens) && off[i].Tokens[self] == r.Tokens[self] {
+							self++
 						}
+						if self <= n {
+							tie += fmt.Sprintf(" (FA off parts at %d)", self)
+						} else if margin > llamaTieMargin {
+							t.Errorf("prompt %d diverges at token %d by %.4f logits, more than a near tie (%.2f), where llama.cpp with flash attention off does not", i, n, margin, llamaTieMargin)
+						}
+						ties = append(ties, tie)
 					}
 					lp := firstLogprobs(t, newEngine(t, m, 2, 8, ggml.F16), r.Prompt)
 					for id, want := range r.Top10 {
