@@ -172,8 +172,13 @@ func (ts *toolSet) constraint() ([]byte, *apiError) {
 			return nil, invalid(field, "%s: %v", field, err)
 		}
 	}
-	pre, schema, suf := ts.syntax.CallGrammar(names, params)
-	rf := grammar.WrapFormat(pre, schema, suf)
+	// tool_choice required with parallel_tool_calls: one or more calls; a
+	// named function: that one call.
+	f := ts.syntax.CallGrammar(names, params, ts.choice == "required" && ts.parallel)
+	rf := grammar.WrapFormat(f.Prefix, f.Schema, f.Suffix)
+	if f.Repeat {
+		rf = grammar.WrapRepeatFormat(f.Prefix, f.Schema, f.Suffix, f.Sep)
+	}
 	if len(rf) > sample.MaxConstraint {
 		return nil, invalid("tools", "the tools' parameters schemas are too large to enforce (%d bytes, limit %d)", len(rf), sample.MaxConstraint)
 	}

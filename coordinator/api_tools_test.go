@@ -98,3 +98,38 @@ func TestToolStreamForced(t *testing.T) {
 		}
 	}
 }
+
+// TestToolStreamForcedSeveral: under tool_choice required with parallel
+// calls, the first call streams as it comes and the rest follow whole at
+// the end, each with its own index and ID.
+func TestToolStreamForcedSeveral(t *testing.T) {
+	ts := &toolStream{ts: &toolSet{syntax: chat.Hermes, choice: "required", parallel: true}}
+	var deltas []toolCallDelta
+	for _, p := range []string{"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ", "1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arg", "uments\": {}}\n</tool_call>"} {
+		_, d := ts.push(p)
+		deltas = append(deltas, d...)
+	}
+	streamed := len(deltas)
+	rest, more, ok := ts.finishStream()
+	if rest != "" || !ok {
+		t.Fatalf("rest %q, ok %v", rest, ok)
+	}
+	deltas = append(deltas, more...)
+	calls := map[int]string{}
+	ids := map[int]string{}
+	for _, d := range deltas {
+		calls[d.Index] += d.Function.Name + d.Function.Arguments
+		if d.ID != "" {
+			if ids[d.Index] != "" {
+				t.Errorf("call %d has two IDs", d.Index)
+			}
+			ids[d.Index] = d.ID
+		}
+	}
+	if calls[0] != `f{"a":1}` || calls[1] != `g{}` || len(calls) != 2 || ids[0] == "" || ids[1] == "" || ids[0] == ids[1] {
+		t.Errorf("calls %v, IDs %v", calls, ids)
+	}
+	if streamed < 2 {
+		t.Errorf("the first call was not streamed (%d deltas before the end)", streamed)
+	}
+}

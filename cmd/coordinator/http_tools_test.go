@@ -64,12 +64,13 @@ var timeTool = openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompl
 // TestSDKToolCalls drives a tool-call loop with the OpenAI Go SDK through
 // a shard, for each tools template (Qwen3's and Hermes 3's <tool_call>,
 // Mistral Small 3.2's [TOOL_CALLS], Llama 3.1's JSON): with tool_choice
-// required, or the function named, the demo model's nonsense is
-// constrained to a valid call
-// (its arguments parse and hold the schema's required fields), returned
+// required (one or more calls; exactly one without parallel_tool_calls),
+// or the function named (one call), the demo model's nonsense is
+// constrained to valid calls
+// (their arguments parse and hold the schema's required fields), returned
 // as tool_calls with finish_reason "tool_calls", whole and streamed alike;
-// the call and a tool message with its result then render back through
-// the template for the answer.
+// the calls and a tool message per call with its result then render back
+// through the template for the answer.
 func TestSDKToolCalls(t *testing.T) {
 	for _, file := range []string{
 		"tools/Qwen-Qwen3-0.6B.jinja",
@@ -83,30 +84,40 @@ func TestSDKToolCalls(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Oslo?")}
+			several := 0
 			for _, tc := range []struct {
-				name   string
-				choice openai.ChatCompletionToolChoiceOptionUnionParam
-				want   string
+				name     string
+				choice   openai.ChatCompletionToolChoiceOptionUnionParam
+				want     string
+				parallel bool
+				seed     int64
 			}{
-				{"required", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, ""},
-				{"named", openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_time"}), "get_time"},
+				{"required", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "", true, 3},
+				{"required/2", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "", true, 4},
+				{"required/one", openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}, "", false, 3},
+				{"named", openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "get_time"}), "get_time", true, 3},
 			} {
 				params := openai.ChatCompletionNewParams{
 					Messages: msgs, Tools: []openai.ChatCompletionToolUnionParam{weatherTool, timeTool},
-					ToolChoice: tc.choice, MaxTokens: openai.Int(120), Seed: openai.Int(3),
+					ToolChoice: tc.choice, MaxTokens: openai.Int(160), Seed: openai.Int(tc.seed),
+					ParallelToolCalls: openai.Bool(tc.parallel),
 				}
 				whole, err := client.Chat.Completions.New(ctx, params)
 				if err != nil {
 					t.Fatalf("%s: %v", tc.name, err)
 				}
 				ch := whole.Choices[0]
-				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) != 1 {
+				if ch.FinishReason != "tool_calls" || len(ch.Message.ToolCalls) == 0 || (len(ch.Message.ToolCalls) > 1 && (!tc.parallel || tc.want != "")) {
 					t.Fatalf("%s: finish %q, message %+v", tc.name, ch.FinishReason, ch.Message)
 				}
-				call := ch.Message.ToolCalls[0]
-				checkCall(t, call.Function.Name, call.Function.Arguments, tc.want)
-				if call.ID == "" || call.Type != "function" {
-					t.Errorf("%s: call %+v", tc.name, call)
+				if len(ch.Message.ToolCalls) > 1 {
+					several++
+				}
+				for _, call := range ch.Message.ToolCalls {
+					checkCall(t, call.Function.Name, call.Function.Arguments, tc.want)
+					if call.ID == "" || call.Type != "function" {
+						t.Errorf("%s: call %+v", tc.name, call)
+					}
 				}
 
 				stream := client.Chat.Completions.NewStreaming(ctx, params)
@@ -118,14 +129,20 @@ func TestSDKToolCalls(t *testing.T) {
 					t.Fatalf("%s stream: %v", tc.name, err)
 				}
 				sc := acc.Choices[0]
-				if sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) != 1 ||
-					sc.Message.ToolCalls[0].Function.Name != call.Function.Name || sc.Message.ToolCalls[0].Function.Arguments != call.Function.Arguments {
+				if sc.FinishReason != "tool_calls" || len(sc.Message.ToolCalls) != len(ch.Message.ToolCalls) {
 					t.Fatalf("%s: streamed %+v; whole %+v", tc.name, sc.Message, ch.Message)
 				}
+				for i, c := range sc.Message.ToolCalls {
+					if w := ch.Message.ToolCalls[i]; c.Function.Name != w.Function.Name || c.Function.Arguments != w.Function.Arguments {
+						t.Fatalf("%s: streamed call %d %+v; whole %+v", tc.name, i, c, w)
+					}
+				}
 
-				// The loop: the call and its result go back; the answer is text.
-				next := append(append([]openai.ChatCompletionMessageParamUnion{}, msgs...),
-					ch.Message.ToParam(), openai.ToolMessage(`{"temperature": 21}`, call.ID))
+				// The loop: the calls and their results go back; the answer is text.
+				next := append(append([]openai.ChatCompletionMessageParamUnion{}, msgs...), ch.Message.ToParam())
+				for _, c := range ch.Message.ToolCalls {
+					next = append(next, openai.ToolMessage(`{"temperature": 21}`, c.ID))
+				}
 				answer, err := client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 					Messages: next, Tools: []openai.ChatCompletionToolUnionParam{weatherTool, timeTool},
 					ToolChoice: openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("none")},
@@ -138,6 +155,7 @@ func TestSDKToolCalls(t *testing.T) {
 					t.Errorf("%s answer: %+v", tc.name, answer.Choices[0])
 				}
 			}
+			t.Logf("%d answers under parallel tool calls held several calls", several)
 		})
 	}
 }

@@ -257,12 +257,27 @@ func parseLlama3(text string) ([]ParsedCall, bool) {
 	}
 }
 
-// CallGrammar returns the parts of a wrapped JSON grammar (model/grammar's
-// WrapFormat) that makes the output exactly one call in the syntax, to one
-// of the functions named, whose parameters schemas are params (JSON Schema
+// CallFormat is the parts of a wrapped JSON grammar (model/grammar's
+// WrapFormat, or WrapRepeatFormat when Repeat) that makes the output
+// calls in a syntax.
+type CallFormat struct {
+	Prefix string
+	Schema []byte
+	Suffix string
+	// Repeat: one or more prefix-value-suffix calls, each after the first
+	// following Sep.
+	Repeat bool
+	Sep    string
+}
+
+// CallGrammar returns the grammar that makes the output one call in the
+// syntax (several, one or more, when several), each to one of the
+// functions named, whose parameters schemas are params (JSON Schema
 // texts, nil for any object). Mistral's name-first form names one
-// function; with several, its JSON-array form holds the one call.
-func (s ToolSyntax) CallGrammar(names []string, params [][]byte) (prefix string, schema []byte, suffix string) {
+// function, each call after [TOOL_CALLS]; with several functions, its
+// JSON-array form holds the calls. Hermes's calls follow one another on
+// new lines, Llama 3's after ";".
+func (s ToolSyntax) CallGrammar(names []string, params [][]byte, several bool) CallFormat {
 	obj := func(i int, argsKey string) []byte {
 		n, _ := json.Marshal(names[i])
 		p := params[i]
@@ -299,15 +314,19 @@ func (s ToolSyntax) CallGrammar(names []string, params [][]byte) (prefix string,
 			if p == nil {
 				p = []byte(`{"type":"object"}`)
 			}
-			return "[TOOL_CALLS]" + names[0] + "[ARGS]", p, ""
+			return CallFormat{Prefix: "[TOOL_CALLS]" + names[0] + "[ARGS]", Schema: p, Repeat: several}
 		}
 		var b bytes.Buffer
 		b.WriteString(`{"type":"array","items":`)
 		b.Write(anyOf("arguments"))
-		b.WriteString(`,"minItems":1,"maxItems":1}`)
-		return "[TOOL_CALLS]", b.Bytes(), ""
+		if several {
+			b.WriteString(`,"minItems":1}`)
+		} else {
+			b.WriteString(`,"minItems":1,"maxItems":1}`)
+		}
+		return CallFormat{Prefix: "[TOOL_CALLS]", Schema: b.Bytes()}
 	case Llama3:
-		return "", anyOf("parameters"), ""
+		return CallFormat{Schema: anyOf("parameters"), Repeat: several, Sep: ";"}
 	}
-	return "<tool_call>\n", anyOf("arguments"), "\n</tool_call>"
+	return CallFormat{Prefix: "<tool_call>\n", Schema: anyOf("arguments"), Suffix: "\n</tool_call>", Repeat: several, Sep: "\n"}
 }

@@ -132,10 +132,33 @@ func TestCallGrammar(t *testing.T) {
 		{Mistral, 2, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]"},
 		{Llama3, 2, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}"},
 	} {
-		pre, schema, suf := tc.syn.CallGrammar(names[:tc.names], params[:tc.names])
-		g, err := grammar.Compile(grammar.WrapFormat(pre, schema, suf))
+		f := tc.syn.CallGrammar(names[:tc.names], params[:tc.names], false)
+		if f.Repeat {
+			t.Errorf("%v: one call repeats", tc.syn)
+		}
+		g, err := grammar.Compile(grammar.WrapFormat(f.Prefix, f.Schema, f.Suffix))
 		if err != nil {
 			t.Fatalf("%v: %v", tc.syn, err)
+		}
+		// Several calls: the grammar takes the call twice, in the
+		// syntax's way, and the parser reads both.
+		fs := tc.syn.CallGrammar(names[:tc.names], params[:tc.names], true)
+		rf := grammar.WrapFormat(fs.Prefix, fs.Schema, fs.Suffix)
+		two := tc.doc + fs.Sep + tc.doc
+		if fs.Repeat {
+			rf = grammar.WrapRepeatFormat(fs.Prefix, fs.Schema, fs.Suffix, fs.Sep)
+		} else { // Mistral's array form: two items
+			two = strings.Replace(tc.doc, "}}]", "}}, "+strings.TrimPrefix(strings.TrimSuffix(tc.doc, "]"), "[TOOL_CALLS][")+"]", 1)
+		}
+		gs, err := grammar.Compile(rf)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.syn, err)
+		}
+		if !gs.Match([]byte(tc.doc)) || !gs.Match([]byte(two)) {
+			t.Errorf("%v: the grammar of several calls refuses one or two: %q", tc.syn, two)
+		}
+		if _, calls, ok := tc.syn.ParseToolCalls(two); !ok || len(calls) != 2 {
+			t.Errorf("%v: %q parses to %+v", tc.syn, two, calls)
 		}
 		if !g.Match([]byte(tc.doc)) {
 			t.Errorf("%v: grammar refuses %q", tc.syn, tc.doc)

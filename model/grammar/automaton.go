@@ -41,8 +41,11 @@ type node struct {
 	// kLiteral: root of the literal trie in Grammar.tries.
 	lit int32
 
-	// kRoot of a wrapped grammar (Wrap): text before and after the value.
+	// kRoot of a wrapped grammar (Wrap): text before and after the value;
+	// with repeat, after a whole item, sep and then another item.
 	pre, suf []byte
+	sep      []byte
+	repeat   bool
 
 	// kAnyOf: the alternatives as written; alts: after resolving
 	// references and flattening nested anyOf, the concrete productive
@@ -142,6 +145,7 @@ const (
 	rPrefix              // kRoot: inside the literal prefix (a = bytes of it matched)
 	rSuffix              // kRoot: inside the literal suffix (a = bytes of it matched)
 	rEnd                 // kRoot: after the suffix
+	rSep                 // kRoot: inside the separator before another item (a = bytes of it matched)
 )
 
 const (
@@ -233,25 +237,34 @@ func (g *Grammar) step(f *frame, c byte) (int, int32) {
 	switch n.kind {
 	case kRoot:
 		switch f.st {
-		case rPrefix, rSuffix:
+		case rPrefix, rSuffix, rSep:
 			lit := n.pre
-			if f.st == rSuffix {
+			switch f.st {
+			case rSuffix:
 				lit = n.suf
+			case rSep:
+				lit = n.sep
 			}
 			if c != lit[f.a] {
 				return actDead, 0
 			}
 			if f.a++; int(f.a) == len(lit) {
 				f.a = 0
-				if f.st == rPrefix {
+				switch f.st {
+				case rPrefix:
 					f.st = rBefore
-				} else {
+				case rSuffix:
 					f.st = rEnd
+				default:
+					f.st, f.ws = rBefore, 0
+					if len(n.pre) > 0 {
+						f.st = rPrefix
+					}
 				}
 			}
 			return actStay, 0
 		case rEnd:
-			return actDead, 0
+			return g.nextItem(n, f, c), 0
 		case rAfter:
 			// With a suffix, the value is followed by the suffix at once,
 			// which holds whatever whitespace the syntax wants (a gap
@@ -269,6 +282,9 @@ func (g *Grammar) step(f *frame, c byte) (int, int32) {
 		if w, ok := wsStep(f.ws, c); ok {
 			f.ws = w
 			return actStay, 0
+		}
+		if f.st == rAfter && n.repeat && len(n.suf) == 0 {
+			return g.nextItem(n, f, c), 0
 		}
 		if f.st == rBefore {
 			f.st, f.ws = rAfter, 0
@@ -303,6 +319,29 @@ func (g *Grammar) step(f *frame, c byte) (int, int32) {
 		return actDead, 0
 	}
 	return actDead, 0
+}
+
+// nextItem starts another item of a repeating wrapped root after a whole
+// one: its separator's first byte, or with no separator its prefix's.
+func (g *Grammar) nextItem(n *node, f *frame, c byte) int {
+	if !n.repeat {
+		return actDead
+	}
+	lit, st := n.sep, rSep
+	if len(lit) == 0 {
+		lit, st = n.pre, rPrefix
+	}
+	if len(lit) == 0 || c != lit[0] {
+		return actDead
+	}
+	f.st, f.a, f.ws = st, 1, 0
+	if len(lit) == 1 { // the separator or prefix is whole: as if its last byte had just been stepped
+		f.st, f.a = rBefore, 0
+		if st == rSep && len(n.pre) > 0 {
+			f.st = rPrefix
+		}
+	}
+	return actStay
 }
 
 // gap consumes whitespace in the frame's current gap.

@@ -245,6 +245,8 @@ func (c *closer) rest(g *Grammar, f *frame) int {
 			return len(n.suf)
 		case rSuffix:
 			return len(n.suf) - int(f.a)
+		case rSep:
+			return add(add(len(n.sep)-int(f.a)+len(n.pre), c.altLen(g, n.child)), len(n.suf))
 		}
 		return 0
 	case kObject:

@@ -98,6 +98,13 @@ func Compile(responseFormat []byte) (*Grammar, error) {
 			return nil, err
 		}
 		g.nodes[g.root].pre, g.nodes[g.root].suf = []byte(pre), []byte(suf)
+		if sep, ok := rf.vals["separator"]; ok {
+			s, ok := sep.(string)
+			if !ok || len(s) > maxAffix || s == "" && pre == "" {
+				return nil, fmt.Errorf("%w: %s's separator must be a string of at most %d bytes, not empty without a prefix", ErrFormat, Wrapped, maxAffix)
+			}
+			g.nodes[g.root].sep, g.nodes[g.root].repeat = []byte(s), true
+		}
 		return g, nil
 	}
 	return nil, fmt.Errorf("%w: type must be \"text\", \"json_object\" or \"json_schema\", got %q", ErrFormat, typ)
@@ -109,7 +116,9 @@ func Compile(responseFormat []byte) (*Grammar, error) {
 // as a model's tool-call syntax wraps a call. No whitespace is allowed
 // before the prefix or after the suffix, nor between the value and the
 // suffix (the suffix holds the whitespace the syntax wants); the value may
-// follow the prefix after whitespace. The HTTP layer builds it for
+// follow the prefix after whitespace. With "separator" (a string, see
+// WrapRepeatFormat), one or more such values follow one another, each
+// after the first preceded by the separator. The HTTP layer builds it for
 // tool_choice; clients cannot send it.
 const Wrapped = "wrapped"
 
@@ -127,6 +136,14 @@ func WrapFormat(prefix string, schema []byte, suffix string) []byte {
 	out = append(out, s...)
 	out = append(out, `,"schema":`...)
 	return append(append(out, schema...), '}')
+}
+
+// WrapRepeatFormat is WrapFormat for one or more wrapped values, each
+// after the first following sep (as a model writes several tool calls).
+func WrapRepeatFormat(prefix string, schema []byte, suffix, sep string) []byte {
+	f := WrapFormat(prefix, schema, suffix)
+	s, _ := json.Marshal(sep)
+	return append(append(append(f[:len(f)-1], `,"separator":`...), s...), '}')
 }
 
 // CompileSchema compiles a JSON Schema (the subset in the package

@@ -56,3 +56,66 @@ func TestWrapped(t *testing.T) {
 		}
 	}
 }
+
+// TestWrappedRepeat: with a separator, a wrapped grammar accepts one or
+// more wrapped values (as a model writes several tool calls), and random
+// walks under its masks, budgeted or not, end as such.
+func TestWrappedRepeat(t *testing.T) {
+	schema := `{"type":"object","properties":{"name":{"enum":["a","bb"]},"arguments":{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}},"required":["name","arguments"],"additionalProperties":false}`
+	call := `{"name":"a","arguments":{"n":1}}`
+	for _, tc := range []struct {
+		pre, suf, sep string
+		docs          map[string]bool
+	}{
+		{"<tool_call>\n", "\n</tool_call>", "\n", map[string]bool{
+			"<tool_call>\n" + call + "\n</tool_call>":                                          true,
+			"<tool_call>\n" + call + "\n</tool_call>\n<tool_call>\n" + call + "\n</tool_call>": true,
+			"<tool_call>\n" + call + "\n</tool_call><tool_call>\n" + call + "\n</tool_call>":   false,
+			"<tool_call>\n" + call + "\n</tool_call>\n":                                        false,
+		}},
+		{"", "", ";", map[string]bool{
+			call: true, call + ";" + call: true, call + " ; " + call: true, call + ";": false, call + call: false,
+		}},
+		{"[TOOL_CALLS]a[ARGS]", "", "", map[string]bool{
+			"[TOOL_CALLS]a[ARGS]" + call:                                true,
+			"[TOOL_CALLS]a[ARGS]" + call + "[TOOL_CALLS]a[ARGS]" + call: true,
+			"[TOOL_CALLS]a[ARGS]" + call + "[TOOL_CALLS]":               false,
+		}},
+	} {
+		g, err := Compile(WrapRepeatFormat(tc.pre, []byte(schema), tc.suf, tc.sep))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for doc, want := range tc.docs {
+			if g.Match([]byte(doc)) != want {
+				t.Errorf("%q: Match(%q) = %v, want %v", tc.pre, doc, !want, want)
+			}
+		}
+		if got, want := g.MinLen(), len(tc.pre)+len(`{"name":"a","arguments":{"n":0}}`)+len(tc.suf); got != want {
+			t.Errorf("%q: MinLen %d, want %d", tc.pre, got, want)
+		}
+		tv := loadVocab(t, "ggml-vocab-llama-spm.gguf")
+		r := rand.New(rand.NewPCG(5, 6))
+		m := g.NewMatcher(tv.v)
+		several := false
+		for w := range 12 {
+			var doc []byte
+			if w%2 == 0 {
+				doc, _ = randomWalk(t, g, tv, r, 60)
+			} else {
+				m.Reset()
+				doc, _ = budgetedWalk(t, m, tv, r, g.MinLen()+w)
+			}
+			if !g.Match(doc) {
+				t.Errorf("%q: walk %q does not match", tc.pre, doc)
+			}
+			several = several || bytes.Count(doc, []byte(`"name"`)) > 1
+		}
+		if !several {
+			t.Errorf("%q: no walk wrote more than one value", tc.pre)
+		}
+	}
+	if _, err := Compile(WrapRepeatFormat("", []byte(schema), "", "")); err == nil {
+		t.Error("a repeat with neither separator nor prefix compiled")
+	}
+}
