@@ -194,7 +194,7 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 	}
 	kvs := []gguf.KV{
 		{Key: "general.architecture", Value: arch},
-		{Key: "general.name", Value: fmt.Sprintf("strata-random-%s-%dL-%d", arch, s.Layers, s.Embd)},
+		{Key: "general.name", Value: randomName(arch, s)},
 		{Key: arch + ".context_length", Value: uint32(s.Context)},
 		{Key: arch + ".embedding_length", Value: uint32(s.Embd)},
 		{Key: arch + ".feed_forward_length", Value: uint32(s.FF)},
@@ -414,6 +414,17 @@ func WriteRandom(w io.Writer, s RandomSpec) error {
 		}
 	}
 	return gguf.Write(w, kvs, ts)
+}
+
+// randomName is a random file's general.name. A phi3 file's leaves the
+// architecture out: llama.cpp takes a name containing "phi3" for Phi-3's
+// own vocabulary and looks up its <|endoftext|>, which the synthetic one
+// lacks.
+func randomName(arch string, s RandomSpec) string {
+	if arch == "phi3" {
+		arch = "fused"
+	}
+	return fmt.Sprintf("strata-random-%s-%dL-%d", arch, s.Layers, s.Embd)
 }
 
 // setRandomKV returns kvs with key's value replaced by v.
