@@ -77,7 +77,8 @@ type llamaRun struct {
 // one (words split on spaces, e.g. "chroot /work/trixie llama-server"), and
 // STRATA_LLAMA_ROOT, when set, the directory the server sees as / (the
 // files are written under its tmp/). STRATA_LLAMA_ARCHS limits the run to
-// a comma-separated list. About 30 s per file and setting on 2 cores.
+// a comma-separated list. About 4 minutes for all of them on 2 quiet cores;
+// the README's families table is its log.
 func TestRandomArchsMatchLlamaCppServer(t *testing.T) {
 	server := strings.Fields(os.Getenv("STRATA_LLAMA_SERVER"))
 	if len(server) == 0 {
