@@ -75,6 +75,10 @@ MIX=${MIX:-balanced}
 # held to half a core by a CPU quota (a cgroup, as a container's CPU limit
 # does; needs root): the unequal pair a 2-core machine can really make.
 THROTTLE=${THROTTLE:-}
+# PIN=1: each shard on a core of its own (taskset: the first on CPU 0, the
+# second on CPU 1), so that neither takes the other's core, as on two
+# machines; the coordinator is not pinned.
+PIN=${PIN:-}
 cg=
 if [ -n "$THROTTLE" ]; then
 	quota=$(python3 -c "print(int($THROTTLE * 100000))")
@@ -111,7 +115,9 @@ run() { # $1 = mix, $2 = load name, $3 = prompt-len, $4 = output-len, $5 = reque
 			threads=1 name=full
 			[ "$th" = 1 ] && name=quota$THROTTLE wrap=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
 		fi
-		"${wrap[@]}" "$bin/shard" join --insecure --coordinator 127.0.0.1:18601 --model "$M" --name "$name" \
+		pin=()
+		[ -n "$PIN" ] && pin=(taskset -c "$i")
+		"${wrap[@]}" "${pin[@]}" "$bin/shard" join --insecure --coordinator 127.0.0.1:18601 --model "$M" --name "$name" \
 			--gossip 127.0.0.1:$((18610 + i)) --grpc 127.0.0.1:$((18620 + i)) --data-dir "$d/s$i" \
 			--threads "$threads" --kv-memory 256MiB >"$d/s$i.log" 2>&1 &
 		pids="$pids $!"
