@@ -107,8 +107,13 @@ func compare(ctx context.Context, args []string) error {
 	threads := fs.Int("threads", 2, "threads of both engines")
 	jsonOut := fs.String("json", "", "append the full record as one JSON line to this file")
 	header := fs.Bool("header", false, "print the table's header first")
+	headerOnly := fs.Bool("header-only", false, "print the table's header and nothing else")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *headerOnly {
+		fmt.Println(tableHeader)
+		return nil
 	}
 	if *path == "" {
 		return errors.New("compare: --model is required")
