@@ -26,14 +26,14 @@ raw="${RAW:-$(mktemp)}"
 vs="${VS:-}"
 if [ -z "$vs" ]; then
 	vs="$(mktemp -d)/vs-llamacpp"
-	(cd "$repo" && go build -o "$vs" ./scripts/vs-llamacpp)
+	(cd "$repo" && go build -buildvcs=auto -o "$vs" ./scripts/vs-llamacpp)
 fi
 for f in "$@"; do
 	f="$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"
 	case "$f" in "$root"/*) ;; *) echo "$f is not under ROOT $root" >&2; exit 1 ;; esac
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') ($(nproc) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "llama.cpp: $($bench --version 2>&1 | grep -m1 version: || echo unknown); strata $(git -C "$repo" rev-parse --short HEAD)"
+echo "llama.cpp: $($bench --version 2>&1 | grep -m1 version: || echo unknown); strata $("$vs" version)"
 for round in $(seq 1 "$rounds"); do
 	for f in "$@"; do
 		f="$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"

@@ -42,10 +42,31 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
-const usage = `usage: vs-llamacpp compare|random|bench [flags]  (-h after a command for its flags)`
+const usage = `usage: vs-llamacpp compare|random|bench|version [flags]  (-h after a command for its flags)`
+
+// revision is the strata commit this binary was built from, as go build
+// stamps it in a git checkout ("unknown" elsewhere), "+dirty" when the tree
+// had changes.
+func revision() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "unknown", ""
+	for _, s := range info.Settings {
+		switch {
+		case s.Key == "vcs.revision" && len(s.Value) >= 7:
+			rev = s.Value[:7]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "+dirty"
+		}
+	}
+	return rev + dirty
+}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -62,6 +83,8 @@ func main() {
 		err = random(os.Args[2:])
 	case "bench":
 		err = benchFile(ctx, os.Args[2:])
+	case "version":
+		fmt.Println(revision())
 	default:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)

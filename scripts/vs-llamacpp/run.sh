@@ -33,7 +33,7 @@ mkdir -p "$dir"
 vs="${VS:-}"
 if [ -z "$vs" ]; then
 	vs="$(mktemp -d)/vs-llamacpp"
-	(cd "$repo" && go build -o "$vs" ./scripts/vs-llamacpp)
+	(cd "$repo" && go build -buildvcs=auto -o "$vs" ./scripts/vs-llamacpp)
 fi
 seen() { echo "/${1#"$root"/}"; } # a path under ROOT as the chroot sees it
 quant() { # quant SRC TYPE DST: llama-quantize, without imatrix
@@ -49,7 +49,7 @@ cmp() { # a file that fails (llama.cpp refuses it, say) gets a row saying so; th
 	grep -v '^[0-9.]* [IWE] \|^$' "$dir/compare.err" >&2 || true
 }
 
-echo "llama.cpp: $($server --version 2>&1 | grep -m1 version:) | CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) | strata $(git -C "$repo" rev-parse --short HEAD)"
+echo "llama.cpp: $($server --version 2>&1 | grep -m1 version:) | CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-) | strata $("$vs" version)"
 case ",$sets," in *,stories,*)
 	echo; echo "### stories260K"; echo
 	echo "$header"
