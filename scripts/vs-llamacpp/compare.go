@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/strata-llm/strata/coordinator"
+	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
 	"github.com/strata-llm/strata/model/tokenizer"
 )
@@ -105,6 +106,7 @@ func compare(ctx context.Context, args []string) error {
 	nProbs := fs.Int("n-probs", 20, "llama.cpp's n_probs (the first 10 are compared; the rest find strata's or the other run's tokens)")
 	tie := fs.Float64("tie", 0.1, "a divergence is a near tie when both sides' gaps are below this (logits)")
 	threads := fs.Int("threads", 2, "threads of both engines")
+	kv := fs.String("strata-kv", "f16", "strata's KV cache type, f16 or f32 (llama.cpp's stays f16)")
 	jsonOut := fs.String("json", "", "append the full record as one JSON line to this file")
 	header := fs.Bool("header", false, "print the table's header first")
 	headerOnly := fs.Bool("header-only", false, "print the table's header and nothing else")
@@ -136,6 +138,14 @@ func compare(ctx context.Context, args []string) error {
 			return fmt.Errorf("compare: %s is not under --root %s", abs, r)
 		}
 		seen = "/" + rel
+	}
+	kvType := ggml.F16
+	switch *kv {
+	case "f16":
+	case "f32":
+		kvType = ggml.F32
+	default:
+		return fmt.Errorf("compare: --strata-kv must be f16 or f32, got %q", *kv)
 	}
 	srv := strings.Fields(*server)
 	if len(srv) == 0 {
@@ -176,7 +186,7 @@ func compare(ctx context.Context, args []string) error {
 		on, off := runs[0][i], runs[1][i]
 		pr := promptResult{Prompt: p, PromptTokens: on.Prompt, LlamaOn: on, LlamaOff: off,
 			StrataEncoded: tok.Encode(p, tokenizer.EncodeOptions{AddSpecial: true})}
-		s, err := strataGreedy(m, tok, on.Prompt, *n, *threads, 10)
+		s, err := strataGreedy(m, tok, on.Prompt, *n, *threads, 10, kvType)
 		if err != nil {
 			return fmt.Errorf("strata, prompt %q: %w", p, err)
 		}

@@ -30,13 +30,14 @@ type strataRun struct {
 
 // strataGreedy runs prompt (token IDs, BOS included) and n greedy steps
 // through the whole model in this process, as coordinator.Generate does:
-// one stage of all layers on the CPU backend, an F16 KV cache.
-func strataGreedy(m *model.Model, tok *tokenizer.Tokenizer, prompt []int32, n, threads, topN int) (strataRun, error) {
+// one stage of all layers on the CPU backend, a KV cache of kvType (F16 is
+// generate's and llama.cpp's default).
+func strataGreedy(m *model.Model, tok *tokenizer.Tokenizer, prompt []int32, n, threads, topN int, kvType ggml.Type) (strataRun, error) {
 	var r strataRun
 	pool := cpu.NewPool(threads)
 	defer pool.Close()
 	blocks := (len(prompt) + n + cpu.DefaultBlockSize - 1) / cpu.DefaultBlockSize
-	kv, err := cpu.NewKV(cpu.KVConfig{Layers: m.Layers, Blocks: blocks, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: ggml.F16})
+	kv, err := cpu.NewKV(cpu.KVConfig{Layers: m.Layers, Blocks: blocks, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: kvType})
 	if err != nil {
 		return r, err
 	}
