@@ -39,6 +39,7 @@ func random(args []string) error {
 	out := fs.String("out", "", "GGUF file to write")
 	seed := fs.Uint64("seed", 21, "weights' seed")
 	scale := fs.Float64("head-scale", 1, "multiply the output head (the token embedding where tied) by this")
+	size := fs.String("size", "", `"110M": the speed tables' shape (12 layers of 768, 12 heads, FFN 2048, vocabulary 32000, as scripts/benchserve writes it) instead of the agreement runs' small one`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,6 +50,16 @@ func random(args []string) error {
 		return fmt.Errorf("random: --head-scale must be positive, got %v", *scale)
 	}
 	spec := randomSpec(*arch, *seed)
+	switch *size {
+	case "":
+	case "110M":
+		spec.Layers, spec.Embd, spec.Heads, spec.HeadsKV, spec.FF, spec.Vocab = 12, 768, 12, 12, 2048, 32000
+		if spec.Experts > 0 {
+			return errors.New("random: --size 110M is the dense shape")
+		}
+	default:
+		return fmt.Errorf("random: --size must be 110M or empty, got %q", *size)
+	}
 	if err := model.WriteRandomFile(*out, spec); err != nil {
 		return err
 	}
