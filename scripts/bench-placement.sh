@@ -65,6 +65,17 @@
 # predicted ratio of slowest stages was 1.41x; the rest is time that does
 # not shrink with the split (the hop, the coordinator, the other stage
 # sharing the same 2 cores).
+#
+# PIN=1 puts each shard on a core of its own (taskset), as two machines
+# would be; the THROTTLE prediction above is the one this tests (no new
+# prediction was written for it). Measured 2026-12-01, same AMD EPYC (Zen
+# 4), idle but for the runs (load 1.0-1.5), 110M Q8_0 from llama-quantize,
+# PIN=1 THROTTLE=0.5 over 3 alternated rounds: decode-heavy 260.9/286.1/
+# 315.2 tok/s memory-only vs 330.1/385.6/389.6 speed-weighted, medians
+# 286.1 vs 385.6: 1.35x (rounds 1.26, 1.35, 1.24x); prefill-heavy 3.16/
+# 3.80/3.79 req/s vs 4.95/4.64/4.66, medians 3.79 vs 4.66: 1.23x (rounds
+# 1.56, 1.22, 1.23x). Speed placement gave the held shard 3-4 layers
+# (predicted slowest stage 30-32 ms against memory-only's 41-49).
 set -u
 cd "$(dirname "$0")/.."
 M="${MODEL:-${TMPDIR:-/tmp}/strata-bench-110M-q8_0.gguf}"
