@@ -16,6 +16,31 @@ import (
 
 const constrainSchema = `{"type":"json_schema","json_schema":{"name":"t","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string","maxLength":6},"n":{"type":"integer"},"ok":{"type":"boolean"}},"required":["name","n","ok"],"additionalProperties":false}}}`
 
+// constrainedPipe returns a one-stage stories260K pipe whose last stage
+// has the model's tokenizer for constrained decoding, the tokenizer, and
+// its grammar vocabulary.
+func constrainedPipe(t *testing.T) (pipe, *tokenizer.Tokenizer, *grammar.Vocab) {
+	t.Helper()
+	m := loadStories(t)
+	f, err := gguf.Open("../../shared/models/stories260K.gguf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPipe(t, m)
+	src := ModelVocab("", f)
+	p[0].SetVocab(src)
+	v, _, err := src()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, tok, v
+}
+
 // TestConstrainedDecoding: on the last stage, a sequence whose first row
 // carries a constraint samples only tokens that keep its output a prefix
 // of a document (stories260K, sampling at temperature 1, whose free text
@@ -23,18 +48,7 @@ const constrainSchema = `{"type":"json_schema","json_schema":{"name":"t","strict
 // samples what the original did next; and a matcher built from the output
 // a first row carries (after a prefix-cache hit) masks as one that read it.
 func TestConstrainedDecoding(t *testing.T) {
-	m := loadStories(t)
-	f, err := gguf.Open("../../shared/models/stories260K.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newPipe(t, m)
-	p[0].SetVocab(ModelVocab("", f))
+	p, tok, _ := constrainedPipe(t)
 	g, err := grammar.Compile([]byte(constrainSchema))
 	if err != nil {
 		t.Fatal(err)
@@ -120,23 +134,12 @@ const openSchema = `{"type":"json_schema","json_schema":{"name":"t","strict":tru
 // stage keeps the document closable and the output is a whole document
 // however tight the budget; without it the same draws run past it.
 func TestConstrainedDecodingCloses(t *testing.T) {
-	m := loadStories(t)
-	f, err := gguf.Open("../../shared/models/stories260K.gguf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	tok, err := tokenizer.FromGGUF(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newPipe(t, m)
-	p[0].SetVocab(ModelVocab("", f))
+	p, tok, vocab := constrainedPipe(t)
 	g, err := grammar.Compile([]byte(openSchema))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shortest := g.NewMatcher(func() *grammar.Vocab { v, _, _ := ModelVocab("", f)(); return v }()).MinClose()
+	shortest := g.NewMatcher(vocab).MinClose()
 	seq := uint64(100)
 	// run generates up to n tokens with OutputEnd set to the prompt's
 	// length + budget (0: none) and returns them.
