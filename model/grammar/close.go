@@ -47,6 +47,7 @@ func mul(n, a int) int {
 type closer struct {
 	minLen []int            // per node: bytes of its shortest value
 	objEnd [][]int          // kObject: objEnd[b] = bytes to finish after a value, next property index b (oAfter)
+	keyLen [][]int          // kObject: keyLen[j] = bytes of property j's key as written, quotes included
 	depth  []int            // per trie node: bytes from its root
 	tdist  []int            // per literal trie node: bytes to the nearest text's end
 	pdist  map[*dfa][]int32 // per pattern: bytes from each state to an accepting one
@@ -61,6 +62,7 @@ func (g *Grammar) buildCloser() *closer {
 	c := &closer{
 		minLen: make([]int, len(g.nodes)),
 		objEnd: make([][]int, len(g.nodes)),
+		keyLen: make([][]int, len(g.nodes)),
 		depth:  make([]int, len(g.tries)),
 		tdist:  make([]int, len(g.tries)),
 		pdist:  map[*dfa][]int32{},
@@ -87,6 +89,10 @@ func (g *Grammar) buildCloser() *closer {
 		c.minLen[id] = inf
 		if n := &g.nodes[id]; n.kind == kObject {
 			c.objEnd[id] = make([]int, len(n.props)+1)
+			c.keyLen[id] = make([]int, len(n.props))
+			for j, p := range n.props {
+				c.keyLen[id][j] = len(encodeJSON(nil, p.name))
+			}
 		}
 		if p := g.nodes[id].pat; p != nil && c.pdist[p] == nil {
 			c.pdist[p] = p.distances()
@@ -145,9 +151,10 @@ func (c *closer) nodeLen(g *Grammar, id int32) int {
 	return inf
 }
 
-// propLen is the bytes of property j written whole: key, colon, value.
-func (c *closer) propLen(g *Grammar, n *node, j int32) int {
-	return add(len(encodeJSON(nil, n.props[j].name))+1, c.altLen(g, n.props[j].node))
+// propLen is the bytes of property j of object id written whole: key,
+// colon, value.
+func (c *closer) propLen(g *Grammar, id, j int32) int {
+	return add(c.keyLen[id][j]+1, c.altLen(g, g.nodes[id].props[j].node))
 }
 
 // objectEnds fills objEnd for object id from its last property back:
@@ -174,7 +181,7 @@ func (c *closer) objNext(g *Grammar, id, b int32, sep int) int {
 		d = 1
 	}
 	for j := b; j <= min(n.firstReq[b], np-1); j++ {
-		d = min(d, add(add(sep, c.propLen(g, n, j)), c.objEnd[id][j+1]))
+		d = min(d, add(add(sep, c.propLen(g, id, j)), c.objEnd[id][j+1]))
 	}
 	return d
 }
@@ -190,7 +197,7 @@ func (c *closer) objComma(g *Grammar, id, b int32) int {
 	np := int32(len(n.props))
 	d := inf
 	for j := b; j <= min(n.firstReq[b], np-1); j++ {
-		d = min(d, add(c.propLen(g, n, j), c.objEnd[id][j+1]))
+		d = min(d, add(c.propLen(g, id, j), c.objEnd[id][j+1]))
 	}
 	return d
 }
@@ -272,7 +279,7 @@ func (c *closer) rest(g *Grammar, f *frame) int {
 				if j < f.b || j > hi {
 					continue
 				}
-				key := len(encodeJSON(nil, n.props[j].name)) - c.depth[f.a]
+				key := c.keyLen[f.node][j] - c.depth[f.a]
 				d = min(d, add(add(key+1, c.altLen(g, n.props[j].node)), c.objEnd[f.node][j+1]))
 			}
 			return d
@@ -537,15 +544,6 @@ var byteOrder = func() (o [256]byte) {
 	}
 	return o
 }()
-
-func trailingZeros(x uint64) int {
-	n := 0
-	for x&1 == 0 {
-		x >>= 1
-		n++
-	}
-	return n
-}
 
 // distances returns, per state of d, the bytes of the shortest string
 // body (as JSON writes it) that takes the state to an accepting one:
