@@ -64,7 +64,7 @@ func (s *Server) generate(c *call, parse func([]byte) (*genRequest, *apiError)) 
 		"seed", req.sample.Seed, "seed_random", req.seedRandom, "stream", req.stream)
 	g := &genRun{s: s, req: req, st: st, dec: s.info.Tokenizer.NewDecoder(), p: p, timer: s.metrics.timer(arrived)}
 	if req.tools != nil {
-		g.tc = &toolStream{ts: req.tools}
+		g.tc = &toolStream{ts: req.tools, stream: req.stream}
 	}
 	if req.echo {
 		g.offset = len(req.promptText)

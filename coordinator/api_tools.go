@@ -235,10 +235,11 @@ func callID(syn chat.ToolSyntax) string {
 // other output is held from there and parsed at the end (under "auto" the
 // model may write a call that does not parse, which is then text).
 type toolStream struct {
-	ts    *toolSet
-	all   strings.Builder
-	sent  int  // bytes of all given out as text
-	start bool // a call has started: no more text goes out
+	ts     *toolSet
+	stream bool // a streamed answer: a forced call goes out in pieces
+	all    strings.Builder
+	sent   int  // bytes of all given out as text
+	start  bool // a call has started: no more text goes out
 
 	cs   *chat.CallStream // a forced call, streamed
 	id   string           // its call ID, once its name went out
@@ -262,7 +263,7 @@ func (t *toolStream) push(text string) (string, []toolCallDelta) {
 	}
 	out := strings.TrimRight(rest[:end], " \t\r\n")
 	var calls []toolCallDelta
-	if t.start && t.ts.choice != "auto" {
+	if t.start && t.stream && t.ts.choice != "auto" {
 		t.cs = chat.NewCallStream(t.ts.syntax)
 		calls = t.feed(rest[start:])
 	}

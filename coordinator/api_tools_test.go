@@ -63,7 +63,7 @@ func TestToolStreamForced(t *testing.T) {
 		{chat.Mistral, []string{"[TOOL_CALLS]f[AR", "GS]{\"a\"", ": [1]}"}, `f{"a":[1]}`},
 		{chat.Llama3, []string{"{\"name\": \"f\", \"parameters\": {", "}}"}, `f{}`},
 	} {
-		ts := &toolStream{ts: &toolSet{syntax: tc.syn, choice: "required"}}
+		ts := &toolStream{ts: &toolSet{syntax: tc.syn, choice: "required"}, stream: true}
 		var deltas []toolCallDelta
 		for i, p := range tc.pieces {
 			out, calls := ts.push(p)
@@ -103,7 +103,7 @@ func TestToolStreamForced(t *testing.T) {
 // calls, the first call streams as it comes and the rest follow whole at
 // the end, each with its own index and ID.
 func TestToolStreamForcedSeveral(t *testing.T) {
-	ts := &toolStream{ts: &toolSet{syntax: chat.Hermes, choice: "required", parallel: true}}
+	ts := &toolStream{ts: &toolSet{syntax: chat.Hermes, choice: "required", parallel: true}, stream: true}
 	var deltas []toolCallDelta
 	for _, p := range []string{"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": ", "1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arg", "uments\": {}}\n</tool_call>"} {
 		_, d := ts.push(p)
