@@ -662,6 +662,11 @@ var catalogue = []mutation{
 		Why: "a drawn token stands when closing the document after it needs every token left: max_tokens cuts the document one byte short",
 	},
 	{
+		Name: "engine/output-end-unset", File: "coordinator/engine.go", Pkgs: []string{"./cmd/coordinator"}, Run: "^TestHTTPStructuredOutputs$",
+		Orig: "p.Sample.OutputEnd = len(p.Prompt) + p.MaxTokens", Repl: "_ = len(p.Prompt) + p.MaxTokens",
+		Why: "max_tokens never reaches the last stage: a constrained document that runs into it ends cut and does not parse",
+	},
+	{
 		Name: "grammar/close-forgets-brace", File: "model/grammar/close.go", Pkgs: []string{"./model/grammar"}, Run: "^TestBudgetedWalkValidates$",
 		Orig: "end[np] = 1", Repl: "end[np] = 0",
 		Why: "the distance to a whole document forgets an object's closing brace: a budgeted document ends unclosed",
