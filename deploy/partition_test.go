@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -18,33 +17,7 @@ import (
 // It needs Docker and takes minutes, so it runs only with
 // STRATA_DOCKER_TESTS=1.
 func TestPartition(t *testing.T) {
-	if os.Getenv("STRATA_DOCKER_TESTS") != "1" {
-		t.Skip("set STRATA_DOCKER_TESTS=1 to run the docker partition tests")
-	}
-	if _, err := exec.LookPath("docker"); err != nil {
-		t.Skipf("docker absent: %v", err)
-	}
-	if err := exec.Command("docker", "info").Run(); err != nil {
-		t.Skipf("docker daemon unreachable: %v", err)
-	}
-	model := "../../shared/models/stories260K.gguf"
-	if m := os.Getenv("STRATA_MODEL"); m != "" {
-		model = m
-	}
-	if _, err := os.Stat(model); err != nil {
-		sharedAbsent(t, model, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "test-partition.sh", model)
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = time.Minute
-	cmd.Env = append(os.Environ(), "STRATA_TEST_TIMEOUT=1440")
-	out, err := cmd.CombinedOutput()
-	t.Logf("test-partition.sh:\n%s", out)
-	if err != nil {
-		t.Fatalf("test-partition.sh: %v", err)
-	}
+	runDockerScript(t, "test-partition.sh", 25*time.Minute)
 }
 
 // Bounds of the fault tests. Each is a deadline, not a wait: the tests poll
