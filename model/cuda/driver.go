@@ -52,42 +52,42 @@ const (
 type Driver struct {
 	lib uintptr
 
-	cuInit                     func(flags uint32) Result
-	cuDriverGetVersion         func(v *int32) Result
-	cuGetErrorName             func(r Result, s **byte) Result
-	cuDeviceGetCount           func(n *int32) Result
-	cuDeviceGet                func(d *int32, ordinal int32) Result
-	cuDeviceGetName            func(name *byte, n int32, d int32) Result
-	cuDeviceGetAttribute       func(v *int32, attr int32, d int32) Result
-	cuDeviceTotalMem           func(b *uint64, d int32) Result
-	cuDevicePrimaryCtxRetain   func(ctx *uintptr, d int32) Result
-	cuDevicePrimaryCtxRelease  func(d int32) Result
-	cuCtxSetCurrent            func(ctx uintptr) Result
-	cuCtxSynchronize           func() Result
-	cuMemGetInfo               func(free, total *uint64) Result
-	cuMemAlloc                 func(p *uint64, n uint64) Result
-	cuMemFree                  func(p uint64) Result
-	cuMemAllocHost             func(p *unsafe.Pointer, n uint64) Result
-	cuMemFreeHost              func(p unsafe.Pointer) Result
-	cuMemcpyHtoD               func(dst uint64, src unsafe.Pointer, n uint64) Result
-	cuMemcpyDtoH               func(dst unsafe.Pointer, src uint64, n uint64) Result
-	cuMemcpyHtoDAsync          func(dst uint64, src unsafe.Pointer, n uint64, s uintptr) Result
-	cuMemcpyDtoHAsync          func(dst unsafe.Pointer, src uint64, n uint64, s uintptr) Result
-	cuMemsetD8Async            func(dst uint64, v uint8, n uint64, s uintptr) Result
-	cuStreamCreate             func(s *uintptr, flags uint32) Result
-	cuStreamDestroy            func(s uintptr) Result
-	cuStreamSynchronize        func(s uintptr) Result
-	cuEventCreate              func(e *uintptr, flags uint32) Result
-	cuEventDestroy             func(e uintptr) Result
-	cuEventRecord              func(e, s uintptr) Result
-	cuEventQuery               func(e uintptr) Result
-	cuEventSynchronize         func(e uintptr) Result
-	cuEventElapsedTime         func(ms *float32, start, end uintptr) Result
-	cuModuleLoadData           func(m *uintptr, image unsafe.Pointer) Result
-	cuModuleUnload             func(m uintptr) Result
-	cuModuleGetFunction        func(f *uintptr, m uintptr, name *byte) Result
-	cuFuncSetAttribute         func(f uintptr, attr int32, v int32) Result
-	cuLaunchKernel             func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params *unsafe.Pointer, extra unsafe.Pointer) Result
+	cuInit                    func(flags uint32) Result
+	cuDriverGetVersion        func(v *int32) Result
+	cuGetErrorName            func(r Result, s **byte) Result
+	cuDeviceGetCount          func(n *int32) Result
+	cuDeviceGet               func(d *int32, ordinal int32) Result
+	cuDeviceGetName           func(name *byte, n int32, d int32) Result
+	cuDeviceGetAttribute      func(v *int32, attr int32, d int32) Result
+	cuDeviceTotalMem          func(b *uint64, d int32) Result
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, d int32) Result
+	cuDevicePrimaryCtxRelease func(d int32) Result
+	cuCtxSetCurrent           func(ctx uintptr) Result
+	cuCtxSynchronize          func() Result
+	cuMemGetInfo              func(free, total *uint64) Result
+	cuMemAlloc                func(p *uint64, n uint64) Result
+	cuMemFree                 func(p uint64) Result
+	cuMemAllocHost            func(p *unsafe.Pointer, n uint64) Result
+	cuMemFreeHost             func(p unsafe.Pointer) Result
+	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) Result
+	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) Result
+	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, n uint64, s uintptr) Result
+	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src uint64, n uint64, s uintptr) Result
+	cuMemsetD8Async           func(dst uint64, v uint8, n uint64, s uintptr) Result
+	cuStreamCreate            func(s *uintptr, flags uint32) Result
+	cuStreamDestroy           func(s uintptr) Result
+	cuStreamSynchronize       func(s uintptr) Result
+	cuEventCreate             func(e *uintptr, flags uint32) Result
+	cuEventDestroy            func(e uintptr) Result
+	cuEventRecord             func(e, s uintptr) Result
+	cuEventQuery              func(e uintptr) Result
+	cuEventSynchronize        func(e uintptr) Result
+	cuEventElapsedTime        func(ms *float32, start, end uintptr) Result
+	cuModuleLoadData          func(m *uintptr, image unsafe.Pointer) Result
+	cuModuleUnload            func(m uintptr) Result
+	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) Result
+	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) Result
+	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params *unsafe.Pointer, extra unsafe.Pointer) Result
 }
 
 // resultNotReady is CUDA_ERROR_NOT_READY, cuEventQuery's "still running".

@@ -1,0 +1,223 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// Threads a block for the row-wise kernels and warps a block for the
+// matrix products.
+const (
+	rowThreads = 256
+	mmWarps    = 8
+)
+
+// Forward runs rows through the stage's layers, as model.Stage.Forward
+// does: a first stage embeds the rows' tokens (in is ignored), any other
+// takes the previous stage's hidden states; a last stage returns the
+// logits of the rows with Logits set, any other the hidden states. The
+// returned slice is the Stage's until the next call.
+func (s *Stage) Forward(rows []model.Row, in []float32) ([]float32, error) {
+	m := s.m
+	T, err := checkBatch(m, s.First(), s.kv.Blocks, s.kv.BlockSize, rows, in)
+	if err != nil || T == 0 {
+		return nil, err
+	}
+	s.meta.fill(s.kv, rows)
+	d := m.RopeDims
+	if cap(s.csHost) < T*d {
+		s.csHost = make([]float32, T*d)
+	}
+	s.csHost = s.csHost[:T*d]
+	if d > 0 {
+		for t, p := range s.meta.pos {
+			ropeAngles(s.csHost[t*d:(t+1)*d], int(p), m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
+		}
+	}
+	var out []float32
+	err = s.dev.Ctx.Do(func() error {
+		var err error
+		out, err = s.forward(T, in)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: forward of %d tokens on layers [%d, %d): %w", T, s.first, s.last, err)
+	}
+	return out, nil
+}
+
+// up uploads host values to p.
+func up[T int32 | float32](c *Context, p Ptr, v []T) error {
+	if len(v) == 0 {
+		return nil
+	}
+	return c.Upload(p, unsafe.Pointer(&v[0]), len(v)*4)
+}
+
+func (s *Stage) forward(T int, in []float32) ([]float32, error) {
+	m, c, k := s.m, s.dev.Ctx, s.dev.Kernels
+	meta := &s.meta
+	if err := s.grow(T, len(meta.tables)); err != nil {
+		return nil, err
+	}
+	E, QD, KVD, FF := m.Embd, m.QDim(), m.KVDim(), m.FF
+	for _, u := range []struct {
+		p Ptr
+		v []int32
+	}{{s.dtok, meta.tok}, {s.dpos, meta.pos}, {s.dslot, meta.slot}, {s.dtbl, meta.tbl}, {s.dtables, meta.tables}, {s.dlrows, meta.logitRows}} {
+		if err := up(c, u.p, u.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := up(c, s.cs, s.csHost); err != nil {
+		return nil, err
+	}
+	rowGrid := func(n int) [3]uint32 { return [3]uint32{uint32(n), 1, 1} }
+	rowBlock := [3]uint32{rowThreads, 1, 1}
+	flat := func(n int) ([3]uint32, [3]uint32) {
+		return [3]uint32{uint32((n + rowThreads - 1) / rowThreads), 1, 1}, rowBlock
+	}
+	if s.First() {
+		w := s.weights[m.Embed]
+		name := map[ggml.Type]string{ggml.F32: "embed_f32", ggml.F16: "embed_f16", ggml.Q8_0: "embed_q8_0"}[w.typ]
+		if err := k.Func(name).Launch(rowGrid(T), rowBlock, 0, s.dtok, w.p, s.x, E, m.EmbedScale); err != nil {
+			return nil, err
+		}
+	} else if err := up(c, s.x, in); err != nil {
+		return nil, err
+	}
+	norm := func(src, rowsSel Ptr, n int, w []float32, dst Ptr) error {
+		return k.Func("rms_norm").Launch(rowGrid(n), rowBlock, 0, src, rowsSel, s.norms[&w[0]], dst, E, m.NormEps)
+	}
+	add := func(x, y Ptr, n int) error {
+		g, b := flat(n)
+		return k.Func("add").Launch(g, b, 0, x, y, n)
+	}
+	for l := s.first; l < s.last; l++ {
+		L := &m.LayerWeights[l]
+		ll := l - s.first
+		if err := norm(s.x, 0, T, L.AttnNorm, s.h); err != nil {
+			return nil, err
+		}
+		for _, mm := range []struct {
+			w   *model.Weight
+			out Ptr
+		}{{L.Q, s.q}, {L.K, s.kk}, {L.V, s.vv}} {
+			if err := s.matmul(s.weights[mm.w], s.h, T, mm.out); err != nil {
+				return nil, err
+			}
+		}
+		if m.RopeDims > 0 && (m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0) {
+			neox := int32(0)
+			if m.Rope == model.RopeNeoX {
+				neox = 1
+			}
+			if err := k.Func("rope").Launch(rowGrid(T), rowBlock, 0, s.q, s.cs, m.Heads, m.HeadDim, m.RopeDims, QD, neox); err != nil {
+				return nil, err
+			}
+			if err := k.Func("rope").Launch(rowGrid(T), rowBlock, 0, s.kk, s.cs, m.HeadsKV, m.HeadDim, m.RopeDims, KVD, neox); err != nil {
+				return nil, err
+			}
+		}
+		if err := k.Func("kv_store").Launch(rowGrid(T), rowBlock, 0, s.kk, s.vv, s.k[ll], s.v[ll], s.dslot, m.HeadsKV, m.HeadDim, s.kv.BlockSize); err != nil {
+			return nil, err
+		}
+		if err := k.Func("attend").Launch([3]uint32{uint32(T), uint32(m.Heads), 1}, [3]uint32{32, 1, 1}, 0,
+			s.q, s.k[ll], s.v[ll], s.dtables, s.dtbl, s.dpos, s.att, m.Heads, m.HeadsKV, m.HeadDim, s.kv.BlockSize, s.attnScale); err != nil {
+			return nil, err
+		}
+		if err := s.matmul(s.weights[L.O], s.att, T, s.out); err != nil {
+			return nil, err
+		}
+		if err := add(s.x, s.out, T*E); err != nil {
+			return nil, err
+		}
+		if err := norm(s.x, 0, T, L.FFNNorm, s.h); err != nil {
+			return nil, err
+		}
+		if err := s.matmul(s.weights[L.Gate], s.h, T, s.gate); err != nil {
+			return nil, err
+		}
+		if err := s.matmul(s.weights[L.Up], s.h, T, s.up); err != nil {
+			return nil, err
+		}
+		g, b := flat(T * FF)
+		if err := k.Func("swiglu").Launch(g, b, 0, s.gate, s.up, T*FF); err != nil {
+			return nil, err
+		}
+		if err := s.matmul(s.weights[L.Down], s.gate, T, s.out); err != nil {
+			return nil, err
+		}
+		if err := add(s.x, s.out, T*E); err != nil {
+			return nil, err
+		}
+	}
+	var src Ptr
+	var n int
+	if s.Last() {
+		n = len(meta.logitRows) * m.Vocab
+		if n > 0 {
+			r := len(meta.logitRows)
+			if err := norm(s.x, s.dlrows, r, m.OutputNorm, s.logitsIn); err != nil {
+				return nil, err
+			}
+			if err := s.matmul(s.weights[m.Output], s.logitsIn, r, s.logits); err != nil {
+				return nil, err
+			}
+		}
+		src = s.logits
+	} else {
+		n, src = T*E, s.x
+	}
+	if cap(s.outHost) < n {
+		s.outHost = make([]float32, n)
+	}
+	s.outHost = s.outHost[:n]
+	if n > 0 {
+		if err := c.Download(unsafe.Pointer(&s.outHost[0]), src, n*4); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.lastDone.Record(); err != nil {
+		return nil, err
+	}
+	if err := s.lastDone.Wait(); err != nil { // every write of this batch has landed
+		return nil, err
+	}
+	return s.outHost, nil
+}
+
+// matmul launches out[r*N+o] = dot(w row o, x row r) for r < rows with the
+// kernel for w's device type, converting the activations first where the
+// type's dot product needs it (f16 for F16, 8-bit blocks for Q8_0).
+func (s *Stage) matmul(w *devWeight, x Ptr, rows int, out Ptr) error {
+	k := s.dev.Kernels
+	N, K := w.rows, w.cols
+	rb, suffix := 1, "_1"
+	if rows > 1 {
+		rb, suffix = 8, "_8"
+	}
+	grid := [3]uint32{uint32((N + mmWarps - 1) / mmWarps), uint32((rows + rb - 1) / rb), 1}
+	block := [3]uint32{mmWarps * 32, 1, 1}
+	n := rows * K
+	flatGrid := [3]uint32{uint32((n + rowThreads - 1) / rowThreads), 1, 1}
+	switch w.typ {
+	case ggml.F32:
+		return k.Func("mm_f32"+suffix).Launch(grid, block, 0, w.p, x, out, N, K, rows)
+	case ggml.F16:
+		if err := k.Func("to_f16").Launch(flatGrid, [3]uint32{rowThreads, 1, 1}, 0, x, s.xh, n); err != nil {
+			return err
+		}
+		return k.Func("mm_f16"+suffix).Launch(grid, block, 0, w.p, s.xh, out, N, K, rows)
+	case ggml.Q8_0:
+		nb := n / 32
+		if err := k.Func("quant_q8_0").Launch([3]uint32{uint32((nb + mmWarps - 1) / mmWarps), 1, 1}, block, 0, x, s.xq, s.xd, nb); err != nil {
+			return err
+		}
+		return k.Func("mm_q8_0"+suffix).Launch(grid, block, 0, w.p, s.xq, s.xd, out, N, K, rows)
+	}
+	return fmt.Errorf("%w: weight type %v on the device", ErrUnsupported, w.typ)
+}
