@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -276,4 +278,16 @@ func TestCancelDoesNotChangeNeighbour(t *testing.T) {
 		t.Errorf("with a cancelled neighbour: %q\nalone: %q", c.tok.Decode(got), c.tok.Decode(alone))
 	}
 	c.waitDrained(t)
+}
+
+// TestServeDevices: --device lists the local shards' devices; anything but
+// cpu and cuda:N is refused.
+func TestServeDevices(t *testing.T) {
+	cfg, err := parseServe([]string{"--local-shards", "2", "--device", "cpu, cuda:0", "--cuda-lib-dir", "/x"}, io.Discard)
+	if err != nil || len(cfg.Devices) != 2 || cfg.Devices[0] != "cpu" || cfg.Devices[1] != "cuda:0" || cfg.CUDALibDir != "/x" {
+		t.Fatalf("got %q %q, %v", cfg.Devices, cfg.CUDALibDir, err)
+	}
+	if _, err := parseServe([]string{"--device", "gpu0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "cpu or cuda:N") {
+		t.Fatalf("--device gpu0: %v", err)
+	}
 }
