@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -408,5 +409,27 @@ func TestGPUDecodeSpeed(t *testing.T) {
 			t.Errorf("decode of the 1B F16 model reaches %.0f%% of the memory bandwidth, want >= 50%%", 100*frac)
 		}
 		s.Close()
+	}
+}
+
+// TestWriteRandomModel is gpu-check.sh's model writer (the GPU machine has
+// no Go): STRATA_WRITE_MODEL=SIZE-TYPE:PATH writes bench's random model of
+// that shape (110M or 1B; F16 or Q8_0) to PATH. Skipped otherwise.
+func TestWriteRandomModel(t *testing.T) {
+	arg := os.Getenv("STRATA_WRITE_MODEL")
+	if arg == "" {
+		t.Skip("set STRATA_WRITE_MODEL=SIZE-TYPE:PATH")
+	}
+	name, path, ok := strings.Cut(arg, ":")
+	specs := map[string]model.RandomSpec{
+		"110M-F16": bench.Spec110M(ggml.F16), "110M-Q8_0": bench.Spec110M(ggml.Q8_0),
+		"1B-F16": bench.Spec1B(ggml.F16), "1B-Q8_0": bench.Spec1B(ggml.Q8_0),
+	}
+	spec, known := specs[name]
+	if !ok || !known {
+		t.Fatalf("STRATA_WRITE_MODEL=%q: want SIZE-TYPE:PATH with SIZE-TYPE one of 110M-F16, 110M-Q8_0, 1B-F16, 1B-Q8_0", arg)
+	}
+	if err := model.WriteRandomFile(path, spec); err != nil {
+		t.Fatal(err)
 	}
 }
