@@ -75,6 +75,7 @@ say "NVRTC directory: ${libdir:-none found (the binaries search the usual places
 export STRATA_CUDA_LIB_DIR=$libdir
 export STRATA_CUDA_CACHE=$log/kernel-cache
 export STRATA_MODELS=$root/shared/models
+export STRATA_GPU_PEAK_GBPS=${STRATA_GPU_PEAK_GBPS:-4800} # H200: used only when the driver reports no memory clock
 [ -d "$STRATA_MODELS" ] || STRATA_MODELS=$root/../shared/models
 models=$STRATA_MODELS
 cd "$root/model/cuda" 2>/dev/null || cd "$root"

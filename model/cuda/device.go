@@ -263,3 +263,51 @@ func (f *Function) Launch(grid, block [3]uint32, shared uint32, args ...any) err
 func (f *Function) SetMaxShared(n int) error {
 	return f.c.d.check("cuFuncSetAttribute", f.c.d.cuFuncSetAttribute(f.f, 8, int32(n)))
 }
+
+// Graph is an instantiated CUDA graph: a captured sequence of launches
+// replayed with one call.
+type Graph struct {
+	c *Context
+	e uintptr
+}
+
+// captureRelaxed is CU_STREAM_CAPTURE_MODE_RELAXED: the capture does not
+// forbid unrelated API calls on other threads.
+const captureRelaxed = 2
+
+// Capture records the launches fn queues on the stream into a graph
+// instead of running them. fn must only launch kernels (no copies from host
+// memory, no allocation). Call it inside Do.
+func (c *Context) Capture(fn func() error) (*Graph, error) {
+	if err := c.d.check("cuStreamBeginCapture", c.d.cuStreamBeginCapture(c.stream, captureRelaxed)); err != nil {
+		return nil, err
+	}
+	ferr := fn()
+	var g uintptr
+	eerr := c.d.check("cuStreamEndCapture", c.d.cuStreamEndCapture(c.stream, &g))
+	if ferr != nil || eerr != nil {
+		if g != 0 {
+			c.d.cuGraphDestroy(g)
+		}
+		if ferr != nil {
+			return nil, ferr
+		}
+		return nil, eerr
+	}
+	defer c.d.cuGraphDestroy(g)
+	var e uintptr
+	if err := c.d.check("cuGraphInstantiate", c.d.cuGraphInstantiate(&e, g, 0)); err != nil {
+		return nil, err
+	}
+	return &Graph{c: c, e: e}, nil
+}
+
+// Launch queues the graph on the stream. Call it inside Do.
+func (g *Graph) Launch() error {
+	return g.c.d.check("cuGraphLaunch", g.c.d.cuGraphLaunch(g.e, g.c.stream))
+}
+
+// Destroy frees the graph. Call it inside Do.
+func (g *Graph) Destroy() error {
+	return g.c.d.check("cuGraphExecDestroy", g.c.d.cuGraphExecDestroy(g.e))
+}

@@ -87,6 +87,12 @@ type Driver struct {
 	cuModuleUnload            func(m uintptr) Result
 	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) Result
 	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) Result
+	cuStreamBeginCapture      func(s uintptr, mode int32) Result
+	cuStreamEndCapture        func(s uintptr, g *uintptr) Result
+	cuGraphInstantiate        func(e *uintptr, g uintptr, flags uint64) Result
+	cuGraphLaunch             func(e, s uintptr) Result
+	cuGraphDestroy            func(g uintptr) Result
+	cuGraphExecDestroy        func(e uintptr) Result
 	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, s uintptr, params *unsafe.Pointer, extra unsafe.Pointer) Result
 }
 
@@ -176,6 +182,12 @@ func (d *Driver) symbols() map[string]any {
 		"cuModuleGetFunction":          &d.cuModuleGetFunction,
 		"cuFuncSetAttribute":           &d.cuFuncSetAttribute,
 		"cuLaunchKernel":               &d.cuLaunchKernel,
+		"cuStreamBeginCapture_v2":      &d.cuStreamBeginCapture,
+		"cuStreamEndCapture":           &d.cuStreamEndCapture,
+		"cuGraphInstantiateWithFlags":  &d.cuGraphInstantiate,
+		"cuGraphLaunch":                &d.cuGraphLaunch,
+		"cuGraphDestroy":               &d.cuGraphDestroy,
+		"cuGraphExecDestroy":           &d.cuGraphExecDestroy,
 	}
 }
 
@@ -290,6 +302,9 @@ func (d *Driver) Info(ordinal int) (DeviceInfo, error) {
 	} {
 		var v int32
 		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&v, a.attr, dev)); err != nil {
+			if a.attr == attrMemoryClockRate || a.attr == attrGlobalMemoryBusWide {
+				continue // deprecated in CUDA 13: PeakBandwidth is then 0, unknown
+			}
 			return DeviceInfo{}, err
 		}
 		*a.dst = int(v)

@@ -4,6 +4,8 @@
 // model's dimensions alone. A kernel's grid covers outputs (and rows), never
 // a split of one reduction; a warp's partial sums are combined by the same
 // shuffle tree whatever the batch, and lane 0's result is the one used.
+// Products accumulate with explicit fmaf, so that no contraction choice of
+// the compiler can differ between the kernels for one row and for many.
 
 // No headers: NVRTC before 12.8 has no built-in cuda_fp16.h, so halves are
 // raw 16-bit values converted with PTX's cvt (round to nearest even).
@@ -217,7 +219,7 @@ __device__ void mm_f32_t(const float* W, const float* x, float* out, int N, int 
         const float wv = w[k];
 #pragma unroll
         for (int r = 0; r < RB; r++)
-            if (r0 + r < rows) acc[r] += wv * x[(long long)(r0 + r) * K + k];
+            if (r0 + r < rows) acc[r] = fmaf(wv, x[(long long)(r0 + r) * K + k], acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < RB; r++) {
@@ -254,8 +256,8 @@ __device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, in
                 const unsigned xu[4] = {xq.x, xq.y, xq.z, xq.w};
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    acc[r] += wf[2 * i] * h2f((half_t)(xu[i] & 0xffffu));
-                    acc[r] += wf[2 * i + 1] * h2f((half_t)(xu[i] >> 16));
+                    acc[r] = fmaf(wf[2 * i], h2f((half_t)(xu[i] & 0xffffu)), acc[r]);
+                    acc[r] = fmaf(wf[2 * i + 1], h2f((half_t)(xu[i] >> 16)), acc[r]);
                 }
             }
         }
@@ -264,7 +266,7 @@ __device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, in
         const float wv = h2f(w[k]);
 #pragma unroll
         for (int r = 0; r < RB; r++)
-            if (r0 + r < rows) acc[r] += wv * h2f(x[(long long)(r0 + r) * K + k]);
+            if (r0 + r < rows) acc[r] = fmaf(wv, h2f(x[(long long)(r0 + r) * K + k]), acc[r]);
     }
 #pragma unroll
     for (int r = 0; r < RB; r++) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"unsafe"
 
 	"github.com/strata-llm/strata/model"
@@ -87,6 +88,11 @@ type Stage struct {
 	dtok, dpos, dslot, dtbl, dtables, dlrows              Ptr
 	capTables                                             int
 
+	graphsOn bool  // capture small batches into CUDA graphs (STRATA_CUDA_GRAPHS=0: never)
+	graphErr error // why capture was turned off, if it was
+	graphs   map[graphKey]*Graph
+	conv     convKey // what xh or xq/xd hold (forward.go)
+
 	meta     batchMeta
 	csHost   []float32
 	outHost  []float32
@@ -105,6 +111,7 @@ func NewStage(dev *Device, m *model.Model, first, last, blocks, bs int) (*Stage,
 	s := &Stage{dev: dev, m: m, first: first, last: last,
 		kv:      KVLayout{Layers: last - first, Blocks: blocks, BlockSize: bs, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim},
 		weights: map[*model.Weight]*devWeight{}, norms: map[*float32]Ptr{},
+		graphs: map[graphKey]*Graph{}, graphsOn: os.Getenv("STRATA_CUDA_GRAPHS") != "0",
 	}
 	if err := s.kv.Validate(); err != nil {
 		return nil, err
@@ -245,6 +252,7 @@ func (s *Stage) Close() error {
 	return s.dev.Ctx.Do(func() error {
 		var first error
 		s.dev.Ctx.Sync()
+		s.dropGraphs()
 		for _, a := range s.allocs {
 			if err := s.dev.Ctx.Free(a.p, a.n); err != nil && first == nil {
 				first = err
@@ -290,6 +298,7 @@ func (s *Stage) DeviceBytes() int64 {
 func (s *Stage) grow(T, tables int) error {
 	m := s.m
 	if T > s.capT {
+		s.dropGraphs()
 		T = max(T, s.capT*3/2, 16)
 		widest := max(m.Embd, m.QDim(), m.FF, m.KVDim())
 		bufs := []struct {
@@ -322,6 +331,7 @@ func (s *Stage) grow(T, tables int) error {
 		s.capT = T
 	}
 	if tables > s.capTables {
+		s.dropGraphs()
 		tables = max(tables, s.capTables*3/2, 64)
 		if s.dtables != 0 {
 			s.free(s.dtables)
@@ -344,3 +354,11 @@ func (s *Stage) free(p Ptr) {
 		}
 	}
 }
+
+// Graphs reports whether small batches replay CUDA graphs, and why capture
+// was turned off when it was.
+func (s *Stage) Graphs() (on bool, err error) { return s.graphsOn, s.graphErr }
+
+// SetGraphs turns graph capture on or off (on has no effect after a
+// capture failed).
+func (s *Stage) SetGraphs(on bool) { s.graphsOn = on && s.graphErr == nil }
