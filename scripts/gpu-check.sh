@@ -22,7 +22,13 @@
 #
 # Everything goes to LOGDIR (summary.txt and one log per step); the exit
 # status is non-zero when any step failed. Run from the repository root or
-# anywhere: the paths are the script's.
+# anywhere: the paths are the script's. With the project's device tool:
+#
+#	scripts/gpu-build.sh                      # here, with Go: fills .gpu/
+#	run  command: scripts/gpu-check.sh "$OUT/gpu-check"   carry: [".gpu"]   timeout_s: 600
+#
+# STRATA_GPU_CHECK_DRY=1 runs the flow on a machine without a GPU (every
+# GPU step then fails; the CPU serve steps and the client are exercised).
 set -u
 if [ $# -ne 1 ]; then
 	echo "usage: scripts/gpu-check.sh LOGDIR" >&2
@@ -39,7 +45,11 @@ result() { # name rc
 	if [ "$2" -eq 0 ]; then say "PASS $1"; else say "FAIL $1 (rc $2, see $log/$1.log)"; fail=1; fi
 }
 
-bin=$log/bin
+# Binaries, models, kernel cache and data dirs go to a scratch directory,
+# not LOGDIR: only logs come back from the GPU machine.
+work=$(mktemp -d "${TMPDIR:-/tmp}/strata-gpu-check.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+bin=$work/bin
 mkdir -p "$bin"
 for f in cuda.test coordinator; do
 	if [ ! -f "$root/.gpu/$f.gz" ]; then
@@ -73,7 +83,7 @@ PY
 fi
 say "NVRTC directory: ${libdir:-none found (the binaries search the usual places)}"
 export STRATA_CUDA_LIB_DIR=$libdir
-export STRATA_CUDA_CACHE=$log/kernel-cache
+export STRATA_CUDA_CACHE=$work/kernel-cache
 export STRATA_MODELS=$root/shared/models
 export STRATA_GPU_PEAK_GBPS=${STRATA_GPU_PEAK_GBPS:-4800} # H200: used only when the driver reports no memory clock
 [ -d "$STRATA_MODELS" ] || STRATA_MODELS=$root/../shared/models
@@ -97,7 +107,7 @@ step() { # name timeout-seconds command...
 step kernels 240 "$bin/cuda.test" -test.v -test.count=1 -test.run 'TestCompileKernels|TestGPUMatMul|TestGPUBatchInvariance|TestGPUAgreesWithCPU'
 
 # 5-6: through coordinator serve.
-step write-110M 120 env STRATA_WRITE_MODEL="110M-F16:$log/110M-F16.gguf" "$bin/cuda.test" -test.run TestWriteRandomModel -test.v
+step write-110M 120 env STRATA_WRITE_MODEL="110M-F16:$work/110M-F16.gguf" "$bin/cuda.test" -test.run TestWriteRandomModel -test.v
 cat >"$log/client.py" <<'PY'
 import json, os, sys, threading, time, urllib.request
 
@@ -156,7 +166,7 @@ elif cmd == "storm":
 PY
 serve() { # name port devices shards model
 	"$bin/coordinator" serve --model "$5" --local-shards "$4" --device "$3" --listen "127.0.0.1:$2" \
-		--threads 8 --cuda-lib-dir "${libdir:-/nonexistent}" --data-dir "$log/data-$1" --grace 1s >"$log/serve-$1.log" 2>&1 &
+		--threads 8 --cuda-lib-dir "${libdir:-/nonexistent}" --data-dir "$work/data-$1" --grace 1s >"$log/serve-$1.log" 2>&1 &
 	echo $!
 }
 port=18100
@@ -190,9 +200,9 @@ greedy_check() { # model-name model-file
 	done
 }
 mname=stories260K mfile=$models/stories260K.gguf greedy_check
-if [ -f "$log/110M-F16.gguf" ]; then
-	mname=110M-F16 mfile=$log/110M-F16.gguf greedy_check
-	rm -f "$log/110M-F16.gguf"
+if [ -f "$work/110M-F16.gguf" ]; then
+	mname=110M-F16 mfile=$work/110M-F16.gguf greedy_check
+	rm -f "$work/110M-F16.gguf"
 fi
 
 # 7: speed of a ~1B model.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/coordinator"
+	"github.com/strata-llm/strata/model/cuda"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/model/tokenizer"
@@ -289,5 +290,23 @@ func TestServeDevices(t *testing.T) {
 	}
 	if _, err := parseServe([]string{"--device", "gpu0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "cpu or cuda:N") {
 		t.Fatalf("--device gpu0: %v", err)
+	}
+}
+
+// TestServeCUDAWithoutDriver: `serve --local-shards 1 --device cuda:0` on a
+// machine without the NVIDIA driver fails at start, the reason in one line.
+func TestServeCUDAWithoutDriver(t *testing.T) {
+	if _, err := cuda.LoadDriver(); err == nil {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	cfg, err := parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "1s", "--local-shards", "1", "--device", "cuda:0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = serve(ctx, cfg)
+	if !errors.Is(err, cuda.ErrNoDriver) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("serve: %q, want one line wrapping cuda.ErrNoDriver", err)
 	}
 }
