@@ -167,10 +167,6 @@ func (s *Stage) launch(T, nl int) error {
 		s.conv = convKey{} // dst changes
 		return k.Func("rms_norm").Launch(rowGrid(n), rowBlock, 0, src, rowsSel, s.norms[&w[0]], dst, E, m.NormEps)
 	}
-	add := func(x, y Ptr, n int) error {
-		g, b := flat(n)
-		return k.Func("add").Launch(g, b, 0, x, y, n)
-	}
 	for l := s.first; l < s.last; l++ {
 		L := &m.LayerWeights[l]
 		ll := l - s.first
@@ -181,7 +177,7 @@ func (s *Stage) launch(T, nl int) error {
 			w   *model.Weight
 			out Ptr
 		}{{L.Q, s.q}, {L.K, s.kk}, {L.V, s.vv}} {
-			if err := s.matmul(s.weights[mm.w], s.h, T, mm.out); err != nil {
+			if err := s.matmul(s.weights[mm.w], s.h, T, mm.out, false); err != nil {
 				return err
 			}
 		}
@@ -190,10 +186,7 @@ func (s *Stage) launch(T, nl int) error {
 			if m.Rope == model.RopeNeoX {
 				neox = 1
 			}
-			if err := k.Func("rope").Launch(rowGrid(T), rowBlock, 0, s.q, s.cs, m.Heads, m.HeadDim, m.RopeDims, QD, neox); err != nil {
-				return err
-			}
-			if err := k.Func("rope").Launch(rowGrid(T), rowBlock, 0, s.kk, s.cs, m.HeadsKV, m.HeadDim, m.RopeDims, KVD, neox); err != nil {
+			if err := k.Func("rope").Launch(rowGrid(T), rowBlock, 0, s.q, s.kk, s.cs, m.Heads, m.HeadsKV, m.HeadDim, m.RopeDims, QD, KVD, neox); err != nil {
 				return err
 			}
 		}
@@ -205,19 +198,16 @@ func (s *Stage) launch(T, nl int) error {
 			s.q, s.k[ll], s.v[ll], s.dtables, s.dtbl, s.dpos, s.att, m.Heads, m.HeadsKV, m.HeadDim, s.kv.BlockSize, s.attnScale); err != nil {
 			return err
 		}
-		if err := s.matmul(s.weights[L.O], s.att, T, s.out); err != nil {
-			return err
-		}
-		if err := add(s.x, s.out, T*E); err != nil {
+		if err := s.matmul(s.weights[L.O], s.att, T, s.x, true); err != nil { // x += O·att
 			return err
 		}
 		if err := norm(s.x, 0, T, L.FFNNorm, s.h); err != nil {
 			return err
 		}
-		if err := s.matmul(s.weights[L.Gate], s.h, T, s.gate); err != nil {
+		if err := s.matmul(s.weights[L.Gate], s.h, T, s.gate, false); err != nil {
 			return err
 		}
-		if err := s.matmul(s.weights[L.Up], s.h, T, s.up); err != nil {
+		if err := s.matmul(s.weights[L.Up], s.h, T, s.up, false); err != nil {
 			return err
 		}
 		g, b := flat(T * FF)
@@ -225,10 +215,7 @@ func (s *Stage) launch(T, nl int) error {
 		if err := k.Func("swiglu").Launch(g, b, 0, s.gate, s.up, T*FF); err != nil {
 			return err
 		}
-		if err := s.matmul(s.weights[L.Down], s.gate, T, s.out); err != nil {
-			return err
-		}
-		if err := add(s.x, s.out, T*E); err != nil {
+		if err := s.matmul(s.weights[L.Down], s.gate, T, s.x, true); err != nil { // x += Down·gate
 			return err
 		}
 	}
@@ -236,17 +223,22 @@ func (s *Stage) launch(T, nl int) error {
 		if err := norm(s.x, s.dlrows, nl, m.OutputNorm, s.logitsIn); err != nil {
 			return err
 		}
-		if err := s.matmul(s.weights[m.Output], s.logitsIn, nl, s.logits); err != nil {
+		if err := s.matmul(s.weights[m.Output], s.logitsIn, nl, s.logits, false); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// matmul launches out[r*N+o] = dot(w row o, x row r) for r < rows with the
-// kernel for w's device type, converting the activations first where the
-// type's dot product needs it (f16 for F16, 8-bit blocks for Q8_0).
-func (s *Stage) matmul(w *devWeight, x Ptr, rows int, out Ptr) error {
+// matmul launches out[r*N+o] = dot(w row o, x row r) for r < rows (+= with
+// accumulate: the residual add, the same bits as adding afterwards) with
+// the kernel for w's device type, converting the activations first where
+// the type's dot product needs it (f16 for F16, 8-bit blocks for Q8_0).
+func (s *Stage) matmul(w *devWeight, x Ptr, rows int, out Ptr, accumulate bool) error {
+	acc := int32(0)
+	if accumulate {
+		acc = 1
+	}
 	k := s.dev.Kernels
 	N, K := w.rows, w.cols
 	rb, suffix := 1, "_1"
@@ -259,26 +251,26 @@ func (s *Stage) matmul(w *devWeight, x Ptr, rows int, out Ptr) error {
 	flatGrid := [3]uint32{uint32((n + rowThreads - 1) / rowThreads), 1, 1}
 	switch w.typ {
 	case ggml.F32:
-		return k.Func("mm_f32"+suffix).Launch(grid, block, 0, w.p, x, out, N, K, rows)
+		return k.Func("mm_f32"+suffix).Launch(grid, block, 0, w.p, x, out, N, K, rows, acc)
 	case ggml.F16:
 		if s.conv == (convKey{x, ggml.F16, n}) {
-			return k.Func("mm_f16"+suffix).Launch(grid, block, 0, w.p, s.xh, out, N, K, rows)
+			return k.Func("mm_f16"+suffix).Launch(grid, block, 0, w.p, s.xh, out, N, K, rows, acc)
 		}
 		s.conv = convKey{x, ggml.F16, n}
 		if err := k.Func("to_f16").Launch(flatGrid, [3]uint32{rowThreads, 1, 1}, 0, x, s.xh, n); err != nil {
 			return err
 		}
-		return k.Func("mm_f16"+suffix).Launch(grid, block, 0, w.p, s.xh, out, N, K, rows)
+		return k.Func("mm_f16"+suffix).Launch(grid, block, 0, w.p, s.xh, out, N, K, rows, acc)
 	case ggml.Q8_0:
 		nb := n / 32
 		if s.conv == (convKey{x, ggml.Q8_0, n}) {
-			return k.Func("mm_q8_0"+suffix).Launch(grid, block, 0, w.p, s.xq, s.xd, out, N, K, rows)
+			return k.Func("mm_q8_0"+suffix).Launch(grid, block, 0, w.p, s.xq, s.xd, out, N, K, rows, acc)
 		}
 		s.conv = convKey{x, ggml.Q8_0, n}
 		if err := k.Func("quant_q8_0").Launch([3]uint32{uint32((nb + mmWarps - 1) / mmWarps), 1, 1}, block, 0, x, s.xq, s.xd, nb); err != nil {
 			return err
 		}
-		return k.Func("mm_q8_0"+suffix).Launch(grid, block, 0, w.p, s.xq, s.xd, out, N, K, rows)
+		return k.Func("mm_q8_0"+suffix).Launch(grid, block, 0, w.p, s.xq, s.xd, out, N, K, rows, acc)
 	}
 	return fmt.Errorf("%w: weight type %v on the device", ErrUnsupported, w.typ)
 }

@@ -6,6 +6,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -103,7 +104,7 @@ func TestGPUMatMul(t *testing.T) {
 				return err
 			}
 			run := func(rows int) ([]float32, error) {
-				if err := s.matmul(s.weights[w], s.h, rows, s.out); err != nil {
+				if err := s.matmul(s.weights[w], s.h, rows, s.out, false); err != nil {
 					return nil, err
 				}
 				o := make([]float32, rows*N)
@@ -113,8 +114,23 @@ func TestGPUMatMul(t *testing.T) {
 			if got, err = run(R); err != nil {
 				return err
 			}
-			alone, err = run(1)
-			return err
+			if alone, err = run(1); err != nil {
+				return err
+			}
+			// accumulate adds the product to what out holds: 2× exactly.
+			if err := s.matmul(s.weights[w], s.h, 1, s.out, true); err != nil {
+				return err
+			}
+			twice := make([]float32, N)
+			if err := dev.Ctx.Download(unsafe.Pointer(&twice[0]), s.out, 4*N); err != nil {
+				return err
+			}
+			for o := range N {
+				if twice[o] != 2*alone[o] {
+					return fmt.Errorf("accumulate: output %d is %v, want 2×%v", o, twice[o], alone[o])
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatalf("%v: %v", typ, err)

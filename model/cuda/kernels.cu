@@ -87,16 +87,16 @@ extern "C" __global__ void rms_norm(const float* src, const int* rows, const flo
     for (int i = threadIdx.x; i < E; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
 }
 
-// RoPE: rotates the first dims dimensions of each of n heads (width hd) of
-// token t's row (stride floats) by the angles cs[t*dims + 2i], [2i+1]
-// (cosine, sine of pair i), computed on the host. neox pairs i with
-// i+dims/2, else 2i with 2i+1.
-extern "C" __global__ void rope(float* x, const float* cs, int n, int hd, int dims, int stride, int neox) {
+// RoPE: rotates the first dims dimensions of each of nq query heads (rows
+// qstride floats apart) and nk key heads (kstride) of token t, head width
+// hd, by the angles cs[t*dims + 2i], [2i+1] (cosine, sine of pair i),
+// computed on the host. neox pairs i with i+dims/2, else 2i with 2i+1.
+extern "C" __global__ void rope(float* q, float* k, const float* cs, int nq, int nk, int hd, int dims, int qstride, int kstride, int neox) {
     const int t = blockIdx.x;
     const int pairs = dims / 2;
-    for (int j = threadIdx.x; j < n * pairs; j += blockDim.x) {
+    for (int j = threadIdx.x; j < (nq + nk) * pairs; j += blockDim.x) {
         const int h = j / pairs, i = j % pairs;
-        float* v = x + (long long)t * stride + h * hd;
+        float* v = h < nq ? q + (long long)t * qstride + h * hd : k + (long long)t * kstride + (h - nq) * hd;
         const float c = cs[t * dims + 2 * i], s = cs[t * dims + 2 * i + 1];
         const int a = neox ? i : 2 * i, b = neox ? i + pairs : 2 * i + 1;
         const float x0 = v[a], x1 = v[b];
@@ -120,43 +120,69 @@ extern "C" __global__ void kv_store(const float* k, const float* v, half_t* K, h
 }
 
 // Paged attention, decode and prefill alike: one warp per (token, head)
-// reads keys 0..pos[t] of the token's block table in key order with an
-// online softmax. Lane l holds dimensions l, l+32, ... (hd <= 256).
+// reads keys 0..pos[t] of the token's block table in chunks of 32 in key
+// order, with an online softmax across chunks. In a chunk lane l scores key
+// j0+l (the whole dot product, in dimension order), the chunk's maximum and
+// sum of weights come from the fixed shuffle tree, and each lane adds the
+// chunk's values in key order to its dimensions (l, l+32, ...; hd <= 256).
+// The chunks depend only on the position: the same order in any batch.
 extern "C" __global__ void attend(const float* q, const half_t* K, const half_t* V, const int* tables,
                                   const int* tbl, const int* pos, float* out, int H, int kvh, int hd, int bs, float scale) {
+    __shared__ float qs[256];
     const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
-    const int g = H / kvh, kh = h / g;
+    const int kh = h / (H / kvh);
     const int per = (hd + WARP - 1) / WARP;
-    float qv[8], acc[8];
     const float* qt = q + ((long long)t * H + h) * hd;
-    for (int i = 0; i < per; i++) {
-        const int d = lane + i * WARP;
-        qv[i] = d < hd ? qt[d] : 0.f;
-        acc[i] = 0.f;
-    }
-    float m = __int_as_float(0xff800000), l = 0.f; // -inf
+    for (int d = lane; d < hd; d += WARP) qs[d] = qt[d];
+    __syncwarp();
+    float acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = 0.f;
+    const float neg_inf = __int_as_float(0xff800000);
+    float m = neg_inf, l = 0.f;
     const int* table = tables + tbl[t];
     const int p = pos[t];
-    for (int j = 0; j <= p; j++) {
-        const long long off = (((long long)table[j / bs] * kvh + kh) * bs + j % bs) * hd;
-        float s = 0.f;
-        for (int i = 0; i < per; i++) {
-            const int d = lane + i * WARP;
-            if (d < hd) s += qv[i] * h2f(K[off + d]);
+    for (int j0 = 0; j0 <= p; j0 += WARP) {
+        const int j = j0 + lane;
+        const bool valid = j <= p;
+        float s = neg_inf;
+        long long off = 0;
+        if (valid) {
+            off = (((long long)table[j / bs] * kvh + kh) * bs + j % bs) * hd;
+            const half_t* k = K + off;
+            float dot = 0.f;
+            if (hd % 8 == 0) {
+                for (int d = 0; d < hd; d += 8) {
+                    const uint4 kq = *(const uint4*)(k + d);
+                    const unsigned ku[4] = {kq.x, kq.y, kq.z, kq.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        dot = fmaf(qs[d + 2 * i], h2f((half_t)(ku[i] & 0xffffu)), dot);
+                        dot = fmaf(qs[d + 2 * i + 1], h2f((half_t)(ku[i] >> 16)), dot);
+                    }
+                }
+            } else {
+                for (int d = 0; d < hd; d++) dot = fmaf(qs[d], h2f(k[d]), dot);
+            }
+            s = dot * scale;
         }
-        s = warp_sum(s) * scale;
-        float ms = 1.f, vs = 1.f;
-        if (s > m) {
-            ms = __expf(m - s);
-            m = s;
-        } else {
-            vs = __expf(s - m);
+        float cm = s;
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
+        const float mn = fmaxf(m, cm);
+        const float ms = __expf(m - mn);
+        const float pj = valid ? __expf(s - mn) : 0.f;
+        l = l * ms + warp_sum(pj);
+        for (int i = 0; i < per; i++) acc[i] *= ms;
+        const int n = min(WARP, p - j0 + 1);
+        for (int jj = 0; jj < n; jj++) {
+            const float w = __shfl_sync(0xffffffffu, pj, jj);
+            const long long vo = __shfl_sync(0xffffffffu, off, jj);
+            for (int i = 0; i < per; i++) {
+                const int d = lane + i * WARP;
+                if (d < hd) acc[i] = fmaf(w, h2f(V[vo + d]), acc[i]);
+            }
         }
-        for (int i = 0; i < per; i++) {
-            const int d = lane + i * WARP;
-            if (d < hd) acc[i] = acc[i] * ms + h2f(V[off + d]) * vs;
-        }
-        l = l * ms + vs;
+        m = mn;
     }
     float* o = out + ((long long)t * H + h) * hd;
     for (int i = 0; i < per; i++) {
@@ -172,12 +198,6 @@ extern "C" __global__ void swiglu(float* gate, const float* up, int n) {
         const float g = gate[i];
         gate[i] = g / (1.f + expf(-g)) * up[i];
     }
-}
-
-// add: x[i] += y[i].
-extern "C" __global__ void add(float* x, const float* y, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] += y[i];
 }
 
 // Activation conversions for the weight types' dot products.
@@ -202,12 +222,13 @@ extern "C" __global__ void quant_q8_0(const float* x, signed char* q, float* d, 
     if (lane == 0) d[b] = h2f(f2h(dd));
 }
 
-// Matrix products out[r*N + o] = dot(W row o, x row r) for r < rows. One
+// Matrix products out[r*N + o] = dot(W row o, x row r) for r < rows (or
+// out[r*N + o] += that dot with accumulate, the residual add fused). One
 // warp per output o and up to RB activation rows; lane l takes the same
 // elements of the reduction whatever the rows, so each output's order
 // depends only on K. Grid: (ceil(N / warps per block), ceil(rows / RB)).
 template <int RB>
-__device__ void mm_f32_t(const float* W, const float* x, float* out, int N, int K, int rows) {
+__device__ void mm_f32_t(const float* W, const float* x, float* out, int N, int K, int rows, int accumulate) {
     const int o = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP, r0 = blockIdx.y * RB;
     if (o >= N) return;
@@ -224,14 +245,17 @@ __device__ void mm_f32_t(const float* W, const float* x, float* out, int N, int 
 #pragma unroll
     for (int r = 0; r < RB; r++) {
         const float s = warp_sum(acc[r]);
-        if (lane == 0 && r0 + r < rows) out[(long long)(r0 + r) * N + o] = s;
+        if (lane == 0 && r0 + r < rows) {
+            float* y = out + (long long)(r0 + r) * N + o;
+            *y = accumulate ? *y + s : s;
+        }
     }
 }
 
 // F16 weights against f16 activations (converted by to_f16, as ggml does
 // for f16 weights): products in f32, 8 halves a lane a step.
 template <int RB>
-__device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, int K, int rows) {
+__device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, int K, int rows, int accumulate) {
     const int o = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP, r0 = blockIdx.y * RB;
     if (o >= N) return;
@@ -271,7 +295,10 @@ __device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, in
 #pragma unroll
     for (int r = 0; r < RB; r++) {
         const float s = warp_sum(acc[r]);
-        if (lane == 0 && r0 + r < rows) out[(long long)(r0 + r) * N + o] = s;
+        if (lane == 0 && r0 + r < rows) {
+            float* y = out + (long long)(r0 + r) * N + o;
+            *y = accumulate ? *y + s : s;
+        }
     }
 }
 
@@ -285,7 +312,7 @@ __device__ __forceinline__ int load_q4(const unsigned char* p) { // 2-byte align
 }
 
 template <int RB>
-__device__ void mm_q8_0_t(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows) {
+__device__ void mm_q8_0_t(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows, int accumulate) {
     const int o = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP, r0 = blockIdx.y * RB;
     if (o >= N) return;
@@ -314,13 +341,16 @@ __device__ void mm_q8_0_t(const unsigned char* W, const signed char* xq, const f
 #pragma unroll
     for (int r = 0; r < RB; r++) {
         const float s = warp_sum(acc[r]);
-        if (lane == 0 && r0 + r < rows) out[(long long)(r0 + r) * N + o] = s;
+        if (lane == 0 && r0 + r < rows) {
+            float* y = out + (long long)(r0 + r) * N + o;
+            *y = accumulate ? *y + s : s;
+        }
     }
 }
 
-extern "C" __global__ void mm_f32_1(const float* W, const float* x, float* out, int N, int K, int rows) { mm_f32_t<1>(W, x, out, N, K, rows); }
-extern "C" __global__ void mm_f32_8(const float* W, const float* x, float* out, int N, int K, int rows) { mm_f32_t<8>(W, x, out, N, K, rows); }
-extern "C" __global__ void mm_f16_1(const half_t* W, const half_t* x, float* out, int N, int K, int rows) { mm_f16_t<1>(W, x, out, N, K, rows); }
-extern "C" __global__ void mm_f16_8(const half_t* W, const half_t* x, float* out, int N, int K, int rows) { mm_f16_t<8>(W, x, out, N, K, rows); }
-extern "C" __global__ void mm_q8_0_1(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows) { mm_q8_0_t<1>(W, xq, xd, out, N, K, rows); }
-extern "C" __global__ void mm_q8_0_8(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows) { mm_q8_0_t<8>(W, xq, xd, out, N, K, rows); }
+extern "C" __global__ void mm_f32_1(const float* W, const float* x, float* out, int N, int K, int rows, int accumulate) { mm_f32_t<1>(W, x, out, N, K, rows, accumulate); }
+extern "C" __global__ void mm_f32_8(const float* W, const float* x, float* out, int N, int K, int rows, int accumulate) { mm_f32_t<8>(W, x, out, N, K, rows, accumulate); }
+extern "C" __global__ void mm_f16_1(const half_t* W, const half_t* x, float* out, int N, int K, int rows, int accumulate) { mm_f16_t<1>(W, x, out, N, K, rows, accumulate); }
+extern "C" __global__ void mm_f16_8(const half_t* W, const half_t* x, float* out, int N, int K, int rows, int accumulate) { mm_f16_t<8>(W, x, out, N, K, rows, accumulate); }
+extern "C" __global__ void mm_q8_0_1(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows, int accumulate) { mm_q8_0_t<1>(W, xq, xd, out, N, K, rows, accumulate); }
+extern "C" __global__ void mm_q8_0_8(const unsigned char* W, const signed char* xq, const float* xd, float* out, int N, int K, int rows, int accumulate) { mm_q8_0_t<8>(W, xq, xd, out, N, K, rows, accumulate); }

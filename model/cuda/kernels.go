@@ -17,7 +17,7 @@ func KernelSource() string { return kernelSource }
 // loading a module checks that each is present.
 var KernelNames = []string{
 	"embed_f32", "embed_f16", "embed_q8_0",
-	"rms_norm", "rope", "kv_store", "attend", "swiglu", "add",
+	"rms_norm", "rope", "kv_store", "attend", "swiglu",
 	"to_f16", "quant_q8_0",
 	"mm_f32_1", "mm_f32_8", "mm_f16_1", "mm_f16_8", "mm_q8_0_1", "mm_q8_0_8",
 }
