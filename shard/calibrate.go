@@ -150,7 +150,7 @@ func (s *SharedCalibration) get(sha string, measure func() (*pb.Calibration, err
 // failure is logged and leaves the shard uncalibrated: placement then
 // counts its memory only.
 func (n *Node) calibrate(ctx context.Context) *pb.Calibration {
-	if n.cfg.Model == "" || n.localSHA == "" || n.cfg.CalibrationBudget < 0 {
+	if n.cfg.Model == "" || n.localSHA == "" || n.cfg.CalibrationBudget < 0 || n.gpu != nil { // Calibrate measures the CPU backend
 		return nil
 	}
 	measure := func() (*pb.Calibration, error) {

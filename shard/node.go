@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/strata-llm/strata/model/cpu"
+	"github.com/strata-llm/strata/model/cuda"
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 	"github.com/strata-llm/strata/transport/pb"
@@ -43,9 +44,12 @@ type Config struct {
 	// already hashed the file — a coordinator running the node in its own
 	// process; empty means the node hashes Model itself.
 	ModelSHA256 string
-	// Device is what the shard computes on: "cpu" (the only backend built
-	// so far).
+	// Device is what the shard computes on: "cpu", or "cuda:N" (NVIDIA GPU
+	// N: weights and KV in device memory, model/cuda).
 	Device string
+	// CUDALibDir is searched first for NVRTC (libnvrtc.so.13 or .12) with
+	// --device cuda:N, e.g. pip's site-packages/nvidia/cu13/lib.
+	CUDALibDir string
 	// Gossip is the address memberlist binds (UDP and TCP), host:port; an
 	// empty host means every interface.
 	Gossip string
@@ -135,10 +139,7 @@ func (c Config) Validate() error {
 	switch {
 	case c.Coordinator == "":
 		return errors.New("--coordinator is required: the coordinator's gossip address, HOST:PORT")
-	case c.Device != "cpu":
-		if strings.HasPrefix(c.Device, "cuda:") {
-			return fmt.Errorf("--device %s: this build has no CUDA backend; use --device cpu", c.Device)
-		}
+	case c.Device != "cpu" && !strings.HasPrefix(c.Device, "cuda:"):
 		return fmt.Errorf("--device must be cpu or cuda:N, got %q", c.Device)
 	case c.DataDir == "":
 		return errors.New("--data-dir must not be empty")
@@ -229,6 +230,7 @@ type Node struct {
 	collector *collector
 	pool      *cpu.Pool
 	ownPool   bool
+	gpu       *cuda.Device // --device cuda:N; nil on the CPU
 
 	// id is the node's certificate and the cluster's secrets (nil with
 	// Insecure, and until Run has joined); shardDial and coordDial are the
@@ -285,6 +287,28 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	gpu, err := openGPU(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n, err := newNode(cfg)
+	if err != nil {
+		if gpu != nil {
+			gpu.Close()
+		}
+		return nil, err
+	}
+	if gpu != nil {
+		n.gpu = gpu
+		n.devices.MemoryBytes = gpuFree(gpu) // what placement sizes this shard by
+		if len(n.devices.GPUs) == 0 {        // no NVML in this build: the driver says
+			n.devices.GPUs = []GPU{{Index: gpu.Ctx.Info.Ordinal, Name: gpu.Ctx.Info.Name, MemoryTotal: gpu.Ctx.Info.TotalMemory, MemoryFree: n.devices.MemoryBytes}}
+		}
+	}
+	return n, nil
+}
+
+func newNode(cfg Config) (*Node, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -419,6 +443,9 @@ func (n *Node) coordinator() (addr string, epoch uint64, shardID string) {
 // after a cancelled ctx, or the error that stopped the node.
 func (n *Node) Run(ctx context.Context) error {
 	defer n.store.Close()
+	if n.gpu != nil {
+		defer n.gpu.Close()
+	}
 	if n.ownPool {
 		defer n.pool.Close()
 	}

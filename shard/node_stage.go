@@ -34,6 +34,7 @@ type placement struct {
 	version    uint64
 	assign     *pb.Assign
 	runner     *Runner
+	release    func() // frees the stage's device memory; nil on the CPU
 	model      *loadedModel
 	link       *link
 	last       bool
@@ -59,6 +60,9 @@ func (p *placement) batchLimits() transport.BatchLimits {
 func (p *placement) close() {
 	p.runner.Close()
 	p.link.close()
+	if p.release != nil {
+		p.release() // device memory: the runner has no batch in progress now
+	}
 	p.model.release()
 }
 
@@ -108,21 +112,30 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 	if blocks <= 0 {
 		return nil, fmt.Errorf("assign names a KV pool of %d blocks", blocks)
 	}
-	kcfg := cpu.KVConfig{Layers: end - first, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: typ}
-	if need := cpu.KVBytes(kcfg); n.cfg.KVMemory > 0 && need > n.cfg.KVMemory {
-		return nil, fmt.Errorf("assigned KV pool of %d blocks × %d positions needs %d bytes, --kv-memory is %d", blocks, bs, need, n.cfg.KVMemory)
-	}
-	kv, err := cpu.NewKV(kcfg)
-	if err != nil {
-		return nil, err
-	}
-	st, err := model.NewStage(m, first, end, cpu.NewBackend(n.pool), kv)
-	if err != nil {
-		return nil, err
+	var st Stage
+	var release func()
+	if n.gpu != nil {
+		var err error
+		if st, release, err = n.gpuStage(m, first, end, blocks, bs, typ == ggml.F16); err != nil {
+			return nil, err
+		}
+	} else {
+		kcfg := cpu.KVConfig{Layers: end - first, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: typ}
+		if need := cpu.KVBytes(kcfg); n.cfg.KVMemory > 0 && need > n.cfg.KVMemory {
+			return nil, fmt.Errorf("assigned KV pool of %d blocks × %d positions needs %d bytes, --kv-memory is %d", blocks, bs, need, n.cfg.KVMemory)
+		}
+		kv, err := cpu.NewKV(kcfg)
+		if err != nil {
+			return nil, err
+		}
+		if st, err = model.NewStage(m, first, end, cpu.NewBackend(n.pool), kv); err != nil {
+			return nil, err
+		}
 	}
 	p := &placement{
 		version:    a.GetPlacementVersion(),
 		assign:     a,
+		release:    release,
 		runner:     NewRunner(st, blocks, bs),
 		model:      lm,
 		last:       a.GetHead(),

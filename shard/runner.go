@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cuda"
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/transport"
 )
@@ -71,6 +72,21 @@ type seqSampler struct {
 	con      *constraint // nil unless decoding is constrained (constrain.go)
 }
 
+// Stage is what a Runner computes with: a model.Stage on the CPU, or a
+// cuda.Stage on a GPU.
+type Stage interface {
+	// Forward runs a batch (model.Stage.Forward's contract).
+	Forward(rows []model.Row, in []float32) ([]float32, error)
+	Model() *model.Model
+	First() bool
+	Last() bool
+}
+
+var (
+	_ Stage = (*model.Stage)(nil)
+	_ Stage = (*cuda.Stage)(nil)
+)
+
 // Runner runs one pipeline stage: a layer range, its KV table and, on the
 // last stage, the sequences' sampler states. It owns its sequences' state
 // and guards it with its own lock, held briefly: tombstones, heartbeats,
@@ -83,7 +99,7 @@ type seqSampler struct {
 // block table (sampler state, token history, logprob wish, grammar
 // matcher).
 type Runner struct {
-	stage *model.Stage
+	stage Stage
 	bs    int
 	// forward is stage.Forward; tests put a blocking fake in front of it.
 	forward func(rows []model.Row, hidden []float32) ([]float32, error)
@@ -106,7 +122,7 @@ type Runner struct {
 }
 
 // NewRunner wraps a model stage whose KV pool has pool blocks of bs positions.
-func NewRunner(stage *model.Stage, pool, bs int) *Runner {
+func NewRunner(stage Stage, pool, bs int) *Runner {
 	r := &Runner{stage: stage, forward: stage.Forward, table: NewTable(pool), bs: bs, states: map[uint64]*seqSampler{}}
 	r.table.onEnd = r.endLocked
 	return r

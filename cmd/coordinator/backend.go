@@ -59,6 +59,7 @@ func newBackend(cfg serveConfig, dataDir, modelPath string, f *gguf.File, m *mod
 		lc := localConfig{
 			Shards: cfg.LocalShards, Coordinator: c.GossipAddr(), Host: host, Model: modelPath, SHA256: sha,
 			DataDir: dataDir, Threads: cfg.Threads, KVMemory: cfg.KVMemory, Log: cfg.Log,
+			Devices: cfg.Devices, CUDALibDir: cfg.CUDALibDir,
 		}
 		if a := c.Authority(); a != nil {
 			lc.Issuer = a

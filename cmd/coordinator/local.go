@@ -29,6 +29,10 @@ type localConfig struct {
 	DataDir  string // shard i keeps its node identity in DataDir/local-shard-i
 	Threads  int    // workers of the one pool the shards share
 	KVMemory int64  // bytes of KV cache each shard offers
+	// Devices: shard i computes on Devices[i] (the last repeated; none:
+	// cpu); CUDALibDir is searched first for NVRTC.
+	Devices    []string
+	CUDALibDir string
 	// Issuer gives each shard its certificate (the cluster's authority);
 	// nil runs them plaintext, like the cluster (--insecure).
 	Issuer shard.Issuer
@@ -62,6 +66,10 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
 		sc.Name = fmt.Sprintf("local-%d", i)
 		sc.Pool, sc.KVMemory, sc.SharedCalibration = l.pool, cfg.KVMemory, cal
+		if len(cfg.Devices) > 0 {
+			sc.Device = cfg.Devices[min(i, len(cfg.Devices)-1)]
+		}
+		sc.CUDALibDir = cfg.CUDALibDir
 		sc.Issuer, sc.Insecure = cfg.Issuer, cfg.Issuer == nil
 		// No gossip leave: the shards stop when the coordinator in this
 		// process does, and announcing it to a cluster that is going away

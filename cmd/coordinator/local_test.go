@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/strata-llm/strata/coordinator"
+	"github.com/strata-llm/strata/model/cuda"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/model/tokenizer"
@@ -276,4 +279,34 @@ func TestCancelDoesNotChangeNeighbour(t *testing.T) {
 		t.Errorf("with a cancelled neighbour: %q\nalone: %q", c.tok.Decode(got), c.tok.Decode(alone))
 	}
 	c.waitDrained(t)
+}
+
+// TestServeDevices: --device lists the local shards' devices; anything but
+// cpu and cuda:N is refused.
+func TestServeDevices(t *testing.T) {
+	cfg, err := parseServe([]string{"--local-shards", "2", "--device", "cpu, cuda:0", "--cuda-lib-dir", "/x"}, io.Discard)
+	if err != nil || len(cfg.Devices) != 2 || cfg.Devices[0] != "cpu" || cfg.Devices[1] != "cuda:0" || cfg.CUDALibDir != "/x" {
+		t.Fatalf("got %q %q, %v", cfg.Devices, cfg.CUDALibDir, err)
+	}
+	if _, err := parseServe([]string{"--device", "gpu0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "cpu or cuda:N") {
+		t.Fatalf("--device gpu0: %v", err)
+	}
+}
+
+// TestServeCUDAWithoutDriver: `serve --local-shards 1 --device cuda:0` on a
+// machine without the NVIDIA driver fails at start, the reason in one line.
+func TestServeCUDAWithoutDriver(t *testing.T) {
+	if _, err := cuda.LoadDriver(); err == nil {
+		t.Skip("this machine has an NVIDIA driver")
+	}
+	cfg, err := parseServe([]string{"--listen", "127.0.0.1:0", "--grace", "1s", "--local-shards", "1", "--device", "cuda:0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = serve(ctx, cfg)
+	if !errors.Is(err, cuda.ErrNoDriver) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("serve: %q, want one line wrapping cuda.ErrNoDriver", err)
+	}
 }

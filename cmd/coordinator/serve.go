@@ -36,6 +36,11 @@ type serveConfig struct {
 	DataDir     string // bbolt: epoch, placement, shard registry; local shards' identities ("": a temporary directory)
 	Private     bool   // the cluster's listeners are ephemeral loopback ports: only the local shards are in it
 	Threads     int    // the local shards' one worker pool
+	// Devices are the local shards' devices, shard i the i-th (the last
+	// repeated): "cpu" or "cuda:N" (--device cpu,cuda:0 runs a CPU and a
+	// GPU stage); CUDALibDir is searched first for NVRTC.
+	Devices     []string
+	CUDALibDir  string
 	KVMemory    int64
 	KVType      ggml.Type
 	MaxModelLen int
@@ -83,6 +88,8 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "strata-data", "where the coordinator keeps its epoch, placement and shard registry, and local shard N its identity (DIR/local-shard-N); with local shards only and no --data-dir, a temporary directory")
 	fs.IntVar(&cfg.Threads, "threads", runtime.NumCPU(), "worker threads shared by the local shards")
 	kvMem := fs.String("kv-memory", "512MiB", "KV cache memory per shard (e.g. 512MiB, 4GiB)")
+	devices := fs.String("device", "cpu", "the local shards' compute devices, comma-separated, shard i the i-th and the last repeated: cpu or cuda:N (e.g. cuda:0, or cpu,cuda:0 for a CPU stage then a GPU stage)")
+	fs.StringVar(&cfg.CUDALibDir, "cuda-lib-dir", "", "directory searched first for NVRTC (libnvrtc.so.13 or .12) with --device cuda:N, e.g. pip's site-packages/nvidia/cu13/lib")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
 	placementMix := fs.String("placement-mix", "balanced", "load placement balances the stages for, from each shard's measured speed: decode, prefill or balanced")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "longest prompt + output in tokens (default: the model's context)")
@@ -134,6 +141,13 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 		return cfg, fmt.Errorf("serve: --kv-memory: %w", err)
 	}
 	cfg.KVMemory = n
+	for _, d := range strings.Split(*devices, ",") {
+		d = strings.TrimSpace(d)
+		if d != "cpu" && !strings.HasPrefix(d, "cuda:") {
+			return cfg, fmt.Errorf("serve: --device must list cpu or cuda:N, got %q", d)
+		}
+		cfg.Devices = append(cfg.Devices, d)
+	}
 	if cfg.PlacementMix, err = coordinator.ParseMix(*placementMix); err != nil {
 		return cfg, fmt.Errorf("serve: %w", err)
 	}

@@ -1,9 +1,9 @@
 // Command shard runs a strata shard.
 //
 //	shard join --coordinator HOST:PORT --token T [--coordinator-grpc HOST:PORT]
-//	           [--token-file F] [--insecure] [--model FILE.gguf] [--device cpu]
+//	           [--token-file F] [--insecure] [--model FILE.gguf] [--device cpu|cuda:N]
 //	           [--gossip ADDR] [--grpc ADDR] [--advertise HOST] [--metrics ADDR]
-//	           [--data-dir DIR] [--threads N] [--kv-memory SIZE]
+//	           [--data-dir DIR] [--threads N] [--kv-memory SIZE] [--cuda-lib-dir DIR]
 //
 // joins the cluster whose coordinator gossips at HOST:PORT, serves the layer
 // range the coordinator assigns, and leaves gracefully on SIGTERM. The
@@ -74,7 +74,8 @@ func parseJoin(args []string, stderr io.Writer) (shard.Config, error) {
 	fs.StringVar(&cfg.Coordinator, "coordinator", "", "the coordinator's gossip address, HOST:PORT (required)")
 	fs.StringVar(&cfg.Name, "name", "", "what people call this shard, shown on the coordinator's status page (default: the host name and a short ID)")
 	fs.StringVar(&cfg.Model, "model", "", "local GGUF model file; without it the assigned layers are streamed from the coordinator and cached under --data-dir/weights")
-	fs.StringVar(&cfg.Device, "device", cfg.Device, "compute device: cpu")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "compute device: cpu or cuda:N (NVIDIA GPU N: needs the driver and NVRTC)")
+	fs.StringVar(&cfg.CUDALibDir, "cuda-lib-dir", "", "directory searched first for NVRTC (libnvrtc.so.13 or .12) with --device cuda:N, e.g. pip's site-packages/nvidia/cu13/lib")
 	fs.StringVar(&cfg.Gossip, "gossip", cfg.Gossip, "gossip (memberlist) bind address")
 	fs.StringVar(&cfg.GRPC, "grpc", cfg.GRPC, "stage endpoint (gRPC) bind address")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "host other nodes dial (default: the bound host, or the local address of the route to the coordinator)")

@@ -75,3 +75,11 @@ func TestReadTokenFileWaits(t *testing.T) {
 		t.Fatalf("readTokenFile = %q, %v", tok, err)
 	}
 }
+
+// TestDeviceFlags: --device and --cuda-lib-dir reach the Config.
+func TestDeviceFlags(t *testing.T) {
+	cfg, err := parseJoin([]string{"--coordinator", "127.0.0.1:7946", "--insecure", "--device", "cuda:1", "--cuda-lib-dir", "/opt/nvrtc"}, io.Discard)
+	if err != nil || cfg.Device != "cuda:1" || cfg.CUDALibDir != "/opt/nvrtc" {
+		t.Fatalf("got device %q lib dir %q, %v", cfg.Device, cfg.CUDALibDir, err)
+	}
+}
