@@ -206,8 +206,10 @@ extern "C" __global__ void to_f16(const float* x, half_t* y, int n) {
     if (i < n) y[i] = f2h(x[i]);
 }
 
-// quant_q8_0: one warp per 32-value block of x (K values a row, K%32 == 0):
-// d = amax/127 (kept as f16, as ggml's Q8_0 blocks do), q = round(x/d).
+// quant_q8_0: one warp per 32-value block of x (K values a row, K%32 == 0),
+// as the CPU backend quantizes activations (ggml's AVX quantize_row_q8_0,
+// model/ggml QuantizeActivationRow): d = amax/127 kept as f16, multiplier
+// 127/amax (not 1/d), q = x*multiplier rounded half to even, saturated.
 extern "C" __global__ void quant_q8_0(const float* x, signed char* q, float* d, int nblocks) {
     const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
@@ -216,9 +218,10 @@ extern "C" __global__ void quant_q8_0(const float* x, signed char* q, float* d, 
     float a = fabsf(v);
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    const float dd = a / 127.f;
-    const float id = dd != 0.f ? 1.f / dd : 0.f;
-    q[(long long)b * 32 + lane] = (signed char)roundf(v * id);
+    const float dd = __fdiv_rn(a, 127.f);
+    const float id = a != 0.f ? __fdiv_rn(127.f, a) : 0.f;
+    const int qi = __float2int_rn(__fmul_rn(v, id));
+    q[(long long)b * 32 + lane] = (signed char)max(-128, min(127, qi));
     if (lane == 0) d[b] = h2f(f2h(dd));
 }
 
