@@ -109,6 +109,20 @@ func (s *Stage) forward(T int, in []float32) ([]float32, error) {
 	return s.outHost, nil
 }
 
+// attendWarps is the warps of one attend block for head width hd and the
+// dynamic shared memory it takes (kernels.cu: ATT_FIXED bytes and 32 keys'
+// values a warp): the most warps, up to 8, that fit the 48 KiB every device
+// offers without an opt-in. It depends only on hd, so that which warp sums
+// which keys is the same in every batch.
+func attendWarps(hd int) (warps, shared int) {
+	const fixed = (256 + 2*8 + 8*256) * 4
+	warps = 8
+	for warps > 1 && fixed+warps*32*hd*2 > 48<<10 {
+		warps /= 2
+	}
+	return warps, fixed + warps*32*hd*2
+}
+
 // maxGraphTokens bounds the batches whose launches are captured into a
 // CUDA graph (decode steps and small batches: where launch overhead
 // dominates); a graph is kept per (tokens, logits rows).
@@ -194,7 +208,8 @@ func (s *Stage) launch(T, nl int) error {
 			return err
 		}
 		s.conv = convKey{}
-		if err := k.Func("attend").Launch([3]uint32{uint32(T), uint32(m.Heads), 1}, [3]uint32{32, 1, 1}, 0,
+		nw, shared := attendWarps(m.HeadDim)
+		if err := k.Func("attend").Launch([3]uint32{uint32(T), uint32(m.Heads), 1}, [3]uint32{uint32(32 * nw), 1, 1}, uint32(shared),
 			s.q, s.k[ll], s.v[ll], s.dtables, s.dtbl, s.dpos, s.att, m.Heads, m.HeadsKV, m.HeadDim, s.kv.BlockSize, s.attnScale); err != nil {
 			return err
 		}

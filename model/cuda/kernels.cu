@@ -119,38 +119,56 @@ extern "C" __global__ void kv_store(const float* k, const float* v, half_t* K, h
     }
 }
 
-// Paged attention, decode and prefill alike: one warp per (token, head)
-// reads keys 0..pos[t] of the token's block table in chunks of 32 in key
-// order, with an online softmax across chunks. In a chunk lane l scores key
-// j0+l (the whole dot product, in dimension order), the chunk's maximum and
-// sum of weights come from the fixed shuffle tree, and each lane adds the
-// chunk's values in key order to its dimensions (l, l+32, ...; hd <= 256).
-// The chunks depend only on the position: the same order in any batch.
+// Paged attention, decode and prefill alike: one block of nw warps per
+// (token, head) reads keys 0..pos[t] of the token's block table in chunks
+// of 32 in key order; chunk c goes to warp c % nw, which keeps an online
+// softmax over its chunks. In a chunk lane l scores key j0+l (the whole dot
+// product, in dimension order) and copies that key's values to the warp's
+// shared rows, so that the warp's global loads for a chunk are all issued
+// at once; the chunk's maximum and sum of weights come from the fixed
+// shuffle tree, and each lane adds the chunk's values in key order to its
+// dimensions (l, l+32, ...; hd <= 256). Then the warps' (max, sum,
+// accumulator) are merged in warp order. nw = blockDim.x/32 depends only on
+// hd (the host's attendWarps), and which warp takes which chunk only on the
+// position: the same arithmetic in any batch and any chunking of a prompt.
+// Dynamic shared memory: ATT_FIXED bytes + nw*32*hd halves.
+#define ATT_WARPS_MAX 8
+#define ATT_FIXED ((256 + 2 * ATT_WARPS_MAX + ATT_WARPS_MAX * 256) * 4)
 extern "C" __global__ void attend(const float* q, const half_t* K, const half_t* V, const int* tables,
                                   const int* tbl, const int* pos, float* out, int H, int kvh, int hd, int bs, float scale) {
-    __shared__ float qs[256];
-    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* qs = (float*)smem;             // [256] the query
+    float* mw = qs + 256;                 // [ATT_WARPS_MAX] each warp's maximum
+    float* lw = mw + ATT_WARPS_MAX;       // [ATT_WARPS_MAX] each warp's sum of weights
+    float* aw = lw + ATT_WARPS_MAX;       // [ATT_WARPS_MAX][hd] each warp's accumulator
+    const int nw = blockDim.x / WARP, w = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    half_t* vs = (half_t*)(smem + ATT_FIXED) + w * WARP * hd; // [32][hd] this warp's chunk of values
+    const int t = blockIdx.x, h = blockIdx.y;
     const int kh = h / (H / kvh);
-    const int per = (hd + WARP - 1) / WARP;
     const float* qt = q + ((long long)t * H + h) * hd;
-    for (int d = lane; d < hd; d += WARP) qs[d] = qt[d];
-    __syncwarp();
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = qt[d];
+    __syncthreads();
     float acc[8];
+#pragma unroll
     for (int i = 0; i < 8; i++) acc[i] = 0.f;
     const float neg_inf = __int_as_float(0xff800000);
     float m = neg_inf, l = 0.f;
     const int* table = tables + tbl[t];
     const int p = pos[t];
-    for (int j0 = 0; j0 <= p; j0 += WARP) {
+    half_t* vrow = vs + lane * hd;
+    for (int j0 = w * WARP; j0 <= p; j0 += nw * WARP) {
         const int j = j0 + lane;
         const bool valid = j <= p;
         float s = neg_inf;
-        long long off = 0;
         if (valid) {
-            off = (((long long)table[j / bs] * kvh + kh) * bs + j % bs) * hd;
+            const long long off = (((long long)table[j / bs] * kvh + kh) * bs + j % bs) * hd;
             const half_t* k = K + off;
+            const half_t* v = V + off;
             float dot = 0.f;
             if (hd % 8 == 0) {
+#pragma unroll 4
+                for (int d = 0; d < hd; d += 8) *(uint4*)(vrow + d) = *(const uint4*)(v + d);
+#pragma unroll 4
                 for (int d = 0; d < hd; d += 8) {
                     const uint4 kq = *(const uint4*)(k + d);
                     const unsigned ku[4] = {kq.x, kq.y, kq.z, kq.w};
@@ -161,10 +179,12 @@ extern "C" __global__ void attend(const float* q, const half_t* K, const half_t*
                     }
                 }
             } else {
+                for (int d = 0; d < hd; d++) vrow[d] = v[d];
                 for (int d = 0; d < hd; d++) dot = fmaf(qs[d], h2f(k[d]), dot);
             }
             s = dot * scale;
         }
+        __syncwarp();
         float cm = s;
 #pragma unroll
         for (int o = WARP / 2; o > 0; o >>= 1) cm = fmaxf(cm, __shfl_xor_sync(0xffffffffu, cm, o));
@@ -172,22 +192,42 @@ extern "C" __global__ void attend(const float* q, const half_t* K, const half_t*
         const float ms = __expf(m - mn);
         const float pj = valid ? __expf(s - mn) : 0.f;
         l = l * ms + warp_sum(pj);
-        for (int i = 0; i < per; i++) acc[i] *= ms;
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] *= ms;
         const int n = min(WARP, p - j0 + 1);
         for (int jj = 0; jj < n; jj++) {
-            const float w = __shfl_sync(0xffffffffu, pj, jj);
-            const long long vo = __shfl_sync(0xffffffffu, off, jj);
-            for (int i = 0; i < per; i++) {
+            const float wt = __shfl_sync(0xffffffffu, pj, jj);
+            const half_t* vr = vs + jj * hd;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
                 const int d = lane + i * WARP;
-                if (d < hd) acc[i] = fmaf(w, h2f(V[vo + d]), acc[i]);
+                if (d < hd) acc[i] = fmaf(wt, h2f(vr[d]), acc[i]);
             }
         }
         m = mn;
+        __syncwarp(); // the next chunk overwrites vs
     }
-    float* o = out + ((long long)t * H + h) * hd;
-    for (int i = 0; i < per; i++) {
+    if (lane == 0) {
+        mw[w] = m;
+        lw[w] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
         const int d = lane + i * WARP;
-        if (d < hd) o[d] = acc[i] / l;
+        if (d < hd) aw[w * hd + d] = acc[i];
+    }
+    __syncthreads();
+    // Warp 0 always holds chunk 0, so M is finite; a warp without chunks
+    // has m = -inf and weighs exp(-inf) = 0.
+    float M = mw[0];
+    for (int u = 1; u < nw; u++) M = fmaxf(M, mw[u]);
+    float L = 0.f;
+    for (int u = 0; u < nw; u++) L = fmaf(lw[u], __expf(mw[u] - M), L);
+    float* o = out + ((long long)t * H + h) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float a = 0.f;
+        for (int u = 0; u < nw; u++) a = fmaf(aw[u * hd + d], __expf(mw[u] - M), a);
+        o[d] = a / L;
     }
 }
 
@@ -239,6 +279,7 @@ __device__ void mm_f32_t(const float* W, const float* x, float* out, int N, int 
 #pragma unroll
     for (int r = 0; r < RB; r++) acc[r] = 0.f;
     const float* w = W + (long long)o * K;
+#pragma unroll 4
     for (int k = lane; k < K; k += WARP) {
         const float wv = w[k];
 #pragma unroll
@@ -267,6 +308,7 @@ __device__ void mm_f16_t(const half_t* W, const half_t* x, float* out, int N, in
     for (int r = 0; r < RB; r++) acc[r] = 0.f;
     const half_t* w = W + (long long)o * K;
     const int K8 = K / 8 * 8;
+#pragma unroll 4
     for (int k = lane * 8; k < K8; k += WARP * 8) {
         const uint4 wq = *(const uint4*)(w + k);
         const unsigned wu[4] = {wq.x, wq.y, wq.z, wq.w};
@@ -324,6 +366,7 @@ __device__ void mm_q8_0_t(const unsigned char* W, const signed char* xq, const f
 #pragma unroll
     for (int r = 0; r < RB; r++) acc[r] = 0.f;
     const unsigned char* w = W + (long long)o * nb * 34;
+#pragma unroll 4
     for (int b = lane; b < nb; b += WARP) {
         const unsigned char* blk = w + b * 34;
         const float dw = h2f(*(const half_t*)blk);

@@ -233,3 +233,24 @@ func TestBatchMeta(t *testing.T) {
 		t.Errorf("short hidden states: %v", err)
 	}
 }
+
+// TestAttendWarps: every head width the backend runs gets at least two
+// warps and fits the 48 KiB of shared memory a block has without an
+// opt-in; the block's shared memory matches kernels.cu's ATT_FIXED plus 32
+// keys' values a warp.
+func TestAttendWarps(t *testing.T) {
+	if !strings.Contains(KernelSource(), "#define ATT_FIXED ((256 + 2 * ATT_WARPS_MAX + ATT_WARPS_MAX * 256) * 4)") || !strings.Contains(KernelSource(), "#define ATT_WARPS_MAX 8") {
+		t.Fatal("kernels.cu's attend shared-memory layout changed: update attendWarps")
+	}
+	for hd := 1; hd <= 256; hd++ {
+		w, shared := attendWarps(hd)
+		if w < 2 || w > 8 || shared > 48<<10 || shared != (256+16+8*256)*4+w*32*hd*2 {
+			t.Errorf("hd %d: %d warps, %d bytes", hd, w, shared)
+		}
+	}
+	for hd, want := range map[int]int{8: 8, 64: 8, 128: 4, 256: 2} {
+		if w, _ := attendWarps(hd); w != want {
+			t.Errorf("hd %d: %d warps, want %d", hd, w, want)
+		}
+	}
+}
