@@ -67,7 +67,7 @@ func (s *Stage) forward(T int, in []float32) ([]float32, error) {
 	for _, u := range []struct {
 		p Ptr
 		v []int32
-	}{{s.dtok, meta.tok}, {s.dpos, meta.pos}, {s.dslot, meta.slot}, {s.dtbl, meta.tbl}, {s.dtables, meta.tables}, {s.dlrows, meta.logitRows}} {
+	}{{s.dtok, meta.tok}, {s.dpos, meta.pos}, {s.dtbl, meta.tbl}, {s.dtables, meta.tables}, {s.dlrows, meta.logitRows}} {
 		if err := up(c, u.p, u.v); err != nil {
 			return nil, err
 		}
@@ -204,7 +204,7 @@ func (s *Stage) launch(T, nl int) error {
 				return err
 			}
 		}
-		if err := k.Func("kv_store").Launch(rowGrid(T), rowBlock, 0, s.kk, s.vv, s.k[ll], s.v[ll], s.dslot, m.HeadsKV, m.HeadDim, s.kv.BlockSize); err != nil {
+		if err := k.Func("kv_store").Launch(rowGrid(T), rowBlock, 0, s.kk, s.vv, s.k[ll], s.v[ll], s.dtables, s.dtbl, s.dpos, m.HeadsKV, m.HeadDim, s.kv.BlockSize); err != nil {
 			return err
 		}
 		s.conv = convKey{}

@@ -106,11 +106,14 @@ extern "C" __global__ void rope(float* q, float* k, const float* cs, int nq, int
 }
 
 // KV store: token t's keys and values (kvh heads of hd) go to the f16 pool
-// of one layer at slot[t] (elements: (block*kvh*bs + pos%bs)*hd); head h
-// is h*bs*hd further.
-extern "C" __global__ void kv_store(const float* k, const float* v, half_t* K, half_t* V, const int* slot, int kvh, int hd, int bs) {
+// of one layer at its position's place through its block table, in 64-bit
+// offsets (a layer's pool may pass 2^31 values): head h of position p is
+// at ((table[p/bs]*kvh + h)*bs + p%bs)*hd, as attend reads it and as the
+// CPU pool lays it out (KVLayout.Slot).
+extern "C" __global__ void kv_store(const float* k, const float* v, half_t* K, half_t* V, const int* tables, const int* tbl, const int* pos, int kvh, int hd, int bs) {
     const int t = blockIdx.x;
-    const long long base = slot[t];
+    const int p = pos[t];
+    const long long base = ((long long)tables[tbl[t] + p / bs] * kvh * bs + p % bs) * hd;
     for (int j = threadIdx.x; j < kvh * hd; j += blockDim.x) {
         const int h = j / hd, d = j % hd;
         const long long o = base + (long long)h * bs * hd + d;

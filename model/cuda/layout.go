@@ -23,33 +23,34 @@ func (l KVLayout) LayerElems() int64 {
 // Bytes is the whole pool's memory: K and V of every layer.
 func (l KVLayout) Bytes() int64 { return 2 * int64(l.Layers) * l.LayerElems() * 2 }
 
-// Validate checks the layout's fields; a layer's offsets must fit the
-// kernels' 32-bit slot indices.
+// Validate checks the layout's fields (the kernels' offsets are 64-bit; the
+// block IDs of the tables are int32).
 func (l KVLayout) Validate() error {
 	switch {
 	case l.Layers <= 0 || l.Blocks <= 0 || l.BlockSize <= 0 || l.HeadsKV <= 0 || l.HeadDim <= 0:
 		return fmt.Errorf("cuda: KV layout needs positive sizes, got %+v", l)
-	case l.LayerElems() > math.MaxInt32:
-		return fmt.Errorf("cuda: KV pool of %d blocks × %d positions × %d values is %d values a layer, more than the kernels' 2^31 offsets", l.Blocks, l.BlockSize, l.HeadsKV*l.HeadDim, l.LayerElems())
+	case int64(l.Blocks) > math.MaxInt32:
+		return fmt.Errorf("cuda: KV pool of %d blocks, more than the tables' int32 block IDs", l.Blocks)
 	}
 	return nil
 }
 
 // Slot is the offset, in f16 values within a layer, of KV head 0 at
-// position pos of a sequence with block table blocks.
-func (l KVLayout) Slot(blocks []int32, pos int) int32 {
+// position pos of a sequence with block table blocks: what kernels.cu's
+// kv_store and attend compute on the device.
+func (l KVLayout) Slot(blocks []int32, pos int) int64 {
 	b := int64(blocks[pos/l.BlockSize])
-	return int32((b*int64(l.HeadsKV)*int64(l.BlockSize) + int64(pos%l.BlockSize)) * int64(l.HeadDim))
+	return (b*int64(l.HeadsKV)*int64(l.BlockSize) + int64(pos%l.BlockSize)) * int64(l.HeadDim)
 }
 
 // batchMeta is the host side of one batch for the kernels: per token its
-// ID, position, KV slot and the offset of its row's block table in tables
+// ID, position and the offset of its row's block table in tables
 // (each row's table once, covering the row's positions); per logits row
 // the index of its last token.
 type batchMeta struct {
-	tok, pos, slot, tbl []int32
-	tables              []int32
-	logitRows           []int32
+	tok, pos, tbl []int32
+	tables        []int32
+	logitRows     []int32
 }
 
 // checkBatch validates rows against the stage (model.Stage's rules, the
@@ -90,7 +91,7 @@ func checkBatch(m *model.Model, first bool, blocks, bs int, rows []model.Row, in
 
 // fill sets meta for a checked batch.
 func (meta *batchMeta) fill(l KVLayout, rows []model.Row) {
-	meta.tok, meta.pos, meta.slot, meta.tbl = meta.tok[:0], meta.pos[:0], meta.slot[:0], meta.tbl[:0]
+	meta.tok, meta.pos, meta.tbl = meta.tok[:0], meta.pos[:0], meta.tbl[:0]
 	meta.tables, meta.logitRows = meta.tables[:0], meta.logitRows[:0]
 	t := 0
 	for i := range rows {
@@ -102,7 +103,6 @@ func (meta *batchMeta) fill(l KVLayout, rows []model.Row) {
 			p := r.Pos + j
 			meta.tok = append(meta.tok, tok)
 			meta.pos = append(meta.pos, int32(p))
-			meta.slot = append(meta.slot, l.Slot(r.Blocks, p))
 			meta.tbl = append(meta.tbl, off)
 		}
 		t += len(r.Tokens)

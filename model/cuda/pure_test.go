@@ -169,7 +169,7 @@ func TestKVLayoutMatchesCPU(t *testing.T) {
 	// The CPU pool's offset (model/cpu kv.go) in bytes, per value here:
 	// (block*bs*kvh + pos%bs) * hd.
 	for pos := 0; pos < 48; pos++ {
-		want := int32((int(blocks[pos/16])*16*4 + pos%16) * 8)
+		want := int64((int(blocks[pos/16])*16*4 + pos%16) * 8)
 		if got := l.Slot(blocks, pos); got != want {
 			t.Fatalf("slot of pos %d = %d, want %d", pos, got, want)
 		}
@@ -177,9 +177,17 @@ func TestKVLayoutMatchesCPU(t *testing.T) {
 	if l.Bytes() != 2*2*10*16*4*8*2 {
 		t.Errorf("bytes %d", l.Bytes())
 	}
+	// The kernels' offsets are 64-bit: a layer past 2^31 values is fine
+	// (16 GiB of K a layer here), block IDs past int32 are not.
 	big := KVLayout{Layers: 1, Blocks: 1 << 20, BlockSize: 16, HeadsKV: 8, HeadDim: 128}
-	if err := big.Validate(); err == nil {
-		t.Error("a layer past 2^31 values validated")
+	if err := big.Validate(); err != nil {
+		t.Errorf("a layer past 2^31 values: %v", err)
+	}
+	if got, want := big.Slot([]int32{1<<20 - 1}, 15), int64(1<<20-1)*16*8*128+15*128; got != want {
+		t.Errorf("slot past 2^31 = %d, want %d", got, want)
+	}
+	if err := (KVLayout{Layers: 1, Blocks: 1 << 31, BlockSize: 1, HeadsKV: 1, HeadDim: 1}).Validate(); err == nil {
+		t.Error("2^31 blocks validated")
 	}
 }
 
@@ -208,10 +216,12 @@ func TestBatchMeta(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("meta (-want +got):\n%s", d)
 	}
+	// kv_store and attend find a token's place through tables[tbl[t]:]:
+	// the same offset as the row's own block table gives.
 	for i, p := range meta.pos {
 		r := map[int]int{0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 1, 6: 2, 7: 2}[i]
-		if meta.slot[i] != l.Slot(rows[r].Blocks, int(p)) {
-			t.Errorf("token %d slot %d", i, meta.slot[i])
+		if got, want := l.Slot(meta.tables[meta.tbl[i]:], int(p)), l.Slot(rows[r].Blocks, int(p)); got != want {
+			t.Errorf("token %d: offset %d through tables, %d through its row", i, got, want)
 		}
 	}
 	for _, bad := range []struct {

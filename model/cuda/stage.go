@@ -85,7 +85,7 @@ type Stage struct {
 	capT                                                  int
 	x, h, q, kk, vv, att, gate, up, out, logitsIn, logits Ptr
 	xh, xq, xd, cs                                        Ptr
-	dtok, dpos, dslot, dtbl, dtables, dlrows              Ptr
+	dtok, dpos, dtbl, dtables, dlrows                     Ptr
 	capTables                                             int
 
 	graphsOn bool  // capture small batches into CUDA graphs (STRATA_CUDA_GRAPHS=0: never)
@@ -310,7 +310,7 @@ func (s *Stage) grow(T, tables int) error {
 			{&s.gate, T * m.FF * 4}, {&s.up, T * m.FF * 4},
 			{&s.xh, T * widest * 2}, {&s.xq, T * widest}, {&s.xd, (T*widest/32 + 1) * 4},
 			{&s.cs, max(T*m.RopeDims, 1) * 4},
-			{&s.dtok, T * 4}, {&s.dpos, T * 4}, {&s.dslot, T * 4}, {&s.dtbl, T * 4}, {&s.dlrows, T * 4},
+			{&s.dtok, T * 4}, {&s.dpos, T * 4}, {&s.dtbl, T * 4}, {&s.dlrows, T * 4},
 		}
 		if s.Last() {
 			bufs = append(bufs, struct {
