@@ -237,6 +237,7 @@ greedy_check() { # model-name model-file
 		fi
 		kill "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
+		[ "$1" = cpu+gpu ] && grep -h 'msg=calibrated\|new placement' "$log/serve-$1-$mname.log" | sed 's/^.*msg=/  /' >>"$sum"
 		[ $rc -eq 0 ] || tail -3 "$log/serve-$1-$mname.log" | sed 's/^/  /' >>"$sum"
 		result "$name" $rc
 	done

@@ -8,6 +8,7 @@ import (
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/cpu"
+	"github.com/strata-llm/strata/model/cuda"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/transport/pb"
 )
@@ -46,11 +47,8 @@ const (
 // shapes (f16) and lives only for the measurement. sha names the model
 // in the report. It stops early, with ctx's error, when ctx ends.
 func Calibrate(ctx context.Context, m *model.Model, sha string, pool *cpu.Pool, budget time.Duration) (*pb.Calibration, error) {
-	layers := min(calibrationLayers, m.Layers)
-	bs := cpu.DefaultBlockSize
-	perRow := (max(calibrationContext+1, calibrationChunk) + bs - 1) / bs
-	rowsN := calibrationDecodeRows + 1 // the decode rows, and the prefill row
-	kv, err := cpu.NewKV(cpu.KVConfig{Layers: layers, Blocks: rowsN * perRow, BlockSize: bs,
+	layers, bs, blocks := calibrationShape(m)
+	kv, err := cpu.NewKV(cpu.KVConfig{Layers: layers, Blocks: blocks, BlockSize: bs,
 		Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: ggml.F16})
 	if err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
@@ -59,6 +57,38 @@ func Calibrate(ctx context.Context, m *model.Model, sha string, pool *cpu.Pool, 
 	if err != nil {
 		return nil, fmt.Errorf("calibrate: %w", err)
 	}
+	return measureStage(ctx, st.Forward, m, sha, budget)
+}
+
+// CalibrateGPU is Calibrate on a GPU: the same batches through the same
+// layers loaded on dev (weights and a KV pool of the same blocks in device
+// memory, freed after), so that placement gives a GPU shard the layers its
+// speed earns.
+func CalibrateGPU(ctx context.Context, m *model.Model, sha string, dev *cuda.Device, budget time.Duration) (*pb.Calibration, error) {
+	layers, bs, blocks := calibrationShape(m)
+	st, err := cuda.NewStage(dev, m, 0, layers, blocks, bs)
+	if err != nil {
+		return nil, fmt.Errorf("calibrate: %w", err)
+	}
+	defer st.Close()
+	return measureStage(ctx, st.Forward, m, sha, budget)
+}
+
+// calibrationShape is the measured layers, the block size and the pool's
+// blocks: each decode row's and the prefill row's positions.
+func calibrationShape(m *model.Model) (layers, bs, blocks int) {
+	layers = min(calibrationLayers, m.Layers)
+	bs = cpu.DefaultBlockSize
+	perRow := (max(calibrationContext+1, calibrationChunk) + bs - 1) / bs
+	return layers, bs, (calibrationDecodeRows + 1) * perRow
+}
+
+// measureStage times forward, a stage of calibrationShape's layers and
+// pool, on Calibrate's batches.
+func measureStage(ctx context.Context, forward func([]model.Row, []float32) ([]float32, error), m *model.Model, sha string, budget time.Duration) (*pb.Calibration, error) {
+	layers, bs, _ := calibrationShape(m)
+	perRow := (max(calibrationContext+1, calibrationChunk) + bs - 1) / bs
+	rowsN := calibrationDecodeRows + 1 // the decode rows, and the prefill row
 	blocks := func(r int) []int32 {
 		b := make([]int32, perRow)
 		for i := range b {
@@ -78,7 +108,7 @@ func Calibrate(ctx context.Context, m *model.Model, sha string, pool *cpu.Pool, 
 	prefill := []model.Row{{Seq: uint64(rowsN), First: true, Tokens: chunk, Blocks: blocks(rowsN - 1)}}
 	kinds := [][]model.Row{decode[:1], decode, prefill}
 	run := func(k int) error {
-		if _, err := st.Forward(kinds[k], nil); err != nil {
+		if _, err := forward(kinds[k], nil); err != nil {
 			return fmt.Errorf("calibrate: %w", err)
 		}
 		return nil
@@ -150,7 +180,7 @@ func (s *SharedCalibration) get(sha string, measure func() (*pb.Calibration, err
 // failure is logged and leaves the shard uncalibrated: placement then
 // counts its memory only.
 func (n *Node) calibrate(ctx context.Context) *pb.Calibration {
-	if n.cfg.Model == "" || n.localSHA == "" || n.cfg.CalibrationBudget < 0 || n.gpu != nil { // Calibrate measures the CPU backend
+	if n.cfg.Model == "" || n.localSHA == "" || n.cfg.CalibrationBudget < 0 {
 		return nil
 	}
 	measure := func() (*pb.Calibration, error) {
@@ -159,11 +189,14 @@ func (n *Node) calibrate(ctx context.Context) *pb.Calibration {
 			return nil, err
 		}
 		defer lm.file.Close()
+		if n.gpu != nil {
+			return CalibrateGPU(ctx, lm.m, n.localSHA, n.gpu, n.cfg.CalibrationBudget)
+		}
 		return Calibrate(ctx, lm.m, n.localSHA, n.pool, n.cfg.CalibrationBudget)
 	}
 	var cal *pb.Calibration
 	var err error
-	if n.cfg.SharedCalibration != nil {
+	if n.cfg.SharedCalibration != nil && n.gpu == nil { // shared by the shards of one CPU pool, not a GPU's
 		cal, err = n.cfg.SharedCalibration.get(n.localSHA, measure)
 	} else {
 		cal, err = measure()
