@@ -291,6 +291,14 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	var offer uint64
+	if gpu != nil {
+		free := gpuFree(gpu)
+		if offer = gpuOffer(free); offer == 0 {
+			gpu.Close()
+			return nil, fmt.Errorf("--device %s: %d MiB of device memory free, not more than the %d MiB kept free beside a stage", cfg.Device, free>>20, cuda.DefaultMargin>>20)
+		}
+	}
 	n, err := newNode(cfg)
 	if err != nil {
 		if gpu != nil {
@@ -300,8 +308,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	if gpu != nil {
 		n.gpu = gpu
-		n.devices.MemoryBytes = gpuFree(gpu) // what placement sizes this shard by
-		if len(n.devices.GPUs) == 0 {        // no NVML in this build: the driver says
+		n.devices.MemoryBytes = offer // what placement sizes this shard by
+		if len(n.devices.GPUs) == 0 { // no NVML in this build: the driver says
 			n.devices.GPUs = []GPU{{Index: gpu.Ctx.Info.Ordinal, Name: gpu.Ctx.Info.Name, MemoryTotal: gpu.Ctx.Info.TotalMemory, MemoryFree: n.devices.MemoryBytes}}
 		}
 	}

@@ -41,6 +41,17 @@ func gpuFree(d *cuda.Device) uint64 {
 	return free
 }
 
+// gpuOffer is the device memory a GPU shard offers placement for weights
+// and KV out of free bytes: all but cuda.DefaultMargin (the context, the
+// module, activations and allocator slack), so that a pool sized from it
+// without --kv-memory still leaves the stage room to run.
+func gpuOffer(free uint64) uint64 {
+	if free <= cuda.DefaultMargin {
+		return 0
+	}
+	return free - cuda.DefaultMargin
+}
+
 // gpuStage builds layers [first, end) of m on the GPU with a pool of
 // blocks blocks of bs positions (f16, in device memory).
 func (n *Node) gpuStage(m *model.Model, first, end, blocks, bs int, kvF16 bool) (Stage, func(), error) {

@@ -34,3 +34,15 @@ func TestDeviceCUDAWithoutDriver(t *testing.T) {
 		t.Fatalf("gpu: %v", err)
 	}
 }
+
+// TestGPUOffer: a GPU shard offers its free memory less the margin a stage
+// needs beside its weights and KV, and nothing when that is all it has.
+func TestGPUOffer(t *testing.T) {
+	for _, c := range []struct{ free, want uint64 }{
+		{0, 0}, {cuda.DefaultMargin, 0}, {cuda.DefaultMargin + 1, 1}, {140 << 30, 140<<30 - cuda.DefaultMargin},
+	} {
+		if got := gpuOffer(c.free); got != c.want {
+			t.Errorf("gpuOffer(%d) = %d, want %d", c.free, got, c.want)
+		}
+	}
+}
