@@ -25,10 +25,13 @@
 // memory with the CPU pool's layout and block IDs (KVLayout).
 //
 // Numerics: every output's reduction order depends only on the model's
-// dimensions (one warp per output, a fixed lane split and shuffle tree, no
-// split-K), so a sequence's logits are bit-identical alone, in any batch and
-// however its prompt is chunked; small batches replay CUDA graphs of the
-// same launches. The GPU and the CPU backend are not bit-identical; what is
+// dimensions and the token's position (matrix products: one warp per
+// output, a fixed lane split and shuffle tree, no split-K; attention: keys
+// in chunks of 32, chunk c to warp c % nw with nw fixed by the head width,
+// the warps merged in order), so a sequence's logits are bit-identical
+// alone, in any batch and however its prompt is chunked; small batches
+// replay CUDA graphs of the same launches. Activations for Q8_0 weights
+// are quantized as the CPU backend quantizes them. The GPU and the CPU backend are not bit-identical; what is
 // promised across them is stated in gpu_test.go (agreeMargin,
 // lpTolerance) and checked by scripts/gpu-check.sh.
 //
