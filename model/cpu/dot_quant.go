@@ -27,18 +27,25 @@ func dotQ80Q80(n int, w, x []byte) float32 {
 	nb := n / ggml.QK
 	w, x = w[:nb*q80Bytes], x[:nb*q80Bytes]
 	t := f16Table
-	var acc float32
+	var acc [8]float32
 	for b := range nb {
 		wb := (*[q80Bytes]byte)(w[b*q80Bytes:])
 		xb := (*[q80Bytes]byte)(x[b*q80Bytes:])
 		dd := t[uint16(wb[0])|uint16(wb[1])<<8] * t[uint16(xb[0])|uint16(xb[1])<<8]
-		var p int32
-		for j := 2; j < q80Bytes; j++ {
-			p += int32(int8(wb[j])) * int32(int8(xb[j]))
+		for l := range 8 {
+			var p int32
+			for j := 2 + 4*l; j < 6+4*l; j++ {
+				p += int32(int8(wb[j])) * int32(int8(xb[j]))
+			}
+			acc[l] = fma32(float32(p), dd, acc[l])
 		}
-		acc = fma32(float32(p), dd, acc)
 	}
-	return acc
+	return hsum8(&acc)
+}
+
+// hsum8 is ggml's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+func hsum8(a *[8]float32) float32 {
+	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
 }
 
 // dotQ40Q80 is the Q4_0·Q8_0 kernel. Order as dotQ80Q80, with the weight
