@@ -97,8 +97,6 @@ func archPanels(t ggml.Type) *panelSet {
 		return nil
 	}
 	switch t {
-	case ggml.Q8_0:
-		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
 	case ggml.Q5_0:
