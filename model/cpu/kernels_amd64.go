@@ -91,16 +91,12 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q3KPanelsAVX2
 		case ggml.IQ4_XS:
 			return &iq4XSPanelsAVX2
-		case ggml.Q5_1:
-			return &q51PanelsAVX2
 		}
 		return nil
 	}
 	switch t {
 	case ggml.Q4_0:
 		return &q40Panels
-	case ggml.Q5_0:
-		return &q50Panels
 	case ggml.Q4_K:
 		return &q4KPanels
 	case ggml.Q5_K:
@@ -115,8 +111,6 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q2KPanels
 	case ggml.Q3_K:
 		return &q3KPanels
-	case ggml.Q5_1:
-		return &q51Panels
 	}
 	return nil
 }

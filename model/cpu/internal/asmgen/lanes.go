@@ -14,7 +14,12 @@ import (
 // pairs and VPHADDD the pairs in fours, which leaves the lanes in the
 // order 0 1 4 5 | 2 3 6 7; foldLanes reads them in that order. wquants
 // loads the int16 weights of the block of row r (elements 0..15, 16..31).
-func (t *tile) blockAVX2Lanes(wsz int, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
+// The activation blocks have xsz bytes with their 32 quants from byte xq
+// (Q8_0: 34, 2; Q8_1: 36, 4). With mins (Q5_1's weights on Q8_1), a second
+// accumulator per output adds ms = fma(f16(w.m), f16(x.s), ms) per block,
+// w.m the f16 at byte 2 of the weight block and x.s that of the activation
+// block, and the result is hsum8(lanes) + ms: dotQ51Q81's order.
+func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins bool, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
 	acc := make([][]reg.VecVirtual, t.R)
 	for r := range acc {
 		acc[r] = make([]reg.VecVirtual, t.C)
@@ -23,36 +28,59 @@ func (t *tile) blockAVX2Lanes(wsz int, wquants func(r, disp int) (reg.VecVirtual
 			VXORPS(acc[r][c], acc[r][c], acc[r][c])
 		}
 	}
+	// With mins, lane c of ms[r] is output (r, c)'s sum of the mins terms
+	// (C <= 2), so that AVX2's 16 registers hold a 2×2 tile.
+	ms := make([]reg.VecVirtual, t.R)
+	if mins {
+		for r := range ms {
+			ms[r] = XMM()
+			VXORPS(ms[r], ms[r], ms[r])
+		}
+	}
 	Label("loop")
 	TESTQ(t.n, t.n)
 	JZ(LabelRef("done"))
-	xd := make([]reg.VecVirtual, t.C)
-	for c := range xd {
-		h := XMM()
-		VPBROADCASTW(t.x(c, 0), h)
-		xd[c] = YMM()
-		VCVTPH2PS(h, xd[c])
+	if mins {
+		// xs: the activations' f16 s of columns 0 and 1 in words 0 and 1,
+		// widened to lanes 0 and 1.
+		g, g1 := GP32(), GP32()
+		MOVWLZX(t.x(0, 2), g)
+		if t.C > 1 {
+			MOVWLZX(t.x(1, 2), g1)
+			SHLL(Imm(16), g1)
+			ORL(g1, g)
+		}
+		xs := XMM()
+		VMOVD(g, xs)
+		VCVTPH2PS(xs, xs)
+		for r := range ms {
+			wm := XMM()
+			VPBROADCASTW(t.w(r, 2), wm)
+			VCVTPH2PS(wm, wm)
+			VFMADD231PS(xs, wm, ms[r]) // lane c: w.m*x.s + ms, rounded once
+		}
 	}
 	for r := 0; r < t.R; r++ {
 		wa, wb := wquants(r, 0)
-		h := XMM()
-		VPBROADCASTW(t.w(r, 0), h)
 		wd := YMM()
-		VCVTPH2PS(h, wd)
+		VPBROADCASTW(t.w(r, 0), wd.AsX())
+		VCVTPH2PS(wd.AsX(), wd)
 		for c := 0; c < t.C; c++ {
 			xa, xb := YMM(), YMM()
-			VPMOVSXBW(t.x(c, 2), xa)
-			VPMOVSXBW(t.x(c, 18), xb)
+			VPMOVSXBW(t.x(c, xq), xa)
+			VPMOVSXBW(t.x(c, xq+16), xb)
 			VPMADDWD(wa, xa, xa)
 			VPMADDWD(wb, xb, xb)
 			VPHADDD(xb, xa, xa) // lanes 0 1 4 5 | 2 3 6 7, each exact
 			VCVTDQ2PS(xa, xa)
 			dd := YMM()
-			VMULPS(xd[c], wd, dd)
+			VPBROADCASTW(t.x(c, 0), dd.AsX())
+			VCVTPH2PS(dd.AsX(), dd)
+			VMULPS(dd, wd, dd)
 			VFMADD231PS(dd, xa, acc[r][c])
 		}
 	}
-	t.advance(wsz, q80, 1)
+	t.advance(wsz, xsz, 1)
 	JMP(LabelRef("loop"))
 	Label("done")
 	op := param("out")
@@ -60,6 +88,14 @@ func (t *tile) blockAVX2Lanes(wsz int, wquants func(r, disp int) (reg.VecVirtual
 	for r := range acc {
 		for c := range acc[r] {
 			s := foldLanes(acc[r][c])
+			if mins {
+				m := ms[r]
+				if c == 1 {
+					m = XMM()
+					VMOVSHDUP(ms[r], m)
+				}
+				VADDSS(m, s, s)
+			}
 			if c == 0 {
 				VMOVSS(s, Mem{Base: op, Disp: 4 * r})
 			} else {

@@ -1203,7 +1203,7 @@ func panelKernel(name, what string, C int, q4, lut bool) {
 }
 
 func q80AVX2(t *tile) {
-	t.blockAVX2Lanes(q80, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+	t.blockAVX2Lanes(q80, q80, 2, false, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
 		a, b := YMM(), YMM()
 		VPMOVSXBW(t.w(r, disp+2), a)
 		VPMOVSXBW(t.w(r, disp+18), b)

@@ -163,10 +163,10 @@ func q5AVX2(t *tile, one bool) {
 		return a, b
 	}
 	if one {
-		t.blockAVX2Q(q51Bytes, q81Bytes, 4, true, wquants)
+		t.blockAVX2Lanes(q51Bytes, q81Bytes, 4, true, wquants)
 		return
 	}
-	t.blockAVX2(q50Bytes, wquants)
+	t.blockAVX2Lanes(q50Bytes, q80, 2, false, wquants)
 }
 
 const (
