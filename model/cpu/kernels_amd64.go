@@ -95,6 +95,8 @@ func archPanels(t ggml.Type) *panelSet {
 		return nil
 	}
 	switch t {
+	case ggml.Q8_0:
+		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
 	case ggml.Q4_K:
@@ -116,7 +118,7 @@ func archPanels(t ggml.Type) *panelSet {
 }
 
 var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
-	q80Panel_1, q80Panel_2, q80Panel_3, q80Panel_4, q80Panel_5, q80Panel_6, q80Panel_7, q80Panel_8,
+	q80LanePanel_1, q80LanePanel_2, q80LanePanel_3, q80LanePanel_4, q80LanePanel_5, q80LanePanel_6, q80LanePanel_7, q80LanePanel_8,
 }}
 
 var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -120,4 +122,100 @@ func foldLanes(y reg.VecVirtual) reg.VecVirtual {
 	VMOVSHDUP(lo, t)
 	VADDSS(t, lo, lo)
 	return lo
+}
+
+// xQ80Lanes is the bytes of one block of an activation row expanded for
+// q80LanePanel: the float32 scale, eight int32 corrections (-128 times the
+// sum of the quants of each group of four) and the 32 int8 quants.
+const xQ80Lanes = 68
+
+// q80LanePanel emits q80LanePanel_C: a 16-row Q8_0 panel (the layout of
+// panelKernel's Q8_0 panels: per block the 16 f16 scales, then vector k
+// holding elements 4k..4k+3 of row i, plus 128, in int32 lane i) against
+// C activation rows expanded as xQ80Lanes says, in dotQ80Q80's order for
+// every row: lane k of row i starts at the group's correction, VPDPBUSD
+// adds the four products of the unsigned weight bytes with the broadcast
+// activation bytes (the exact integer sum of the group), and acc[k] =
+// fma(float32(sum), f16(w.d)*x.d, acc[k]); at the end acc folds as hsum8.
+// Eight accumulators per activation row leave room for two rows at a time:
+// the kernel streams the panel once per pair of rows (it stays in cache).
+func q80LanePanel(C int) {
+	TEXT(fmt.Sprintf("q80LanePanel_%d", C), NOSPLIT, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("q80LanePanel_%d computes a 16-row panel of Q8_0 weights against %d activation rows in ggml's eight-lane order.", C, C))
+	for c0 := 0; c0 < C; c0 += 2 {
+		cc := min(2, C-c0)
+		nb := param("nb")
+		wp := param("w")
+		xp := param("x")
+		xs := param("xs")
+		if c0 > 0 {
+			off := GP64()
+			IMUL3Q(Imm(uint64(c0)), xs, off)
+			ADDQ(off, xp)
+		}
+		xm := func(c, disp int) Mem {
+			if c == 0 {
+				return Mem{Base: xp, Disp: disp}
+			}
+			return Mem{Base: xp, Index: xs, Scale: 1, Disp: disp}
+		}
+		acc := make([][8]reg.VecVirtual, cc)
+		for c := range acc {
+			for k := range 8 {
+				acc[c][k] = ZMM()
+				VXORPS(acc[c][k], acc[c][k], acc[c][k])
+			}
+		}
+		loop, done := fmt.Sprintf("loop%d", c0), fmt.Sprintf("done%d", c0)
+		Label(loop)
+		TESTQ(nb, nb)
+		JZ(LabelRef(done))
+		wd := ZMM()
+		VCVTPH2PS(Mem{Base: wp}, wd)
+		dd := make([]reg.VecVirtual, cc)
+		for c := range dd {
+			dd[c] = ZMM()
+			VMULPS_BCST(xm(c, 0), wd, dd[c])
+		}
+		for k := range 8 {
+			wv := ZMM()
+			VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*k}, wv)
+			for c := range cc {
+				s := ZMM()
+				VPBROADCASTD(xm(c, 4+4*k), s)
+				vpdpbusdBcst(xm(c, 36+4*k), wv, s)
+				VCVTDQ2PS(s, s)
+				VFMADD231PS(dd[c], s, acc[c][k])
+			}
+		}
+		ADDQ(U32(32+8*64), wp)
+		ADDQ(Imm(xQ80Lanes), xp)
+		DECQ(nb)
+		JMP(LabelRef(loop))
+		Label(done)
+		op := param("out")
+		os := param("os")
+		if c0 > 0 {
+			off := GP64()
+			IMUL3Q(Imm(uint64(c0)), os, off)
+			ADDQ(off, op)
+		}
+		for c := range cc {
+			a := acc[c]
+			VADDPS(a[4], a[0], a[0])
+			VADDPS(a[6], a[2], a[2])
+			VADDPS(a[2], a[0], a[0]) // (l0+l4)+(l2+l6)
+			VADDPS(a[5], a[1], a[1])
+			VADDPS(a[7], a[3], a[3])
+			VADDPS(a[3], a[1], a[1]) // (l1+l5)+(l3+l7)
+			VADDPS(a[1], a[0], a[0])
+			if c == 0 {
+				VMOVUPS(a[0], Mem{Base: op})
+			} else {
+				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: 1})
+			}
+		}
+	}
+	ret()
 }

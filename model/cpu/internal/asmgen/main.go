@@ -115,7 +115,7 @@ func main() {
 	}
 	scores16()
 	for C := 1; C <= maxPanelC; C++ {
-		panelKernel("q80Panel", "Q8_0", C, false, false)
+		q80LanePanel(C)
 		panelKernel("q40Panel", "Q4_0", C, true, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
