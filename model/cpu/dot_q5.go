@@ -74,7 +74,9 @@ func dotQ51Q81(n int, w, x []byte) float32 {
 	return hsum8(&acc) + ms
 }
 
-// dotIQ4NLQ80 is the IQ4_NL·Q8_0 kernel. Order as dotQ80Q80, with the weight
+// dotIQ4NLQ80 is the IQ4_NL·Q8_0 kernel. Order as dotQ40Q80 (one integer
+// sum per block; llama.cpp repacks IQ4_NL matrices of 8k rows on x86 and
+// sums them in its 8x8 kernels' order, not matched yet), with the weight
 // quants the levels ggml.IQ4Values[i] of the 4-bit indices (low nibbles are
 // elements 0..15, high nibbles 16..31). |p| <= 32*127*128, exact in float32.
 func dotIQ4NLQ80(n int, w, x []byte) float32 {
