@@ -504,15 +504,16 @@ func (s *Stage) softCapToken(_, i int) {
 	softCap(x, s.m.LogitSoftCap)
 }
 
-// rmsNorm sets dst = x / sqrt(mean(x²) + eps) * w, computing as ggml does:
-// squares summed in float64, the scale in float32.
+// rmsNorm sets dst = x / sqrt(mean(x²) + eps) * w, computing as ggml's
+// rms_norm does: squares rounded to float32 and summed in float64, the mean
+// rounded to float32 before eps is added in float32, then 1/sqrtf.
 func rmsNorm(dst, x, w []float32, eps float32) {
 	var sum float64
 	for _, v := range x {
 		sum += float64(v * v)
 	}
-	mean := sum / float64(len(x))
-	scale := 1 / float32(math.Sqrt(float64(float32(mean+float64(eps)))))
+	mean := float32(sum / float64(len(x)))
+	scale := 1 / float32(math.Sqrt(float64(mean+eps)))
 	for i, v := range x {
 		dst[i] = (v * scale) * w[i]
 	}

@@ -60,32 +60,46 @@ func specDot(typ ggml.Type, n int, w, x []byte) float32 {
 	f16 := func(b []byte) float32 { return ggml.F16ToF32(binary.LittleEndian.Uint16(b)) }
 	var acc float32
 	switch typ {
-	case ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL:
+	case ggml.Q5_0, ggml.Q5_1:
+		// ggml_vec_dot_q5_0_q8_0 / _q5_1_q8_1 with AVX2: eight float lanes,
+		// lane l adding fma(sum over elements 4l..4l+3, dd) per block,
+		// hsum_float_8's tree; Q5_1's mins times sums in a float beside them,
+		// added last.
+		ws, xs := typ.TypeSize(), typ.VecDotType().TypeSize()
+		var l [8]float32
+		var ms float32
+		for b := 0; b < n/32; b++ {
+			wb, xb := w[ws*b:ws*(b+1)], x[xs*b:xs*(b+1)]
+			for k := range 8 {
+				var p int32
+				for j := 4 * k; j < 4*k+4; j++ {
+					q := ggml.Q5BlockQuant(binary.LittleEndian.Uint32(wb[ws-20:]), wb[ws-16:], j)
+					if typ == ggml.Q5_0 {
+						q -= 16
+					}
+					p += q * int32(int8(xb[xs-32+j]))
+				}
+				l[k] = fmaBig(float32(p), f16(wb)*f16(xb), l[k])
+			}
+			if typ == ggml.Q5_1 {
+				ms = fmaBig(f16(wb[2:]), f16(xb[2:]), ms)
+			}
+		}
+		h := [4]float32{l[4] + l[0], l[5] + l[1], l[6] + l[2], l[7] + l[3]}
+		return ((h[0] + h[2]) + (h[1] + h[3])) + ms
+	case ggml.IQ4_NL:
 		ws, xs := typ.TypeSize(), typ.VecDotType().TypeSize()
 		for b := 0; b < n/32; b++ {
 			wb, xb := w[ws*b:ws*(b+1)], x[xs*b:xs*(b+1)]
-			xq := func(j int) int32 { return int32(int8(xb[xs-32+j])) }
 			var p int32
 			for j := range 32 {
-				var q int32
-				switch typ {
-				case ggml.Q5_0:
-					q = ggml.Q5BlockQuant(binary.LittleEndian.Uint32(wb[2:]), wb[6:], j) - 16
-				case ggml.Q5_1:
-					q = ggml.Q5BlockQuant(binary.LittleEndian.Uint32(wb[4:]), wb[8:], j)
-				case ggml.IQ4_NL:
-					v := wb[2+j%16]
-					if j >= 16 {
-						v >>= 4
-					}
-					q = int32(ggml.IQ4Values[v&0xf])
+				v := wb[2+j%16]
+				if j >= 16 {
+					v >>= 4
 				}
-				p += q * xq(j)
+				p += int32(ggml.IQ4Values[v&0xf]) * int32(int8(xb[xs-32+j]))
 			}
 			acc = fmaBig(float32(p), f16(wb)*f16(xb), acc)
-			if typ == ggml.Q5_1 {
-				acc = fmaBig(f16(wb[2:]), f16(xb[2:]), acc)
-			}
 		}
 		return acc
 	}

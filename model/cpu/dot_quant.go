@@ -17,31 +17,43 @@ const (
 
 // dotQ80Q80 is the Q8_0·Q8_0 kernel.
 //
-// Order: one float32 accumulator starts at +0. For each block in increasing
-// order, p is the exact int32 sum of the 32 products w.q[j]*x.q[j], dd =
-// float32(f16(w.d) * f16(x.d)) (rounded), and acc becomes fma(float32(p),
-// dd, acc) with a single rounding. |p| < 2^24, so float32(p) is exact. This
-// is the order of llama.cpp's repacked CPU kernels (one integer sum per
-// block and row), and the one the panel kernels keep for 16 rows at once.
+// Order (ggml's on x86: ggml_vec_dot_q8_0_q8_0 with AVX2 for one token,
+// llamafile's tinyBLAS_Q0_AVX for batches): eight float32 lanes start at
+// +0. For each block in increasing order, with dd = float32(f16(w.d) *
+// f16(x.d)) (rounded), lane l becomes fma(float32(p_l), dd, lane l) with a
+// single rounding, p_l the exact int32 sum of the products w.q[j]*x.q[j]
+// for j = 4l..4l+3. Then hsum8 folds the lanes: ((l0+l4)+(l2+l6)) +
+// ((l1+l5)+(l3+l7)). Summing a block into one integer first, as strata did
+// before, differs from llama.cpp by a rounding in the last bits, enough to
+// flip activation roundings downstream (docs/llamacpp-agreement.md).
 func dotQ80Q80(n int, w, x []byte) float32 {
 	nb := n / ggml.QK
 	w, x = w[:nb*q80Bytes], x[:nb*q80Bytes]
 	t := f16Table
-	var acc float32
+	var acc [8]float32
 	for b := range nb {
 		wb := (*[q80Bytes]byte)(w[b*q80Bytes:])
 		xb := (*[q80Bytes]byte)(x[b*q80Bytes:])
 		dd := t[uint16(wb[0])|uint16(wb[1])<<8] * t[uint16(xb[0])|uint16(xb[1])<<8]
-		var p int32
-		for j := 2; j < q80Bytes; j++ {
-			p += int32(int8(wb[j])) * int32(int8(xb[j]))
+		for l := range 8 {
+			var p int32
+			for j := 2 + 4*l; j < 6+4*l; j++ {
+				p += int32(int8(wb[j])) * int32(int8(xb[j]))
+			}
+			acc[l] = fma32(float32(p), dd, acc[l])
 		}
-		acc = fma32(float32(p), dd, acc)
 	}
-	return acc
+	return hsum8(&acc)
 }
 
-// dotQ40Q80 is the Q4_0·Q8_0 kernel. Order as dotQ80Q80, with the weight
+// hsum8 is ggml's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+func hsum8(a *[8]float32) float32 {
+	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]))
+}
+
+// dotQ40Q80 is the Q4_0·Q8_0 kernel. Order: one float32 accumulator starts
+// at +0; per block, acc = fma(float32(p), float32(f16(w.d)*f16(x.d)), acc)
+// with p the exact int32 sum of the block's 32 products, with the weight
 // quants q-8 (low nibbles are elements 0..15, high nibbles 16..31).
 func dotQ40Q80(n int, w, x []byte) float32 {
 	nb := n / ggml.QK

@@ -277,13 +277,33 @@ func TestBlockDotOrder(t *testing.T) {
 		}
 		return acc
 	}
+	// ggml's Q8_0·Q8_0 order (ggml_vec_dot_q8_0_q8_0 with AVX2, and
+	// llamafile's tinyBLAS_Q0_AVX for batches): eight float lanes, lane l
+	// adding fma(sum of the products of elements 4l..4l+3, dd) per block,
+	// then hsum_float_8's tree.
+	spec80 := func(n int, w, x []byte) float32 {
+		var l [8]float32
+		for b := 0; b < n/32; b++ {
+			dd := f16(w[34*b:]) * f16(x[34*b:])
+			for k := range 8 {
+				var p int32
+				for e := 32*b + 4*k; e < 32*b+4*k+4; e++ {
+					p += q80(w, e) * q80(x, e)
+				}
+				l[k] = fmaBig(float32(p), dd, l[k])
+			}
+		}
+		lo := [4]float32{l[4] + l[0], l[5] + l[1], l[6] + l[2], l[7] + l[3]}
+		lo2 := [2]float32{lo[0] + lo[2], lo[1] + lo[3]}
+		return lo2[0] + lo2[1]
+	}
 	for _, n := range []int{32, 64, 96, 288, 1024, 1056} {
 		for range 20 {
 			xb := make([]byte, n/32*34)
 			ConvertActivation(ggml.Q8_0, randVec(r, n), xb)
 
 			w8 := quantWeights(t, r, ggml.Q8_0, n)
-			want := spec32(n, w8, xb, func(e int) int32 { return q80(w8, e) }, func(b int) float32 { return f16(w8[34*b:]) })
+			want := spec80(n, w8, xb)
 			if got := dotQ80Q80(n, w8, xb); math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("Q8_0 n=%d: %x, want %x", n, got, want)
 			}

@@ -91,8 +91,6 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q3KPanelsAVX2
 		case ggml.IQ4_XS:
 			return &iq4XSPanelsAVX2
-		case ggml.Q5_1:
-			return &q51PanelsAVX2
 		}
 		return nil
 	}
@@ -101,8 +99,6 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
-	case ggml.Q5_0:
-		return &q50Panels
 	case ggml.Q4_K:
 		return &q4KPanels
 	case ggml.Q5_K:
@@ -117,14 +113,12 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q2KPanels
 	case ggml.Q3_K:
 		return &q3KPanels
-	case ggml.Q5_1:
-		return &q51Panels
 	}
 	return nil
 }
 
 var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
-	q80Panel_1, q80Panel_2, q80Panel_3, q80Panel_4, q80Panel_5, q80Panel_6, q80Panel_7, q80Panel_8,
+	q80LanePanel_1, q80LanePanel_2, q80LanePanel_3, q80LanePanel_4, q80LanePanel_5, q80LanePanel_6, q80LanePanel_7, q80LanePanel_8,
 }}
 
 var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{

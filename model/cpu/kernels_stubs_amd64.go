@@ -394,80 +394,80 @@ func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m i
 //go:noescape
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32)
 
-// q80Panel_1 computes a 16-row panel of Q8_0 weights against 1 activation rows.
+// q80LanePanel_1 computes a 16-row panel of Q8_0 weights against 1 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_1 computes a 16-row panel of Q4_0 weights against 1 activation rows.
 //
 //go:noescape
 func q40Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_2 computes a 16-row panel of Q8_0 weights against 2 activation rows.
+// q80LanePanel_2 computes a 16-row panel of Q8_0 weights against 2 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_2 computes a 16-row panel of Q4_0 weights against 2 activation rows.
 //
 //go:noescape
 func q40Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_3 computes a 16-row panel of Q8_0 weights against 3 activation rows.
+// q80LanePanel_3 computes a 16-row panel of Q8_0 weights against 3 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_3 computes a 16-row panel of Q4_0 weights against 3 activation rows.
 //
 //go:noescape
 func q40Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_4 computes a 16-row panel of Q8_0 weights against 4 activation rows.
+// q80LanePanel_4 computes a 16-row panel of Q8_0 weights against 4 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_4 computes a 16-row panel of Q4_0 weights against 4 activation rows.
 //
 //go:noescape
 func q40Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_5 computes a 16-row panel of Q8_0 weights against 5 activation rows.
+// q80LanePanel_5 computes a 16-row panel of Q8_0 weights against 5 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_5 computes a 16-row panel of Q4_0 weights against 5 activation rows.
 //
 //go:noescape
 func q40Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_6 computes a 16-row panel of Q8_0 weights against 6 activation rows.
+// q80LanePanel_6 computes a 16-row panel of Q8_0 weights against 6 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_6 computes a 16-row panel of Q4_0 weights against 6 activation rows.
 //
 //go:noescape
 func q40Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_7 computes a 16-row panel of Q8_0 weights against 7 activation rows.
+// q80LanePanel_7 computes a 16-row panel of Q8_0 weights against 7 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_7 computes a 16-row panel of Q4_0 weights against 7 activation rows.
 //
 //go:noescape
 func q40Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q80Panel_8 computes a 16-row panel of Q8_0 weights against 8 activation rows.
+// q80LanePanel_8 computes a 16-row panel of Q8_0 weights against 8 activation rows in ggml's eight-lane order.
 //
 //go:noescape
-func q80Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+func q80LanePanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40Panel_8 computes a 16-row panel of Q4_0 weights against 8 activation rows.
 //

@@ -343,7 +343,8 @@ func TestPanelsEqualPortable(t *testing.T) {
 				t.Fatalf("%s: repacked %d bytes for %d rows of %d blocks", typ, len(packed), rows, nb)
 			}
 			for C := 1; C <= maxPanelC; C++ {
-				xs := nb*xBlock + 24 // a gap between rows, to test the stride
+				xb := expandedBlockBytes(typ)
+				xs := nb*xb + 24 // a gap between rows, to test the stride
 				q := make([]byte, C*qrow)
 				x := make([]byte, C*xs)
 				for c := range C {
@@ -356,7 +357,7 @@ func TestPanelsEqualPortable(t *testing.T) {
 							}
 						}
 					}
-					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xBlock])
+					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xb])
 				}
 				const os = panelRows + 3
 				for p := 0; p*panelRows < rows; p++ {

@@ -56,6 +56,9 @@ func expandedBlockBytes(t ggml.Type) int {
 	if isKPanel(t) {
 		return xKBlock
 	}
+	if t == ggml.Q8_0 {
+		return xQ80Lanes
+	}
 	return xBlock
 }
 
@@ -129,6 +132,10 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 		expandRowQ81(nb, q, dst)
 		return
 	}
+	if t == ggml.Q8_0 {
+		expandRowQ80Lanes(nb, q, dst)
+		return
+	}
 	cw := int32(128)
 	switch t {
 	case ggml.Q4_0:
@@ -147,6 +154,33 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 		}
 		binary.LittleEndian.PutUint32(d[4:], uint32(-cw*sum))
 		copy(d[8:], src[2:])
+	}
+}
+
+// xQ80Lanes is the bytes of one block of an activation row expanded for
+// the Q8_0 panel kernels (q80LanePanel in internal/asmgen): the float32
+// scale, eight int32 corrections and the 32 int8 quants.
+const xQ80Lanes = 68
+
+// expandRowQ80Lanes writes the Q8_0 activation row q (nb blocks) to dst in
+// the Q8_0 panel kernels' layout: per block the float32 scale, for each
+// group k of four quants -128 times their sum (the weights are stored plus
+// 128, so it starts lane k's integer sum at the exact value to subtract),
+// then the 32 quants.
+func expandRowQ80Lanes(nb int, q, dst []byte) {
+	_, _ = q[nb*q80Bytes-1], dst[nb*xQ80Lanes-1]
+	for b := range nb {
+		src := q[b*q80Bytes : (b+1)*q80Bytes]
+		d := dst[b*xQ80Lanes : (b+1)*xQ80Lanes]
+		binary.LittleEndian.PutUint32(d, math.Float32bits(f16Table[binary.LittleEndian.Uint16(src)]))
+		for k := range 8 {
+			var sum int32
+			for _, v := range src[2+4*k : 6+4*k] {
+				sum += int32(int8(v))
+			}
+			binary.LittleEndian.PutUint32(d[4+4*k:], uint32(-128*sum))
+		}
+		copy(d[36:], src[2:])
 	}
 }
 

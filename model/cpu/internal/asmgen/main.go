@@ -115,7 +115,7 @@ func main() {
 	}
 	scores16()
 	for C := 1; C <= maxPanelC; C++ {
-		panelKernel("q80Panel", "Q8_0", C, false, false)
+		q80LanePanel(C)
 		panelKernel("q40Panel", "Q4_0", C, true, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
@@ -943,7 +943,7 @@ func softmaxValues(f16 bool, H int) {
 	}
 }
 
-// blockAVX2 is the Q8_0/Q4_0 order of dotQ80Q80 with AVX2: one float32
+// blockAVX2 is the order of dotQ40Q80 (Q4_0, IQ4_NL) with AVX2: one float32
 // accumulator per output (lane 0 of an XMM). Each block's quants are
 // sign-extended to int16, VPMADDWD sums the products in pairs and the pairs
 // are added to one int32, exactly (no VPMADDUBSW, whose int16 sums
@@ -1043,7 +1043,9 @@ func (t *tile) blockAVX2Q(wsz, xsz, xq int, mins bool, wquants func(r, disp int)
 // int32 sum per lane, VPDPBUSD adds the products of the unsigned weight
 // bytes with the activation's four bytes broadcast, which leaves the exact
 // integer dot product of each row's block; then acc = fma(float32(sum),
-// wd*xd, acc) per lane. That is dotQ80Q80's order for each of the 16 rows.
+// wd*xd, acc) per lane. That is dotQ40Q80's order for each of the 16 rows
+// (Q4_0, IQ4_NL). Q8_0's panels are q80LanePanel's (lanes.go), in ggml's
+// eight-lane order; panelKernel's Q8_0 variant is no longer generated.
 
 // panelSignature is the panel kernels' signature: nb blocks, the panel at
 // w, activation rows x, x+xs, …, and row c's 16 outputs at out + c*os.
@@ -1203,7 +1205,7 @@ func panelKernel(name, what string, C int, q4, lut bool) {
 }
 
 func q80AVX2(t *tile) {
-	t.blockAVX2(q80, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
+	t.blockAVX2Lanes(q80, q80, 2, false, func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
 		a, b := YMM(), YMM()
 		VPMOVSXBW(t.w(r, disp+2), a)
 		VPMOVSXBW(t.w(r, disp+18), b)

@@ -20,8 +20,10 @@ const q51PanelBytes = 16 * 24
 // q50Panel emits q50Panel_C: panelKernel's Q4_0 kernel with the fifth bits
 // added: each nibble vector gets 16 added to the bytes its mask (KMOVQ)
 // selects, which makes the unsigned 5-bit quants, and the activation's
-// correction is -16 times its sum. The order is dotQ50Q80's (dotQ80Q80's)
-// for each row. With one, it emits q51Panel_C, Q5_1's: the quants are the
+// correction is -16 times its sum. The order is one integer sum per block
+// for each row: the order dotQ50Q80 had before it took ggml's eight lanes,
+// so archPanels no longer chooses these kernels (nor q51Panel's or
+// q51PanelAVX2's) until they are rewritten in the lane order. With one, it emits q51Panel_C, Q5_1's: the quants are the
 // unsigned 5-bit ones (the sum starts at zero), and after acc =
 // fma(float32(p), f16(w.d)*x.d, acc) comes acc = fma(f16(w.m), x.s, acc),
 // the activation block's float32 s where Q5_0's correction is:
@@ -163,10 +165,10 @@ func q5AVX2(t *tile, one bool) {
 		return a, b
 	}
 	if one {
-		t.blockAVX2Q(q51Bytes, q81Bytes, 4, true, wquants)
+		t.blockAVX2Lanes(q51Bytes, q81Bytes, 4, true, wquants)
 		return
 	}
-	t.blockAVX2(q50Bytes, wquants)
+	t.blockAVX2Lanes(q50Bytes, q80, 2, false, wquants)
 }
 
 const (

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// blockAVX2Lanes is dotQ80Q80's order — ggml's, eight lanes — with AVX2:
+// each output keeps eight float32 lanes in a YMM, lane l accumulating the
+// exact integer sum of elements 4l..4l+3 of each block with acc =
+// fma(float32(sum), f16(w.d)*f16(x.d), acc); at the end hsum8 folds them.
+// The quants are sign-extended to int16, VPMADDWD sums the products in
+// pairs and VPHADDD the pairs in fours, which leaves the lanes in the
+// order 0 1 4 5 | 2 3 6 7; foldLanes reads them in that order. wquants
+// loads the int16 weights of the block of row r (elements 0..15, 16..31).
+// The activation blocks have xsz bytes with their 32 quants from byte xq
+// (Q8_0: 34, 2; Q8_1: 36, 4). With mins (Q5_1's weights on Q8_1), a second
+// accumulator per output adds ms = fma(f16(w.m), f16(x.s), ms) per block,
+// w.m the f16 at byte 2 of the weight block and x.s that of the activation
+// block, and the result is hsum8(lanes) + ms: dotQ51Q81's order.
+func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins bool, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
+	acc := make([][]reg.VecVirtual, t.R)
+	for r := range acc {
+		acc[r] = make([]reg.VecVirtual, t.C)
+		for c := range acc[r] {
+			acc[r][c] = YMM()
+			VXORPS(acc[r][c], acc[r][c], acc[r][c])
+		}
+	}
+	// With mins, lane c of ms[r] is output (r, c)'s sum of the mins terms
+	// (C <= 2), so that AVX2's 16 registers hold a 2×2 tile.
+	ms := make([]reg.VecVirtual, t.R)
+	if mins {
+		for r := range ms {
+			ms[r] = XMM()
+			VXORPS(ms[r], ms[r], ms[r])
+		}
+	}
+	Label("loop")
+	TESTQ(t.n, t.n)
+	JZ(LabelRef("done"))
+	if mins {
+		// xs: the activations' f16 s of columns 0 and 1 in words 0 and 1,
+		// widened to lanes 0 and 1.
+		g, g1 := GP32(), GP32()
+		MOVWLZX(t.x(0, 2), g)
+		if t.C > 1 {
+			MOVWLZX(t.x(1, 2), g1)
+			SHLL(Imm(16), g1)
+			ORL(g1, g)
+		}
+		xs := XMM()
+		VMOVD(g, xs)
+		VCVTPH2PS(xs, xs)
+		for r := range ms {
+			wm := XMM()
+			VPBROADCASTW(t.w(r, 2), wm)
+			VCVTPH2PS(wm, wm)
+			VFMADD231PS(xs, wm, ms[r]) // lane c: w.m*x.s + ms, rounded once
+		}
+	}
+	for r := 0; r < t.R; r++ {
+		wa, wb := wquants(r, 0)
+		wd := YMM()
+		VPBROADCASTW(t.w(r, 0), wd.AsX())
+		VCVTPH2PS(wd.AsX(), wd)
+		for c := 0; c < t.C; c++ {
+			xa, xb := YMM(), YMM()
+			VPMOVSXBW(t.x(c, xq), xa)
+			VPMOVSXBW(t.x(c, xq+16), xb)
+			VPMADDWD(wa, xa, xa)
+			VPMADDWD(wb, xb, xb)
+			VPHADDD(xb, xa, xa) // lanes 0 1 4 5 | 2 3 6 7, each exact
+			VCVTDQ2PS(xa, xa)
+			dd := YMM()
+			VPBROADCASTW(t.x(c, 0), dd.AsX())
+			VCVTPH2PS(dd.AsX(), dd)
+			VMULPS(dd, wd, dd)
+			VFMADD231PS(dd, xa, acc[r][c])
+		}
+	}
+	t.advance(wsz, xsz, 1)
+	JMP(LabelRef("loop"))
+	Label("done")
+	op := param("out")
+	os := param("os")
+	for r := range acc {
+		for c := range acc[r] {
+			s := foldLanes(acc[r][c])
+			if mins {
+				m := ms[r]
+				if c == 1 {
+					m = XMM()
+					VMOVSHDUP(ms[r], m)
+				}
+				VADDSS(m, s, s)
+			}
+			if c == 0 {
+				VMOVSS(s, Mem{Base: op, Disp: 4 * r})
+			} else {
+				VMOVSS(s, Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
+			}
+		}
+	}
+}
+
+// foldLanes is hsum8 (ggml's hsum_float_8: ((l0+l4)+(l2+l6)) +
+// ((l1+l5)+(l3+l7))) of a YMM holding lanes l0 l1 l4 l5 | l2 l3 l6 l7, as
+// blockAVX2Lanes leaves them; it returns an XMM whose lane 0 is the result.
+func foldLanes(y reg.VecVirtual) reg.VecVirtual {
+	lo, hi, t := XMM(), XMM(), XMM()
+	VMOVAPS(y.AsX(), lo)
+	VEXTRACTF128(Imm(1), y, hi)
+	VMOVHLPS(lo, lo, t)
+	VADDPS(t, lo, lo) // l0+l4, l1+l5
+	VMOVHLPS(hi, hi, t)
+	VADDPS(t, hi, hi) // l2+l6, l3+l7
+	VADDPS(hi, lo, lo)
+	VMOVSHDUP(lo, t)
+	VADDSS(t, lo, lo)
+	return lo
+}
+
+// xQ80Lanes is the bytes of one block of an activation row expanded for
+// q80LanePanel: the float32 scale, eight int32 corrections (-128 times the
+// sum of the quants of each group of four) and the 32 int8 quants.
+const xQ80Lanes = 68
+
+// q80LanePanel emits q80LanePanel_C: a 16-row Q8_0 panel (the layout of
+// panelKernel's Q8_0 panels: per block the 16 f16 scales, then vector k
+// holding elements 4k..4k+3 of row i, plus 128, in int32 lane i) against
+// C activation rows expanded as xQ80Lanes says, in dotQ80Q80's order for
+// every row: lane k of row i starts at the group's correction, VPDPBUSD
+// adds the four products of the unsigned weight bytes with the broadcast
+// activation bytes (the exact integer sum of the group), and acc[k] =
+// fma(float32(sum), f16(w.d)*x.d, acc[k]); at the end acc folds as hsum8.
+// Eight accumulators per activation row leave room for two rows at a time:
+// the kernel streams the panel once per pair of rows (it stays in cache).
+func q80LanePanel(C int) {
+	TEXT(fmt.Sprintf("q80LanePanel_%d", C), NOSPLIT, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("q80LanePanel_%d computes a 16-row panel of Q8_0 weights against %d activation rows in ggml's eight-lane order.", C, C))
+	for c0 := 0; c0 < C; c0 += 2 {
+		cc := min(2, C-c0)
+		nb := param("nb")
+		wp := param("w")
+		xp := param("x")
+		xs := param("xs")
+		if c0 > 0 {
+			off := GP64()
+			IMUL3Q(Imm(uint64(c0)), xs, off)
+			ADDQ(off, xp)
+		}
+		xm := func(c, disp int) Mem {
+			if c == 0 {
+				return Mem{Base: xp, Disp: disp}
+			}
+			return Mem{Base: xp, Index: xs, Scale: 1, Disp: disp}
+		}
+		acc := make([][8]reg.VecVirtual, cc)
+		for c := range acc {
+			for k := range 8 {
+				acc[c][k] = ZMM()
+				VXORPS(acc[c][k], acc[c][k], acc[c][k])
+			}
+		}
+		loop, done := fmt.Sprintf("loop%d", c0), fmt.Sprintf("done%d", c0)
+		Label(loop)
+		TESTQ(nb, nb)
+		JZ(LabelRef(done))
+		wd := ZMM()
+		VCVTPH2PS(Mem{Base: wp}, wd)
+		dd := make([]reg.VecVirtual, cc)
+		for c := range dd {
+			dd[c] = ZMM()
+			VMULPS_BCST(xm(c, 0), wd, dd[c])
+		}
+		for k := range 8 {
+			wv := ZMM()
+			VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*k}, wv)
+			for c := range cc {
+				s := ZMM()
+				VPBROADCASTD(xm(c, 4+4*k), s)
+				vpdpbusdBcst(xm(c, 36+4*k), wv, s)
+				VCVTDQ2PS(s, s)
+				VFMADD231PS(dd[c], s, acc[c][k])
+			}
+		}
+		ADDQ(U32(32+8*64), wp)
+		ADDQ(Imm(xQ80Lanes), xp)
+		DECQ(nb)
+		JMP(LabelRef(loop))
+		Label(done)
+		op := param("out")
+		os := param("os")
+		if c0 > 0 {
+			off := GP64()
+			IMUL3Q(Imm(uint64(c0)), os, off)
+			ADDQ(off, op)
+		}
+		for c := range cc {
+			a := acc[c]
+			VADDPS(a[4], a[0], a[0])
+			VADDPS(a[6], a[2], a[2])
+			VADDPS(a[2], a[0], a[0]) // (l0+l4)+(l2+l6)
+			VADDPS(a[5], a[1], a[1])
+			VADDPS(a[7], a[3], a[3])
+			VADDPS(a[3], a[1], a[1]) // (l1+l5)+(l3+l7)
+			VADDPS(a[1], a[0], a[0])
+			if c == 0 {
+				VMOVUPS(a[0], Mem{Base: op})
+			} else {
+				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: 1})
+			}
+		}
+	}
+	ret()
+}
