@@ -83,7 +83,9 @@ func parseBenchConfig(sizes, types, threads, batches string, reps int) (benchCon
 // runBench measures every size × type × thread count and prints a Markdown
 // table with prompt processing (pp128), generation (tg64), the same
 // generation through the whole one-process path a user runs (`generate`:
-// forward, sampler, detokenizer; "e2e"), batched decode and the weight
+// forward, sampler, detokenizer; "e2e"), batched decode, the bytes of
+// weights one generated token streams (a mixture-of-experts layer counts
+// only its chosen experts' matrices, ExpertsUsed of Experts) and the weight
 // bandwidth of generation beside the machine's triad bandwidth measured in
 // the same run. The first line names the CPU: SIMD costs differ by vendor.
 // An e2e figure more than 15 % below tg64 means the path around the kernels
@@ -100,8 +102,8 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		}
 		bw[th] = v
 	}
-	head := "| model | type | threads | kernels | pp128 tok/s | tg64 tok/s | e2e tok/s | e2e/tg64 | weights GB/s (triad) | load RSS / file MB (s) |"
-	sep := "|---|---|---|---|---|---|---|---|---|---|"
+	head := "| model | type | threads | kernels | pp128 tok/s | tg64 tok/s | e2e tok/s | e2e/tg64 | weights MB/token | weights GB/s (triad) | load RSS / file MB (s) |"
+	sep := "|---|---|---|---|---|---|---|---|---|---|---|"
 	for _, n := range cfg.Batches {
 		head += fmt.Sprintf(" %d seqs ms/step |", n)
 		sep += "---|"
@@ -133,7 +135,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				if e2e < 0.85*r.TG {
 					ratio += " (gap > 15 %)"
 				}
-				line := fmt.Sprintf("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %.1f (%.1f) | %s |", size, typ.Name, th, r.ISA, r.PP, r.TG, e2e, ratio, r.TGGBps, bw[th], loadCell(r))
+				line := fmt.Sprintf("| %s | %s | %d | %s | %.1f | %.1f | %.1f | %s | %.1f | %.1f (%.1f) | %s |", size, typ.Name, th, r.ISA, r.PP, r.TG, e2e, ratio, float64(r.WeightBytes)/1e6, r.TGGBps, bw[th], loadCell(r))
 				for _, b := range r.Batched {
 					line += fmt.Sprintf(" %.1f |", b.StepMs)
 				}

@@ -33,7 +33,7 @@ func TestRunBenchPrintsARow(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[0], "CPU: ") || !strings.HasPrefix(lines[4], "| 15M | Q8_0 | 1 |") || strings.Count(lines[4], "|") != 12 {
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "CPU: ") || !strings.HasPrefix(lines[4], "| 15M | Q8_0 | 1 |") || strings.Count(lines[4], "|") != 13 {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	// The e2e column is a real measurement through generate.
@@ -41,8 +41,13 @@ func TestRunBenchPrintsARow(t *testing.T) {
 	if e2e, err := strconv.ParseFloat(strings.TrimSpace(cells[7]), 64); err != nil || e2e <= 0 {
 		t.Errorf("e2e cell %q: %v", cells[7], err)
 	}
+	// The bytes of weights a generated token streams: the 15M model's
+	// matrices and head in Q8_0 (34 bytes per 32 weights), about 15 MB.
+	if mb, err := strconv.ParseFloat(strings.TrimSpace(cells[9]), 64); err != nil || mb < 10 || mb > 20 {
+		t.Errorf("weights MB/token cell %q: %v", cells[9], err)
+	}
 	// The load column: resident memory the load added beside the file's size.
-	if load := cells[10]; !strings.Contains(load, " / ") || !strings.Contains(load, "×") {
+	if load := cells[11]; !strings.Contains(load, " / ") || !strings.Contains(load, "×") {
 		t.Errorf("load cell %q", load)
 	}
 }

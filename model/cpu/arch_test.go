@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
 	"github.com/strata-llm/strata/model/gguf"
 )
@@ -520,9 +521,9 @@ func TestArchsAgainstFloat64(t *testing.T) {
 // TestArchsLogitsBatchInvariant extends the numerics contract to every
 // architecture: a sequence's logits are bit-identical run alone one token at
 // a time, in prompt chunks inside batches of other sequences, and with 1 or
-// 2 threads. gemma2's and gemma3's 30-position prompts run past their
-// sliding windows, so their sliding layers start attention at keys that
-// move with each position.
+// 2 threads, and with the portable kernels. gemma2's and gemma3's
+// 30-position prompts run past their sliding windows, so their sliding
+// layers start attention at keys that move with each position.
 func TestArchsLogitsBatchInvariant(t *testing.T) {
 	for _, spec := range archSpecs {
 		if spec.Arch != "qwen3" && spec.Arch != "phi3" && spec.Arch != "gemma2" && spec.Arch != "gemma3" && !moeSpec(spec) {
@@ -546,8 +547,13 @@ func TestArchsLogitsBatchInvariant(t *testing.T) {
 					ones[i] = 1
 				}
 				ref := runInterleaved(t, newEngine(t, m, 1, 64, ggml.F16), &seqRun{seq: 1, tokens: prompt}, ones, nil, rng)
-				for trial := 0; trial < 4; trial++ {
+				defer cpu.SetPortable(false)
+				for trial := 0; trial < 5; trial++ {
 					threads := 1 + trial%2
+					// The last trial runs the portable kernels: the same
+					// bits as the SIMD ones (gemma2's soft-capped attention
+					// included).
+					cpu.SetPortable(trial == 4)
 					e := newEngine(t, m, threads, 256, ggml.F16)
 					var chunks []int
 					for n := len(prompt); n > 0; {

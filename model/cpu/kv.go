@@ -165,7 +165,7 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d", lo, pos))
 	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, scale, q, out)
+		c.attendSIMD(layer, blocks, lo, pos, scale, 0, q, out)
 		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, scale, 0, q, out, scratch)
@@ -173,12 +173,16 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 
 // AttendSoftCap implements model.SoftCapKV: Attend with Gemma 2's attention
 // logit soft-capping, each score s = capped*tanh(dot*(scale/capped)) as
-// ggml's flash attention computes it (the tanh in float64, rounded). It
-// always runs the portable loops, which the SIMD path equals bit for bit
-// without a cap.
+// ggml's flash attention computes it (the tanh in float64, rounded). Both
+// paths cap each score with the same scalar expression (capScore), so the
+// SIMD one equals the portable loops bit for bit as it does without a cap.
 func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
 	if lo < 0 || lo > pos || !(capped > 0) {
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d capped at %g", lo, pos, capped))
+	}
+	if haveElementwise() {
+		c.attendSIMD(layer, blocks, lo, pos, scale, capped, q, out)
+		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, scale, capped, q, out, scratch)
 }
@@ -238,13 +242,19 @@ func capScores(sc []float32, scale, capped float32) {
 	if capped > 0 {
 		k := scale / capped
 		for r, s := range sc {
-			sc[r] = capped * float32(math.Tanh(float64(s*k)))
+			sc[r] = capScore(s, k, capped)
 		}
 		return
 	}
 	for r := range sc {
 		sc[r] *= scale
 	}
+}
+
+// capScore is one raw score s soft-capped: capped*tanh(s*k) for k =
+// scale/capped, the tanh in float64 and rounded, as ggml computes it.
+func capScore(s, k, capped float32) float32 {
+	return capped * float32(math.Tanh(float64(s*k)))
 }
 
 // softmaxValuesF16 is Attend's online softmax with an f16 accumulator (a
@@ -317,12 +327,15 @@ const softmaxChunk = 64
 // identity on every value the accumulator can hold) and accumulates the
 // values of each run of keys within one block.
 //
+// With capped > 0 the scalar pass soft-caps each score (capScore) where it
+// would scale it, as the portable loops do.
+//
 // Chunks start at lo, so their boundaries move with the window's start; the
 // result does not depend on them, since every step above is per key in key
 // order (the scalar pass carries M and S from chunk to chunk, the value
 // kernels fold one key at a time) and each key's score is the same
 // whichever kernel scores it.
-func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale float32, q, out []float32) {
+func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -331,6 +344,10 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale float32, q
 	f16 := cfg.Type == ggml.F16
 	n := pos + 1
 	ts := tilesFor(cfg.Type)
+	var kc float32 // capScore's factor
+	if capped > 0 {
+		kc = scale / capped
+	}
 	var buf [512]uint16
 	var acc16 []uint16
 	if f16 {
@@ -396,7 +413,11 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale float32, q
 				}
 				e := ms[hh][:m]
 				for k, x := range s {
-					x *= scale
+					if capped > 0 {
+						x = capScore(x, kc, capped)
+					} else {
+						x *= scale
+					}
 					if x > M[hh] {
 						e[k], fresh[hh][k] = M[hh]-x, true
 						M[hh] = x

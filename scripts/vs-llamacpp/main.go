@@ -4,7 +4,7 @@
 // on and off.
 //
 //	vs-llamacpp compare --model FILE [--root DIR] [--server CMD] [--json OUT]
-//	vs-llamacpp random --arch ARCH --out FILE [--head-scale K]
+//	vs-llamacpp random --arch ARCH --out FILE [--head-scale K] [--size 110M|moe]
 //	vs-llamacpp bench --model FILE --threads N
 //
 // compare starts llama-server twice on FILE (-fa on, then -fa off; -np 1,

@@ -39,7 +39,7 @@ func random(args []string) error {
 	out := fs.String("out", "", "GGUF file to write")
 	seed := fs.Uint64("seed", 21, "weights' seed")
 	scale := fs.Float64("head-scale", 1, "multiply the output head (the token embedding where tied) by this")
-	size := fs.String("size", "", `"110M": the speed tables' shape (12 layers of 768, 12 heads, FFN 2048, vocabulary 32000, as scripts/benchserve writes it) instead of the agreement runs' small one`)
+	size := fs.String("size", "", `"110M": the speed tables' dense shape (12 layers of 768, 12 heads, FFN 2048, vocabulary 32000, as scripts/benchserve writes it); "moe": the mixture-of-experts one (the same layers, 4 KV heads, 8 experts of 2048 with 2 per token, qwen2moe's shared expert 2048: about 0.53 B parameters); empty: the agreement runs' small shape`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,16 +49,9 @@ func random(args []string) error {
 	if *scale <= 0 || math.IsInf(*scale, 0) {
 		return fmt.Errorf("random: --head-scale must be positive, got %v", *scale)
 	}
-	spec := randomSpec(*arch, *seed)
-	switch *size {
-	case "":
-	case "110M":
-		spec.Layers, spec.Embd, spec.Heads, spec.HeadsKV, spec.FF, spec.Vocab = 12, 768, 12, 12, 2048, 32000
-		if spec.Experts > 0 {
-			return errors.New("random: --size 110M is the dense shape")
-		}
-	default:
-		return fmt.Errorf("random: --size must be 110M or empty, got %q", *size)
+	spec, err := sizedSpec(*arch, *size, *seed)
+	if err != nil {
+		return err
 	}
 	if err := model.WriteRandomFile(*out, spec); err != nil {
 		return err
@@ -67,6 +60,36 @@ func random(args []string) error {
 		return nil
 	}
 	return scaleHead(*out, float32(*scale))
+}
+
+// sizedSpec is randomSpec at a speed table's size: "110M" (dense), "moe"
+// (mixture of experts) or "" (randomSpec's own small shape).
+func sizedSpec(arch, size string, seed uint64) (model.RandomSpec, error) {
+	spec := randomSpec(arch, seed)
+	switch size {
+	case "":
+		return spec, nil
+	case "110M":
+		spec.Layers, spec.Embd, spec.Heads, spec.HeadsKV, spec.FF, spec.Vocab = 12, 768, 12, 12, 2048, 32000
+		if spec.Experts > 0 {
+			return spec, fmt.Errorf("random: --size 110M is the dense shape; %s wants --size moe", arch)
+		}
+	case "moe":
+		if spec.Experts == 0 {
+			return spec, fmt.Errorf("random: --size moe is the mixture-of-experts shape; %s wants --size 110M", arch)
+		}
+		spec.Layers, spec.Embd, spec.Heads, spec.HeadsKV, spec.FF, spec.Vocab = 12, 768, 12, 4, 2048, 32000
+		spec.Experts, spec.ExpertsUsed, spec.ExpertFF = 8, 2, 2048
+		if spec.SharedFF > 0 {
+			spec.SharedFF = 2048
+		}
+	default:
+		return spec, fmt.Errorf("random: --size must be 110M, moe or empty, got %q", size)
+	}
+	// Gemma 3's window: wider than a speed run's 192 positions, so both
+	// programs attend over the same keys as on a global layer.
+	spec.SlidingWindow = 1024
+	return spec, spec.Validate()
 }
 
 // scaleHead rewrites the F32 file at path with output.weight (else

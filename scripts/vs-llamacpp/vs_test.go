@@ -93,3 +93,39 @@ func TestScaleHead(t *testing.T) {
 		}
 	}
 }
+
+// TestSizedSpec: the speed sizes fit their architectures, the MoE shape
+// has 8 experts of 2048, 2 per token, at about half a billion parameters,
+// and the mismatches are refused.
+func TestSizedSpec(t *testing.T) {
+	for _, arch := range []string{"qwen2moe", "qwen3moe", "mixtral"} {
+		s, err := sizedSpec(arch, "moe", 1)
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		ff := s.ExpertFF
+		if arch == "mixtral" {
+			ff = s.FF
+		}
+		kv := s.HeadsKV * s.Embd / s.Heads
+		layer := 3*s.Experts*s.Embd*ff + s.Experts*s.Embd + 2*s.Embd*s.Embd + 2*s.Embd*kv + 3*s.Embd*s.SharedFF
+		if p := s.Layers*layer + 2*s.Vocab*s.Embd; s.Experts != 8 || s.ExpertsUsed != 2 || ff != 2048 || p < 0.5e9 || p > 0.6e9 {
+			t.Errorf("%s: %d experts, %d used, %d wide, %d parameters", arch, s.Experts, s.ExpertsUsed, ff, p)
+		}
+		if _, err := sizedSpec(arch, "110M", 1); err == nil {
+			t.Errorf("%s --size 110M: no error", arch)
+		}
+	}
+	for _, arch := range []string{"llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"} {
+		s, err := sizedSpec(arch, "110M", 1)
+		if err != nil || s.Layers != 12 || s.Embd != 768 || s.SlidingWindow != 1024 {
+			t.Errorf("%s --size 110M: %+v, %v", arch, s, err)
+		}
+		if _, err := sizedSpec(arch, "moe", 1); err == nil {
+			t.Errorf("%s --size moe: no error", arch)
+		}
+	}
+	if _, err := sizedSpec("llama", "7B", 1); err == nil {
+		t.Error("--size 7B: no error")
+	}
+}
