@@ -116,12 +116,19 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 		return
 	}
 	j := &b.job
-	*j = matJob{w: w, x: x, rows: rows, out: out, dot: dot, ts: tilesFor(w.Type), wrow: len(w.Data) / w.Rows}
+	*j = matJob{w: w, x: x, rows: rows, out: out, dot: dot, ts: matTilesFor(w.Type), wrow: len(w.Data) / w.Rows}
 	if packed := b.packedFor(w); packed != nil {
 		j.ps, j.packed, j.ts = panelsFor(w.Type), packed, nil
 	}
 	vt := w.Type.VecDotType()
-	if vt == ggml.F32 {
+	if j.ts != nil && j.ts.f32x {
+		if cap(b.act) < rows*K*4 {
+			b.act = make([]byte, rows*K*4)
+		}
+		j.xb = b.act[:rows*K*4]
+		j.stride = K * 4
+		b.pool.Parallel(rows, b.convFn)
+	} else if vt == ggml.F32 {
 		j.xb = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), rows*K*4)
 		j.stride = K * 4
 	} else {
@@ -151,6 +158,10 @@ func (b *Backend) convertRow(worker, r int) {
 	j := &b.job
 	K := j.w.Cols
 	dst := j.xb[r*j.stride : (r+1)*j.stride]
+	if j.ts != nil && j.ts.f32x {
+		roundActivation(j.w.Type, j.x[r*K:(r+1)*K], unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(dst))), K))
+		return
+	}
 	if j.ps == nil {
 		convertActivation(j.w.Type, j.x[r*K:(r+1)*K], dst)
 		return

@@ -59,8 +59,15 @@ type tileSet struct {
 	maxR, maxC int
 	k          [maxTile][maxTile]tileFunc
 	// one is the 1×1 kernel called directly, so that its result stays on
-	// the stack (a call through k cannot be proven not to keep &out).
+	// the stack (a call through k cannot be proven not to keep &out); nil
+	// for a set of matrix kernels only (f32x).
 	one func(n int, w, x *byte) float32
+	// f32x: the activation rows are float32 (4 bytes an element), each
+	// value rounded to the weights' dot-product type and widened back
+	// (roundActivation), not stored in that type: widening is exact, so
+	// the products and sums are the portable kernel's, and the kernel
+	// converts only the weights.
+	f32x bool
 }
 
 // dot1 computes one dot product of n elements of rows w and x, which the
@@ -82,6 +89,18 @@ var portableOnly bool
 func tilesFor(t ggml.Type) *tileSet {
 	if portableOnly {
 		return nil
+	}
+	return archTiles(t)
+}
+
+// matTilesFor returns the kernels MatMul runs for weights of type t: those
+// with float32 activations where this CPU has them, else tilesFor's.
+func matTilesFor(t ggml.Type) *tileSet {
+	if portableOnly {
+		return nil
+	}
+	if ts := archMatTiles(t); ts != nil {
+		return ts
 	}
 	return archTiles(t)
 }
@@ -118,7 +137,7 @@ func ISA(t ggml.Type) string {
 	if ps := panelsFor(t); ps != nil {
 		return ps.name
 	}
-	if ts := tilesFor(t); ts != nil {
+	if ts := matTilesFor(t); ts != nil {
 		return ts.name
 	}
 	return "portable"

@@ -225,6 +225,55 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 	{bf16AVX512_4x1, bf16AVX512_4x2, bf16AVX512_4x3, bf16AVX512_4x4},
 }}
 
+// f16xAVX512 and bf16xAVX512 are the matrix kernels of f16 and bf16
+// weights: their activation rows are float32, rounded to the weights'
+// dot-product type first (roundActivation).
+var f16xAVX512 = tileSet{name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+	{f16xAVX512_1x1, f16xAVX512_1x2, f16xAVX512_1x3, f16xAVX512_1x4},
+	{f16xAVX512_2x1, f16xAVX512_2x2, f16xAVX512_2x3, f16xAVX512_2x4},
+	{f16xAVX512_3x1, f16xAVX512_3x2, f16xAVX512_3x3, f16xAVX512_3x4},
+	{f16xAVX512_4x1, f16xAVX512_4x2, f16xAVX512_4x3, f16xAVX512_4x4},
+}}
+
+var bf16xAVX512 = tileSet{name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+	{bf16xAVX512_1x1, bf16xAVX512_1x2, bf16xAVX512_1x3, bf16xAVX512_1x4},
+	{bf16xAVX512_2x1, bf16xAVX512_2x2, bf16xAVX512_2x3, bf16xAVX512_2x4},
+	{bf16xAVX512_3x1, bf16xAVX512_3x2, bf16xAVX512_3x3, bf16xAVX512_3x4},
+	{bf16xAVX512_4x1, bf16xAVX512_4x2, bf16xAVX512_4x3, bf16xAVX512_4x4},
+}}
+
+// archMatTiles returns the matrix kernels with float32 activations for
+// weights of type t, or nil where MatMul runs archTiles' kernels.
+func archMatTiles(t ggml.Type) *tileSet {
+	if !haveAVX512 || avx2Only {
+		return nil
+	}
+	switch t {
+	case ggml.F16:
+		return &f16xAVX512
+	case ggml.BF16:
+		return &bf16xAVX512
+	}
+	return nil
+}
+
+// roundActivation sets dst[i] to src[i] rounded to t's dot-product type (f16
+// or bf16) and widened back to float32, for archMatTiles' kernels.
+func roundActivation(t ggml.Type, src, dst []float32) {
+	if len(src) == 0 {
+		return
+	}
+	dst = dst[:len(src)]
+	switch t.VecDotType() {
+	case ggml.F16:
+		roundF16AVX512(len(src), &src[0], &dst[0])
+	case ggml.BF16:
+		roundBF16AVX512(len(src), &src[0], &dst[0])
+	default:
+		panic("cpu: roundActivation for " + t.String())
+	}
+}
+
 func f32AVX5121(n int, w, x *byte) float32 {
 	var out float32
 	f32AVX512_1x1(n, w, 0, x, 0, &out, 0)

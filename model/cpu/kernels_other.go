@@ -7,6 +7,11 @@ import "github.com/strata-llm/strata/model/ggml"
 // archTiles returns nil: other architectures run the portable kernels.
 func archTiles(ggml.Type) *tileSet { return nil }
 
+// archMatTiles returns nil: other architectures run the portable kernels.
+func archMatTiles(ggml.Type) *tileSet { return nil }
+
+func roundActivation(ggml.Type, []float32, []float32) { panic("unreachable") }
+
 // archPanels returns nil: other architectures run the portable kernels.
 func archPanels(ggml.Type) *panelSet { return nil }
 

@@ -244,6 +244,166 @@ func bf16AVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os in
 //go:noescape
 func bf16AVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// f16xAVX512_1x1 computes a 1×1 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_1x2 computes a 1×2 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_1x3 computes a 1×3 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_1x4 computes a 1×4 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_2x1 computes a 2×1 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_2x2 computes a 2×2 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_2x3 computes a 2×3 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_2x4 computes a 2×4 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_3x1 computes a 3×1 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_3x2 computes a 3×2 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_3x3 computes a 3×3 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_3x4 computes a 3×4 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_4x1 computes a 4×1 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_4x2 computes a 4×2 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_4x3 computes a 4×3 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_4x4 computes a 4×4 tile of f16xAVX512 dot products.
+//
+//go:noescape
+func f16xAVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_1x1 computes a 1×1 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_1x2 computes a 1×2 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_1x3 computes a 1×3 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_1x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_1x4 computes a 1×4 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_1x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_2x1 computes a 2×1 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_2x2 computes a 2×2 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_2x3 computes a 2×3 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_2x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_2x4 computes a 2×4 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_2x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_3x1 computes a 3×1 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_3x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_3x2 computes a 3×2 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_3x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_3x3 computes a 3×3 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_3x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_3x4 computes a 3×4 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_3x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_4x1 computes a 4×1 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_4x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_4x2 computes a 4×2 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_4x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_4x3 computes a 4×3 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_4x3(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_4x4 computes a 4×4 tile of bf16xAVX512 dot products.
+//
+//go:noescape
+func bf16xAVX512_4x4(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
 // f32AVX2_1x1 computes a 1×1 tile of f32 dot products with AVX2 and FMA.
 //
 //go:noescape
@@ -368,6 +528,16 @@ func f32ToF16AVX512(n int, src *float32, dst *uint16)
 //
 //go:noescape
 func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32)
+
+// roundF16AVX512 sets dst[i] = float32(ggml.F32ToF16(src[i])) for i < n.
+//
+//go:noescape
+func roundF16AVX512(n int, src *float32, dst *float32)
+
+// roundBF16AVX512 sets dst[i] = ggml.BF16ToF32(ggml.F32ToBF16(src[i])) for i < n.
+//
+//go:noescape
+func roundBF16AVX512(n int, src *float32, dst *float32)
 
 // softmaxF16x1AVX512 accumulates m keys' values of 1 heads into acc with Attend's online-softmax weights ms, vs.
 //

@@ -46,6 +46,8 @@ func main() {
 		{"f32AVX512", 4, 4, f32AVX512},
 		{"f16AVX512", 4, 4, f16AVX512},
 		{"bf16AVX512", 4, 4, bf16AVX512},
+		{"f16xAVX512", 4, 4, f16xAVX512},
+		{"bf16xAVX512", 4, 4, bf16xAVX512},
 	} {
 		for r := 1; r <= k.maxR; r++ {
 			for c := 1; c <= k.maxC; c++ {
@@ -109,6 +111,8 @@ func main() {
 	quantQ80()
 	f32ToF16()
 	f16Scale()
+	roundF16()
+	roundBF16()
 	for _, H := range []int{1, 2} {
 		softmaxValues(true, H)
 		softmaxValues(false, H)
@@ -476,9 +480,18 @@ func (t *tile) zeroAcc() [][]reg.VecVirtual {
 
 // advance moves both row pointers by bytes and n down by count.
 func (t *tile) advance(bytesW, bytesX, count int) {
-	ADDQ(Imm(uint64(bytesW)), t.wp)
-	ADDQ(Imm(uint64(bytesX)), t.xp)
-	SUBQ(Imm(uint64(count)), t.n)
+	ADDQ(imm(bytesW), t.wp)
+	ADDQ(imm(bytesX), t.xp)
+	SUBQ(imm(count), t.n)
+}
+
+// imm is v as an immediate operand of an ADDQ or SUBQ: 8 bits where it
+// fits, else 32.
+func imm(v int) Op {
+	if v < 128 {
+		return Imm(uint64(v))
+	}
+	return U32(uint32(v))
 }
 
 // store folds every accumulator (reduceLanes' tree: +8, +4, +2, +1) and
