@@ -243,6 +243,12 @@ type Node struct {
 
 	mu          sync.Mutex // guards the fields below
 	p           *placement
+	// staged is a placement loaded while p serves (make-before-break): it
+	// replaces p when the first batch of its version arrives (promote).
+	staged *placement
+	// swapMu serializes replacing p or staged (a load, a spare, a
+	// promotion), which closes runners outside mu.
+	swapMu sync.Mutex
 	epoch       uint64 // the coordinator epoch of the current registration
 	baseFreed   [transport.NumReasons]uint64
 	baseRefused map[transport.Code]uint64
