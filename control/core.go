@@ -196,6 +196,9 @@ type shard struct {
 	// alive is its control stream's latest sign of life: its opening or
 	// a heartbeat.
 	alive time.Time
+	// measured is its mean time per batch, as its heartbeats last
+	// reported (StageTime); 0: none yet.
+	measured time.Duration
 	// assigned: it held a range in some placement (a placement without it
 	// sends it a spare Assign).
 	assigned bool
@@ -225,6 +228,9 @@ type Core struct {
 	linking     bool      // a stage-0 link is being opened
 	linkRetryAt time.Time // no link is opened before
 	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
+	// busySince is since when batches have been in flight without any of
+	// them getting an answer (zero: none in flight); see Progress.
+	busySince time.Time
 
 	notReady    time.Time // since when no pipeline is ready (zero: ready)
 	notReadyWhy string
@@ -343,6 +349,57 @@ func (c *Core) StreamDown(id string, err error, now time.Time) []Action {
 		c.abandon(fmt.Sprintf("shard %s's control stream closed: %v", id, err))
 	}
 	return c.take()
+}
+
+// StageTime: shard id's heartbeats report a mean of mean per batch it
+// computed since its previous report (its measured stage time).
+func (c *Core) StageTime(id string, mean time.Duration) []Action {
+	if s := c.shards[id]; s != nil && mean > 0 {
+		s.measured = mean
+	}
+	return nil
+}
+
+// Progress: since busySince batches have been in flight and none of them
+// got an answer (a result or a failure); zero when none is in flight. The
+// shell reports it whenever it changes (a dispatch into an idle pipeline,
+// an answer). Tick declares the pipeline stuck when that lasts past the
+// progress deadline (ProgressDeadline).
+func (c *Core) Progress(busySince time.Time, now time.Time) []Action {
+	c.busySince = busySince
+	return nil
+}
+
+// The progress deadline: a dispatching pipeline whose batches in flight
+// get no answer for progressFactor times its step time (the sum of its
+// stages' times: each the larger of its prediction and its measured mean)
+// is stuck, but never before progressFloor (scheduling noise, a garbage
+// collection, a loaded machine), and after progressUnknown when a stage
+// has neither time.
+const (
+	progressFactor  = 20
+	progressFloor   = 5 * time.Second
+	progressUnknown = 30 * time.Second
+)
+
+// ProgressDeadline returns how long the active pipeline's batches in
+// flight may go without an answer before it is declared stuck.
+func (c *Core) ProgressDeadline() time.Duration {
+	if c.active == nil {
+		return progressUnknown
+	}
+	var step time.Duration
+	for _, st := range c.active.Stages {
+		t := time.Duration(st.PredictedNs)
+		if s := c.shards[st.ShardID]; s != nil {
+			t = max(t, s.measured)
+		}
+		if t <= 0 {
+			return progressUnknown
+		}
+		step += t
+	}
+	return max(progressFloor, progressFactor*step)
 }
 
 // Heartbeat: shard id's control stream answered.
@@ -488,6 +545,16 @@ func (c *Core) Downstream(version uint64, shardID, reason string, now time.Time)
 // active or the active one lost a shard, and opens the stage-0 link once
 // every stage is READY.
 func (c *Core) Tick(now time.Time) []Action {
+	if c.dispatching && !c.busySince.IsZero() {
+		if d := c.ProgressDeadline(); now.Sub(c.busySince) >= d {
+			// Stuck: no stage says which. Its batches fail (their requests
+			// are recomputed) and the link is opened again; a shard that is
+			// gone shows as a loss on its own.
+			c.busySince = time.Time{}
+			c.linkRetryAt = now.Add(linkRetry)
+			c.pause(fmt.Sprintf("placement %d: no batch answered for %v (progress deadline)", c.active.Version, d), now)
+		}
+	}
 	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
 		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
 			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
@@ -542,6 +609,7 @@ func (c *Core) lose(s *shard, why string, now time.Time) {
 // pause stops dispatch (and any link being opened) and records why.
 func (c *Core) pause(why string, now time.Time) {
 	c.dispatching, c.linking = false, false
+	c.busySince = time.Time{} // the shell fails the batches in flight
 	c.emit(Action{Kind: ActPause, Reason: why})
 	c.setNotReady(why, now)
 }

@@ -47,6 +47,11 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 //	                                       speed D is a decode row's time per layer
 //	up id=S | down id=S [err=E]            its control stream opens / closes
 //	heartbeat id=S                         its stream answers
+//	measured id=S mean=D                   its heartbeats report D per batch
+//	busy | idle                            batches are in flight, none answered
+//	                                       since now (an answer also says busy) /
+//	                                       none is in flight (Progress)
+//	deadline                               print the progress deadline
 //	loaded id=S [v=N] | failed id=S [v=N] why=W
 //	                                       READY / FAILED for version N (the active)
 //	member node=N [inc=I] kind=alive|suspect|dead|leave
@@ -317,6 +322,15 @@ func (sc *scenario) do(c scenarioCase) string {
 		acts = sc.c.StreamDown(sc.id(c), err, sc.now)
 	case "heartbeat":
 		acts = sc.c.Heartbeat(sc.id(c), sc.now)
+	case "measured":
+		acts = sc.c.StageTime(sc.id(c), sc.dur(c, "mean", 0))
+	case "busy":
+		acts = sc.c.Progress(sc.now, sc.now)
+	case "idle":
+		acts = sc.c.Progress(time.Time{}, sc.now)
+	case "deadline":
+		tick = false
+		return sc.c.ProgressDeadline().String() + "\n"
 	case "loaded", "failed":
 		v := uint64(0)
 		if p := sc.c.Active(); p != nil {
