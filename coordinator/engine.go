@@ -239,6 +239,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	tick := time.NewTicker(e.cfg.Tick)
 	defer tick.Stop()
 	results := e.pipe.Results()
+	var changed <-chan struct{} // nil for a fixed pipeline: never ready
+	if dp, ok := e.pipe.(DynamicPipeline); ok {
+		changed = dp.Changed()
+		e.follow()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -254,6 +259,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		case r := <-results:
 			e.complete(r, time.Now())
+		case <-changed:
+			e.follow()
 		case <-tick.C:
 		}
 		e.step(time.Now())
@@ -263,8 +270,8 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) add(sub submission, now time.Time) error {
 	// Judge the request against the newest placement, not the one of the
 	// last step: a cluster that just became ready has a shape the
-	// scheduler has not taken yet.
-	e.follow()
+	// scheduler has not taken yet (its signal may still be pending).
+	e.followPending()
 	if e.noPipeline != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, e.noPipeline)
 	}
@@ -327,12 +334,29 @@ func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
 	e.s.Complete(sched.Result{Batch: sched.BatchID(r.ID), Samples: samples}, now)
 }
 
+// followPending follows a DynamicPipeline's change signalled and not yet
+// taken.
+func (e *Engine) followPending() {
+	dp, ok := e.pipe.(DynamicPipeline)
+	if !ok {
+		return
+	}
+	select {
+	case <-dp.Changed():
+		e.follow()
+	default:
+	}
+}
+
 // follow keeps the scheduler in step with a DynamicPipeline: paused while
 // it cannot take batches, reset onto each new placement (the old one's
 // sequences are tombstoned and their requests requeued, to be recomputed);
 // the requests it had dispatched failed at once when the shards left
 // cannot hold the model (waiting ones wait on, up to their queue timeout);
 // and every request failed once the cluster gives up forming a pipeline.
+// It runs when the pipeline signals a change (DynamicPipeline.Changed), not
+// every step: the pipeline's shape and readiness are the cluster's, which
+// says when they move.
 func (e *Engine) follow() {
 	dp, ok := e.pipe.(DynamicPipeline)
 	if !ok {
@@ -379,7 +403,6 @@ func (e *Engine) failAll(which func(*live) bool, why error) {
 }
 
 func (e *Engine) step(now time.Time) {
-	e.follow()
 	out := e.s.Step(now)
 	for _, u := range out.Updates {
 		e.update(u)
