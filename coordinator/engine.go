@@ -101,12 +101,6 @@ type live struct {
 	output []int32
 }
 
-type rowInfo struct {
-	req    sched.RequestID
-	seq    uint64
-	outIdx int // output index of the token this row samples
-}
-
 // Engine is the coordinator's loop: it owns the scheduler (and so the KV
 // allocator), turns requests, aborts and results into scheduler events, and
 // dispatches batches to the pipeline. Only Run's goroutine touches the
@@ -127,7 +121,6 @@ type Engine struct {
 	noPipeline error  // why requests are failing (the cluster gave up), or nil
 	nextID     sched.RequestID
 	reqs       map[sched.RequestID]*live
-	inflight   map[uint64][]rowInfo
 	genTok     uint64
 	promptTok  uint64
 	lastStep   time.Time
@@ -159,12 +152,11 @@ func NewEngine(cfg EngineConfig, pipe Pipeline) (*Engine, error) {
 	cfg.Sched = sc
 	e := &Engine{
 		cfg: cfg, pipe: pipe, s: s,
-		submit:   make(chan submission),
-		abort:    make(chan abortMsg),
-		stopped:  make(chan struct{}),
-		nextID:   1,
-		reqs:     map[sched.RequestID]*live{},
-		inflight: map[uint64][]rowInfo{},
+		submit:  make(chan submission),
+		abort:   make(chan abortMsg),
+		stopped: make(chan struct{}),
+		nextID:  1,
+		reqs:    map[sched.RequestID]*live{},
 	}
 	e.publish()
 	return e, nil
@@ -301,34 +293,30 @@ func (e *Engine) add(sub submission, now time.Time) error {
 }
 
 func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
-	rows := e.inflight[r.ID]
-	delete(e.inflight, r.ID)
+	bid := sched.BatchID(r.ID)
 	if r.Lost {
-		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Reason: r.Reason})
+		e.s.BatchFailed(sched.Failure{Batch: bid, Reason: r.Reason})
 		return
+	}
+	// Which request each sample is for, and where in its output: the
+	// scheduler's record of the batch (asked before the batch retires).
+	samples := make([]sched.Sample, len(r.Samples))
+	for i, sm := range r.Samples {
+		samples[i] = sched.Sample{Seq: sched.SeqID(sm.Seq), Token: sm.Token}
+		req, outIdx, ok := e.s.InFlightRow(bid, sched.SeqID(sm.Seq))
+		if l := e.reqs[req]; ok && l != nil && l.p.Logprobs {
+			if l.logprobs == nil {
+				l.logprobs = map[int]Token{}
+			}
+			l.logprobs[outIdx] = Token{ID: sm.Token, Logprob: sm.Logprob, Top: sm.Top}
+		}
 	}
 	if len(r.Dropped) > 0 {
 		seqs := make([]sched.SeqID, len(r.Dropped))
 		for i, d := range r.Dropped {
 			seqs[i] = sched.SeqID(d.Seq)
 		}
-		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Seqs: seqs, Reason: r.Dropped[0].Reason.String()})
-	}
-	samples := make([]sched.Sample, len(r.Samples))
-	for i, sm := range r.Samples {
-		samples[i] = sched.Sample{Seq: sched.SeqID(sm.Seq), Token: sm.Token}
-		for _, ri := range rows {
-			if ri.seq != sm.Seq {
-				continue
-			}
-			if l := e.reqs[ri.req]; l != nil && l.p.Logprobs {
-				if l.logprobs == nil {
-					l.logprobs = map[int]Token{}
-				}
-				l.logprobs[ri.outIdx] = Token{ID: sm.Token, Logprob: sm.Logprob, Top: sm.Top}
-			}
-			break
-		}
+		e.s.BatchFailed(sched.Failure{Batch: bid, Seqs: seqs, Reason: r.Dropped[0].Reason.String()})
 	}
 	e.lastStep = now
 	e.s.Complete(sched.Result{Batch: sched.BatchID(r.ID), Samples: samples}, now)
@@ -370,7 +358,6 @@ func (e *Engine) follow() {
 		} else {
 			e.cfg.Log.Info("new placement", "version", v, "stages", dp.Stages(), "kv_blocks", kc.Blocks)
 			e.version = v
-			clear(e.inflight)
 		}
 	}
 	err := dp.Ready()
@@ -423,7 +410,6 @@ func (e *Engine) step(now time.Time) {
 		if i == 0 {
 			wb.Tombstones = tombs
 		}
-		info := make([]rowInfo, len(b.Rows))
 		for j, r := range b.Rows {
 			l := e.reqs[r.Request]
 			if l != nil {
@@ -442,16 +428,9 @@ func (e *Engine) step(now time.Time) {
 				wr.Params = &p
 			}
 			wb.Rows[j] = wr
-			outIdx := -1
-			if l != nil {
-				outIdx = r.Pos + len(r.Tokens) - l.promptLen
-			}
-			info[j] = rowInfo{req: r.Request, seq: uint64(r.Seq), outIdx: outIdx}
 		}
-		e.inflight[wb.ID] = info
 		if err := e.pipe.Dispatch(wb); err != nil {
 			e.cfg.Log.Warn("dispatch", "batch", wb.ID, "err", err)
-			delete(e.inflight, wb.ID)
 			e.s.BatchFailed(sched.Failure{Batch: b.ID, Reason: "dispatch: " + err.Error()})
 		}
 	}

@@ -550,6 +550,11 @@ var catalogue = []mutation{
 		Why: "a stage measured slower than predicted keeps the prediction's deadline: declared stuck while it computes",
 	},
 	{
+		Name: "sched/inflight-row-index", File: "sched/sched.go", Pkgs: pkgSched, Run: `^TestInFlightRow$`,
+		Orig: "return row.seq.req.id, row.pos + row.n - row.seq.req.prompt, true", Repl: "return row.seq.req.id, row.pos - row.seq.req.prompt, true",
+		Why: "a sample's logprobs are attached to the wrong output token (the engine asks the scheduler where each sampled token goes)",
+	},
+	{
 		Name: "shard/break-before-make", File: "shard/node_control.go", Pkgs: pkgShard, Run: `^TestNodeMakeBeforeBreak$`,
 		Orig: "serving := n.p != nil", Repl: "serving := false",
 		Why: "a shard swaps in a placement as soon as it loads: the pipeline still serving on the old one breaks before the switch",
