@@ -326,14 +326,21 @@ func (p *remote) failedByReason() map[string]uint64 {
 }
 
 // setPlacement switches to a new placement version (not ready until
-// resume): every sequence of the old version is gone on the shards, so the
-// live set and the pending in-band tombstones are dropped.
+// resume): every sequence of the old version ends on the shards, so the
+// live set (moved to the ending ones) and the pending in-band tombstones
+// are dropped.
 func (p *remote) setPlacement(pl *Placement) {
 	p.mu.Lock()
 	p.stages, p.blocks, p.blockSize, p.version = len(pl.Stages), pl.Blocks, pl.BlockSize, pl.Version
 	p.stageIDs = make([]string, len(pl.Stages))
 	for i, st := range pl.Stages {
 		p.stageIDs[i] = st.ShardID
+	}
+	// The old version's sequences are ending, not unknown: a shard frees
+	// them when it switches (at the new version's first batch), and a
+	// heartbeat taken before that is not answered with a reconcile.
+	for seq := range p.live {
+		p.ended[seq] = struct{}{}
 	}
 	clear(p.live)
 	p.pending = nil

@@ -162,6 +162,13 @@ func TestMakeBeforeBreakReplan(t *testing.T) {
 	if st := node.Stats(); st.BlocksUsed != 0 || st.Sequences != 0 || !st.InvariantOK {
 		t.Errorf("the new shard is not drained: %+v", st)
 	}
+	// Every sequence ended by a tombstone or by the switch (reason epoch):
+	// none was left for a lease or a reconcile to free.
+	for i, s := range append(c.shardStats(), node.Stats()) {
+		if s.Freed["lease"]+s.Freed["reconcile"] != 0 {
+			t.Errorf("shard %d freed by lease %d, by reconcile %d; want 0", i, s.Freed["lease"], s.Freed["reconcile"])
+		}
+	}
 }
 
 type replanStream struct {
