@@ -122,7 +122,15 @@ func TestMakeBeforeBreakReplan(t *testing.T) {
 	<-watchDone
 
 	straddled := 0
+	var maxGap, switchGap time.Duration // the largest inter-token gap, and across the switch
 	for i, r := range got {
+		for j := 1; j < len(r.times); j++ {
+			gap := r.times[j].Sub(r.times[j-1])
+			maxGap = max(maxGap, gap)
+			if !switched.IsZero() && r.times[j-1].Before(switched) && !r.times[j].Before(switched) {
+				switchGap = max(switchGap, gap)
+			}
+		}
 		if r.err != nil {
 			t.Errorf("stream %d did not complete across the re-placement: %v", i, r.err)
 			continue
@@ -157,7 +165,8 @@ func TestMakeBeforeBreakReplan(t *testing.T) {
 	if st := node.Stats(); st.Batches == 0 {
 		t.Errorf("the new shard computed no batch: %+v", st)
 	}
-	t.Logf("%d of %d streams ran across the switch", straddled, len(got))
+	t.Logf("%d of %d streams ran across the switch; largest inter-token gap %v, across the switch %v",
+		straddled, len(got), maxGap.Round(time.Millisecond), switchGap.Round(time.Millisecond))
 	c.waitDrained(t)
 	if st := node.Stats(); st.BlocksUsed != 0 || st.Sequences != 0 || !st.InvariantOK {
 		t.Errorf("the new shard is not drained: %+v", st)
