@@ -133,15 +133,24 @@ const (
 	// ActLoadFailed: Shard failed to load its range (Reason).
 	ActLoadFailed
 	// ActReplan: a placement over the candidates now would be markedly
-	// faster than the active one (Placement is that plan, not made
-	// active; Reason gives the predicted stage times). A decision only:
-	// make-before-break re-placement is not carried out yet.
+	// faster than the active one (Placement is that plan; Reason gives the
+	// predicted stage times). It is made make-before-break: ActAssigns of
+	// it follow, which shards load in the background while the active
+	// placement serves on; once every stage reported READY for it, it is
+	// activated (ActPause, ActActivate, spares, then the link): a switch
+	// at a batch boundary, the old version's sequences dropped and
+	// recomputed.
 	ActReplan
+	// ActAbandon: the placement being loaded make-before-break
+	// (Placement) will not be switched to (Reason); the active one serves
+	// on. ActAssign and ActSpare of the active placement follow for the
+	// shards that were loading it, so that they drop what they loaded.
+	ActAbandon
 )
 
 var actionNames = [...]string{ActPause: "pause", ActActivate: "activate", ActAssign: "assign", ActSpare: "spare",
 	ActOpenLink: "open-link", ActResume: "resume", ActLost: "lost", ActCut: "cut", ActOverruled: "overruled",
-	ActLoaded: "loaded", ActLoadFailed: "load-failed", ActReplan: "replan"}
+	ActLoaded: "loaded", ActLoadFailed: "load-failed", ActReplan: "replan", ActAbandon: "abandon"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && actionNames[k] != "" {
@@ -171,6 +180,9 @@ type ShardState struct {
 	Failed string
 	// Ready is the placement version it reported READY for.
 	Ready uint64
+	// Staged is the make-before-break placement's version it reported
+	// READY for (0: none).
+	Staged uint64
 }
 
 // shard is the core's record of one registered shard.
@@ -180,9 +192,13 @@ type shard struct {
 	lost      bool
 	failed    string
 	ready     uint64
+	staged    uint64 // the next placement's version it reported READY for
 	// alive is its control stream's latest sign of life: its opening or
 	// a heartbeat.
 	alive time.Time
+	// measured is its mean time per batch, as its heartbeats last
+	// reported (StageTime); 0: none yet.
+	measured time.Duration
 	// assigned: it held a range in some placement (a placement without it
 	// sends it a spare Assign).
 	assigned bool
@@ -199,9 +215,12 @@ const replanGain = 1.3
 // Call Tick after every event and periodically (it confirms what waits on
 // the clock, places, and opens the link).
 type Core struct {
-	cfg         Config
-	shards      map[string]*shard
-	active      *Placement
+	cfg    Config
+	shards map[string]*shard
+	active *Placement
+	// next is the placement being loaded make-before-break while active
+	// serves (nil: none); it becomes active once every stage is READY.
+	next        *Placement
 	restored    *Placement
 	nextVersion uint64
 
@@ -209,6 +228,9 @@ type Core struct {
 	linking     bool      // a stage-0 link is being opened
 	linkRetryAt time.Time // no link is opened before
 	linkDown    time.Time // since when stage 0's stream is down (zero: up or not tried)
+	// busySince is since when batches have been in flight without any of
+	// them getting an answer (zero: none in flight); see Progress.
+	busySince time.Time
 
 	notReady    time.Time // since when no pipeline is ready (zero: ready)
 	notReadyWhy string
@@ -273,6 +295,9 @@ func (c *Core) Forget(id, why string, now time.Time) []Action {
 	if why != "" {
 		c.lose(s, why, now)
 	}
+	if c.next.stageOf(id) >= 0 {
+		c.abandon(fmt.Sprintf("shard %s forgotten", id))
+	}
 	if s.connected {
 		c.emit(Action{Kind: ActCut, Shard: id})
 	}
@@ -295,9 +320,12 @@ func (c *Core) StreamUp(id string, now time.Time) []Action {
 	s.alive = later(s.alive, now)
 	if i := c.active.stageOf(id); i >= 0 && s.ready != c.active.Version {
 		c.emit(Action{Kind: ActAssign, Shard: id, Stage: i, Placement: c.active})
-	} else if i < 0 && s.assigned && c.active != nil {
+	} else if i < 0 && s.assigned && c.active != nil && c.next.stageOf(id) < 0 {
 		s.assigned = false
 		c.emit(Action{Kind: ActSpare, Shard: id, Placement: c.active})
+	}
+	if i := c.next.stageOf(id); i >= 0 && s.staged != c.next.Version {
+		c.emit(Action{Kind: ActAssign, Shard: id, Stage: i, Placement: c.next})
 	}
 	c.considerReplan()
 	return c.take()
@@ -317,7 +345,61 @@ func (c *Core) StreamDown(id string, err error, now time.Time) []Action {
 	if c.active.stageOf(id) >= 0 {
 		c.lose(s, fmt.Sprintf("control stream closed: %v", err), now)
 	}
+	if c.next.stageOf(id) >= 0 {
+		c.abandon(fmt.Sprintf("shard %s's control stream closed: %v", id, err))
+	}
 	return c.take()
+}
+
+// StageTime: shard id's heartbeats report a mean of mean per batch it
+// computed since its previous report (its measured stage time).
+func (c *Core) StageTime(id string, mean time.Duration) []Action {
+	if s := c.shards[id]; s != nil && mean > 0 {
+		s.measured = mean
+	}
+	return nil
+}
+
+// Progress: since busySince batches have been in flight and none of them
+// got an answer (a result or a failure); zero when none is in flight. The
+// shell reports it whenever it changes (a dispatch into an idle pipeline,
+// an answer). Tick declares the pipeline stuck when that lasts past the
+// progress deadline (ProgressDeadline).
+func (c *Core) Progress(busySince time.Time, now time.Time) []Action {
+	c.busySince = busySince
+	return nil
+}
+
+// The progress deadline: a dispatching pipeline whose batches in flight
+// get no answer for progressFactor times its step time (the sum of its
+// stages' times: each the larger of its prediction and its measured mean)
+// is stuck, but never before progressFloor (scheduling noise, a garbage
+// collection, a loaded machine), and after progressUnknown when a stage
+// has neither time.
+const (
+	progressFactor  = 20
+	progressFloor   = 5 * time.Second
+	progressUnknown = 30 * time.Second
+)
+
+// ProgressDeadline returns how long the active pipeline's batches in
+// flight may go without an answer before it is declared stuck.
+func (c *Core) ProgressDeadline() time.Duration {
+	if c.active == nil {
+		return progressUnknown
+	}
+	var step time.Duration
+	for _, st := range c.active.Stages {
+		t := time.Duration(st.PredictedNs)
+		if s := c.shards[st.ShardID]; s != nil {
+			t = max(t, s.measured)
+		}
+		if t <= 0 {
+			return progressUnknown
+		}
+		step += t
+	}
+	return max(progressFloor, progressFactor*step)
 }
 
 // Heartbeat: shard id's control stream answered.
@@ -332,6 +414,12 @@ func (c *Core) Heartbeat(id string, now time.Time) []Action {
 // another version is ignored).
 func (c *Core) Loaded(id string, version uint64, now time.Time) []Action {
 	s := c.shards[id]
+	if s != nil && c.next != nil && version == c.next.Version && c.next.stageOf(id) >= 0 {
+		s.staged = version
+		c.emit(Action{Kind: ActLoaded, Shard: id, Placement: c.next})
+		c.switchNext(now)
+		return c.take()
+	}
 	if s == nil || c.active == nil || version != c.active.Version {
 		return nil
 	}
@@ -345,6 +433,13 @@ func (c *Core) Loaded(id string, version uint64, now time.Time) []Action {
 // loss, and it is no candidate until it registers again.
 func (c *Core) LoadFailed(id string, version uint64, why string, now time.Time) []Action {
 	s := c.shards[id]
+	if s != nil && c.next != nil && version == c.next.Version {
+		// The active placement serves on: the shard is no loss (it may
+		// simply lack the memory for two ranges at once).
+		c.emit(Action{Kind: ActLoadFailed, Shard: id, Placement: c.next, Reason: why})
+		c.abandon(fmt.Sprintf("shard %s failed to load: %s", id, why))
+		return c.take()
+	}
 	if s == nil || c.active == nil || version != c.active.Version {
 		return nil
 	}
@@ -402,6 +497,7 @@ func (c *Core) LinkUp(version uint64, now time.Time) []Action {
 	c.linkDown = time.Time{}
 	c.notReady, c.notReadyWhy = time.Time{}, ""
 	c.emit(Action{Kind: ActResume, Shard: c.active.Stages[0].ShardID, Placement: c.active})
+	c.considerReplan() // a faster shard may have joined while this one loaded
 	return c.take()
 }
 
@@ -449,6 +545,16 @@ func (c *Core) Downstream(version uint64, shardID, reason string, now time.Time)
 // active or the active one lost a shard, and opens the stage-0 link once
 // every stage is READY.
 func (c *Core) Tick(now time.Time) []Action {
+	if c.dispatching && !c.busySince.IsZero() {
+		if d := c.ProgressDeadline(); now.Sub(c.busySince) >= d {
+			// Stuck: no stage says which. Its batches fail (their requests
+			// are recomputed) and the link is opened again; a shard that is
+			// gone shows as a loss on its own.
+			c.busySince = time.Time{}
+			c.linkRetryAt = now.Add(linkRetry)
+			c.pause(fmt.Sprintf("placement %d: no batch answered for %v (progress deadline)", c.active.Version, d), now)
+		}
+	}
 	if c.active != nil && !c.linkDown.IsZero() && now.Sub(c.linkDown) >= c.cfg.LossConfirm {
 		if s := c.shards[c.active.Stages[0].ShardID]; s != nil {
 			c.lose(s, fmt.Sprintf("no stage stream for %v", c.cfg.LossConfirm), now)
@@ -491,6 +597,9 @@ func (c *Core) lose(s *shard, why string, now time.Time) {
 	}
 	s.lost = true
 	c.emit(Action{Kind: ActLost, Shard: s.ID, Reason: why})
+	if c.next.stageOf(s.ID) >= 0 {
+		c.abandon(fmt.Sprintf("shard %s lost: %s", s.ID, why))
+	}
 	if c.active.stageOf(s.ID) >= 0 {
 		c.lastLoss = fmt.Sprintf("shard %s lost: %s", s.ID, why)
 		c.pause(c.lastLoss, now)
@@ -500,6 +609,7 @@ func (c *Core) lose(s *shard, why string, now time.Time) {
 // pause stops dispatch (and any link being opened) and records why.
 func (c *Core) pause(why string, now time.Time) {
 	c.dispatching, c.linking = false, false
+	c.busySince = time.Time{} // the shell fails the batches in flight
 	c.emit(Action{Kind: ActPause, Reason: why})
 	c.setNotReady(why, now)
 }
@@ -620,6 +730,14 @@ func (c *Core) restore(cands []*shard) *Placement {
 // is READY, p persisted and switched to, Assigns sent, and shards that
 // held a range and have none now made spares.
 func (c *Core) activate(p *Placement, now time.Time) {
+	if c.next != nil {
+		// Its shards get p's Assigns or spares below.
+		for _, st := range c.next.Stages {
+			c.shards[st.ShardID].staged = 0
+		}
+		c.emit(Action{Kind: ActAbandon, Placement: c.next, Reason: fmt.Sprintf("placement %d replaces it", p.Version)})
+		c.next = nil
+	}
 	c.pause(fmt.Sprintf("placement %d: loading", p.Version), now)
 	c.emit(Action{Kind: ActActivate, Placement: p})
 	c.nextVersion = p.Version + 1
@@ -630,6 +748,12 @@ func (c *Core) activate(p *Placement, now time.Time) {
 		c.shards[st.ShardID].assigned = true
 		c.emit(Action{Kind: ActAssign, Shard: st.ShardID, Stage: i, Placement: p})
 	}
+	c.spareUnplaced(p)
+}
+
+// spareUnplaced sends a spare Assign of p to every connected shard that
+// held a range and holds none in p.
+func (c *Core) spareUnplaced(p *Placement) {
 	for _, id := range c.ids() {
 		s := c.shards[id]
 		if s.assigned && p.stageOf(id) < 0 && s.connected {
@@ -639,12 +763,15 @@ func (c *Core) activate(p *Placement, now time.Time) {
 	}
 }
 
-// considerReplan returns ActReplan, once per active version, when a
-// placement over the candidates now would predict a slowest stage
-// replanGain times faster than the active one's (a markedly faster shard
-// joined, or a loss healed). Both need every stage's prediction.
+// considerReplan starts a make-before-break re-placement, once per active
+// version, when a placement over the candidates now would predict a
+// slowest stage replanGain times faster than the active one's (a markedly
+// faster shard joined, or a loss healed). Both need every stage's
+// prediction, and the active placement must be dispatching (one still
+// loading is not worth keeping: it is replaced the usual way when it
+// breaks, and re-planned once it serves).
 func (c *Core) considerReplan() {
-	if c.active == nil || c.broken(c.active) || c.replanned == c.active.Version {
+	if c.active == nil || !c.dispatching || c.next != nil || c.broken(c.active) || c.replanned == c.active.Version {
 		return
 	}
 	cur := bottleneck(c.active)
@@ -657,8 +784,70 @@ func (c *Core) considerReplan() {
 	}
 	if next := bottleneck(p); next > 0 && float64(cur) >= replanGain*float64(next) {
 		c.replanned = c.active.Version
+		p.Version, p.Epoch = c.nextVersion, c.cfg.Epoch
+		c.nextVersion++
+		c.next = p
 		c.emit(Action{Kind: ActReplan, Placement: p, Reason: fmt.Sprintf("slowest stage predicted %v, now %v",
 			time.Duration(next), time.Duration(cur))})
+		for i, st := range p.Stages {
+			c.shards[st.ShardID].assigned = true // it holds a range: a spare Assign drops it
+			c.emit(Action{Kind: ActAssign, Shard: st.ShardID, Stage: i, Placement: p})
+		}
+	}
+}
+
+// switchNext makes the make-before-break placement active once every one
+// of its stages is connected and READY for it: a switch at a batch
+// boundary (the pause fails the batches in flight; the engine drops the
+// old version's sequences and recomputes them on the new one).
+func (c *Core) switchNext(now time.Time) {
+	p := c.next
+	for _, st := range p.Stages {
+		if s := c.shards[st.ShardID]; !s.connected || s.lost || s.staged != p.Version {
+			return
+		}
+	}
+	c.next = nil
+	c.pause(fmt.Sprintf("placement %d: switching to placement %d (make-before-break)", c.active.Version, p.Version), now)
+	c.emit(Action{Kind: ActActivate, Placement: p})
+	c.active = p
+	c.linkDown, c.linkRetryAt = time.Time{}, time.Time{}
+	c.lastLoss, c.cannotPlace = "", false
+	for _, st := range p.Stages {
+		s := c.shards[st.ShardID]
+		s.assigned, s.ready, s.staged = true, p.Version, 0
+	}
+	c.spareUnplaced(p)
+}
+
+// abandon gives up the make-before-break placement (why says why): the
+// shards that were loading it and are connected are sent their part of
+// the active placement again (a spare Assign when they have none), which
+// drops what they loaded. When the active placement is broken too, the
+// next Tick re-places, and its Assigns and spares do that instead.
+func (c *Core) abandon(why string) {
+	p := c.next
+	if p == nil {
+		return
+	}
+	c.next = nil
+	c.emit(Action{Kind: ActAbandon, Placement: p, Reason: why})
+	broken := c.broken(c.active)
+	for _, st := range p.Stages {
+		s := c.shards[st.ShardID]
+		if s == nil {
+			continue
+		}
+		s.staged = 0
+		if !s.connected || s.lost || broken {
+			continue
+		}
+		if i := c.active.stageOf(s.ID); i >= 0 {
+			c.emit(Action{Kind: ActAssign, Shard: s.ID, Stage: i, Placement: c.active})
+		} else {
+			s.assigned = false
+			c.emit(Action{Kind: ActSpare, Shard: s.ID, Placement: c.active})
+		}
 	}
 }
 
@@ -705,6 +894,9 @@ func (p *Placement) stageOf(shardID string) int {
 // changed afterwards: a new one replaces it.
 func (c *Core) Active() *Placement { return c.active }
 
+// Next returns the placement being loaded make-before-break (nil: none).
+func (c *Core) Next() *Placement { return c.next }
+
 // Restored returns the persisted placement still waited for (nil once
 // made again or given up).
 func (c *Core) Restored() *Placement { return c.restored }
@@ -729,7 +921,7 @@ func (c *Core) Shard(id string) (ShardState, bool) {
 	if s == nil {
 		return ShardState{}, false
 	}
-	return ShardState{ShardInfo: s.ShardInfo, Connected: s.connected, Lost: s.lost, Failed: s.failed, Ready: s.ready}, true
+	return ShardState{ShardInfo: s.ShardInfo, Connected: s.connected, Lost: s.lost, Failed: s.failed, Ready: s.ready, Staged: s.staged}, true
 }
 
 // CheckInvariants returns the first broken rule of the core's state, for
@@ -741,6 +933,24 @@ func (c *Core) CheckInvariants() error {
 		}
 		if p.Version >= c.nextVersion {
 			return fmt.Errorf("active placement %d not below the next version %d", p.Version, c.nextVersion)
+		}
+	}
+	if p := c.next; p != nil {
+		if err := wellFormed(p, c.cfg.Shape.Layers); err != nil {
+			return fmt.Errorf("next placement %d: %w", p.Version, err)
+		}
+		if c.active == nil || p.Version <= c.active.Version || p.Version >= c.nextVersion {
+			return fmt.Errorf("next placement %d not between the active one and the next version %d", p.Version, c.nextVersion)
+		}
+		for _, st := range p.Stages {
+			if s := c.shards[st.ShardID]; s == nil || s.lost || s.failed != "" {
+				return fmt.Errorf("next placement %d names shard %s, which is gone", p.Version, st.ShardID)
+			}
+		}
+	}
+	for id, s := range c.shards {
+		if s.staged != 0 && (c.next == nil || s.staged != c.next.Version) {
+			return fmt.Errorf("shard %s staged for placement %d, which is not the one being loaded", id, s.staged)
 		}
 	}
 	if c.dispatching || c.linking {

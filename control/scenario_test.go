@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,11 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 //	                                       speed D is a decode row's time per layer
 //	up id=S | down id=S [err=E]            its control stream opens / closes
 //	heartbeat id=S                         its stream answers
+//	measured id=S mean=D                   its heartbeats report D per batch
+//	busy | idle                            batches are in flight, none answered
+//	                                       since now (an answer also says busy) /
+//	                                       none is in flight (Progress)
+//	deadline                               print the progress deadline
 //	loaded id=S [v=N] | failed id=S [v=N] why=W
 //	                                       READY / FAILED for version N (the active)
 //	member node=N [inc=I] kind=alive|suspect|dead|leave
@@ -80,6 +86,8 @@ type scenario struct {
 	now    time.Time
 	ids    []string // registered, in order
 	formed bool     // a placement has been made
+	// reported holds the (shard, version) READY reports the script sent.
+	reported map[string]map[uint64]bool
 }
 
 type scenarioCase struct {
@@ -280,7 +288,7 @@ func (sc *scenario) do(c scenarioCase) string {
 		if err != nil {
 			sc.fatalf(c, "%v", err)
 		}
-		sc.c, sc.now, sc.ids, sc.formed = core, t0, nil, false
+		sc.c, sc.now, sc.ids, sc.formed, sc.reported = core, t0, nil, false, nil
 		return sc.readiness() + "\n"
 	case "register":
 		id := sc.id(c)
@@ -314,6 +322,15 @@ func (sc *scenario) do(c scenarioCase) string {
 		acts = sc.c.StreamDown(sc.id(c), err, sc.now)
 	case "heartbeat":
 		acts = sc.c.Heartbeat(sc.id(c), sc.now)
+	case "measured":
+		acts = sc.c.StageTime(sc.id(c), sc.dur(c, "mean", 0))
+	case "busy":
+		acts = sc.c.Progress(sc.now, sc.now)
+	case "idle":
+		acts = sc.c.Progress(time.Time{}, sc.now)
+	case "deadline":
+		tick = false
+		return sc.c.ProgressDeadline().String() + "\n"
 	case "loaded", "failed":
 		v := uint64(0)
 		if p := sc.c.Active(); p != nil {
@@ -321,6 +338,13 @@ func (sc *scenario) do(c scenarioCase) string {
 		}
 		v = uint64(sc.int(c, "v", int64(v)))
 		if c.cmd == "loaded" {
+			if sc.reported == nil {
+				sc.reported = map[string]map[uint64]bool{}
+			}
+			if sc.reported[sc.id(c)] == nil {
+				sc.reported[sc.id(c)] = map[uint64]bool{}
+			}
+			sc.reported[sc.id(c)][v] = true
 			acts = sc.c.Loaded(sc.id(c), v, sc.now)
 		} else {
 			acts = sc.c.LoadFailed(sc.id(c), v, c.args["why"], sc.now)
@@ -405,6 +429,26 @@ func (sc *scenario) check(c scenarioCase, acts []Action) {
 	if err := sc.c.CheckInvariants(); err != nil {
 		sc.fatalf(c, "invariant: %v", err)
 	}
+	// Make before break: a re-plan pauses nothing while its placement
+	// loads, and a placement activated without Assigns (the switch to a
+	// make-before-break one) has every stage READY for it already.
+	for i, a := range acts {
+		switch a.Kind {
+		case ActReplan:
+			if slices.ContainsFunc(acts, func(b Action) bool { return b.Kind == ActPause }) {
+				sc.fatalf(c, "a re-plan paused the pipeline before its placement loaded: %v", acts)
+			}
+		case ActActivate:
+			if slices.ContainsFunc(acts[i:], func(b Action) bool { return b.Kind == ActAssign && b.Placement == a.Placement }) {
+				continue
+			}
+			for _, st := range a.Placement.Stages {
+				if !sc.reported[st.ShardID][a.Placement.Version] {
+					sc.fatalf(c, "placement %d switched to before shard %s was READY for it", a.Placement.Version, st.ShardID)
+				}
+			}
+		}
+	}
 	for _, a := range acts {
 		if a.Kind != ActActivate {
 			continue
@@ -465,7 +509,9 @@ func printAction(a Action) string {
 	case ActLoadFailed:
 		return fmt.Sprintf("load-failed %s: v%d: %s", a.Shard, a.Placement.Version, a.Reason)
 	case ActReplan:
-		return fmt.Sprintf("replan: %s (%s)", stageRanges(a.Placement), a.Reason)
+		return fmt.Sprintf("replan v%d: %s (%s)", a.Placement.Version, stageRanges(a.Placement), a.Reason)
+	case ActAbandon:
+		return fmt.Sprintf("abandon v%d: %s", a.Placement.Version, a.Reason)
 	}
 	return a.Kind.String()
 }
@@ -477,6 +523,9 @@ func (sc *scenario) show() string {
 		fmt.Fprintf(&b, "placement v%d: %s\n", p.Version, stageRanges(p))
 	} else {
 		b.WriteString("no placement\n")
+	}
+	if p := sc.c.Next(); p != nil {
+		fmt.Fprintf(&b, "next v%d: %s\n", p.Version, stageRanges(p))
 	}
 	for _, id := range sc.ids {
 		s, _ := sc.c.Shard(id)
@@ -494,6 +543,9 @@ func (sc *scenario) show() string {
 		}
 		if s.Ready > 0 {
 			st = append(st, fmt.Sprintf("ready=v%d", s.Ready))
+		}
+		if s.Staged > 0 {
+			st = append(st, fmt.Sprintf("staged=v%d", s.Staged))
 		}
 		fmt.Fprintf(&b, "%s: %s\n", id, strings.Join(st, " "))
 	}

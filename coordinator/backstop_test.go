@@ -284,3 +284,60 @@ func TestBackstopHeartbeatReplyNamesUnknown(t *testing.T) {
 		t.Fatalf("heartbeat reply %v, want epoch 7, lease 3000 ms, unknown [9]", rep)
 	}
 }
+
+// TestRemoteProgressClock: the control core's progress clock
+// (control.Core.Progress) starts when a batch enters an idle pipeline,
+// moves on each answer while others are in flight, stops when none is,
+// and neither a tombstone-only batch nor a batch the link could not take
+// starts it.
+func TestRemoteProgressClock(t *testing.T) {
+	p, l := readyRemote(t, 2)
+	if !p.progress().IsZero() {
+		t.Fatal("progress clock running with nothing in flight")
+	}
+	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
+		t.Fatal(err)
+	}
+	<-l.queue
+	if !p.progress().IsZero() {
+		t.Fatal("a tombstone-only batch (no answer due) started the progress clock")
+	}
+	before := time.Now()
+	for id := uint64(1); id <= 2; id++ {
+		if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: id, Rows: creates(id)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := p.progress()
+	if started.Before(before) {
+		t.Fatalf("progress clock %v, want it started at the first dispatch (after %v)", started, before)
+	}
+	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Rows: creates(3)}); !errors.Is(err, ErrLinkFull) {
+		t.Fatalf("third batch on a link of 2: %v, want ErrLinkFull", err)
+	}
+	if got := p.progress(); !got.Equal(started) && !got.After(started) {
+		t.Fatalf("progress clock %v went back from %v", got, started)
+	}
+	src := fromResults("a")
+	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 1, Samples: []transport.Sampled{{Seq: 1, Token: 1}}}, src); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.progress(); got.IsZero() || got.Before(started) {
+		t.Fatalf("after an answer with one batch still in flight: clock %v, want running from the answer", got)
+	}
+	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 2, Samples: []transport.Sampled{{Seq: 2, Token: 1}}}, src); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.progress(); !got.IsZero() {
+		t.Fatalf("progress clock %v with nothing in flight, want stopped", got)
+	}
+	<-l.queue // batches 1 and 2 left for stage 0
+	<-l.queue
+	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 4, Rows: creates(4)}); err != nil {
+		t.Fatal(err)
+	}
+	p.pause("test")
+	if got := p.progress(); !got.IsZero() {
+		t.Fatalf("progress clock %v after a pause failed every batch, want stopped", got)
+	}
+}

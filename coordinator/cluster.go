@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -160,6 +161,18 @@ type notReadyError struct {
 func (e *notReadyError) Error() string   { return e.why }
 func (e *notReadyError) Unwrap() []error { return e.kinds }
 
+// readiness is what the engine makes of Ready's answer; a change of it is
+// signalled (DynamicPipeline.Changed).
+type readiness struct {
+	version                    uint64
+	ready, down, noFit, failed bool
+}
+
+func readinessOf(version uint64, err error) readiness {
+	return readiness{version: version, ready: err == nil, down: errors.Is(err, ErrPipelineDown),
+		noFit: errors.Is(err, ErrNoFit), failed: errors.Is(err, ErrNoPipeline)}
+}
+
 // seqReserve is how far ahead of the highest dispatched sequence ID the
 // persisted high-water mark is kept: the next start begins above it even
 // after a crash, as long as the engine does not hand out more than this
@@ -209,8 +222,11 @@ type Cluster struct {
 	// ActActivate, carried out (the same, unchanging value as
 	// core.Active()).
 	active    *Placement
-	opening   *link  // link being dialed (the core's ActOpenLink)
-	reserved  uint64 // persisted sequence-ID high-water mark
+	opening   *link     // link being dialed (the core's ActOpenLink)
+	told      readiness // what the engine was last signalled (publish)
+	replans   uint64    // make-before-break re-placements started (ActReplan)
+	switching bool      // the active placement replaced another: resume sends a switch batch
+	reserved  uint64    // persisted sequence-ID high-water mark
 	rotatedAt time.Time
 }
 
@@ -335,6 +351,11 @@ func (p clusterPipeline) Ready() error {
 
 // Version implements DynamicPipeline.
 func (p clusterPipeline) Version() uint64 { return p.c.PlacementVersion() }
+
+// Changed implements DynamicPipeline: the link's moves signal at once
+// (remote), and the loop signals a change of what Ready answers
+// (publish).
+func (p clusterPipeline) Changed() <-chan struct{} { return p.remote.changed }
 
 // Epoch returns this start's epoch (EngineConfig.Epoch).
 func (c *Cluster) Epoch() uint64 { return c.start.Epoch }
@@ -567,7 +588,9 @@ func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, ser
 				c.rotatedAt = now
 			}
 		}
-		c.reconcile(ctx, time.Now())
+		now = time.Now()
+		c.apply(c.core.Progress(c.pipe.progress(), now))
+		c.reconcile(ctx, now)
 		c.publish()
 	}
 }
@@ -684,7 +707,18 @@ func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time)
 	sid := s.rec.ShardID
 	switch {
 	case m.GetHeartbeat() != nil:
-		s.hb, s.hbAt = m.GetHeartbeat(), now
+		hb := m.GetHeartbeat()
+		if prev := s.hb; prev != nil {
+			// The mean time per batch since the previous heartbeat: the
+			// stage's measured time, which stretches the progress
+			// deadline when above the prediction.
+			cur, old := hb.GetCounters(), prev.GetCounters()
+			if cur.GetBatches() > old.GetBatches() && cur.GetBusyNs() > old.GetBusyNs() {
+				mean := (cur.GetBusyNs() - old.GetBusyNs()) / (cur.GetBatches() - old.GetBatches())
+				c.apply(c.core.StageTime(sid, time.Duration(min(mean, math.MaxInt64))))
+			}
+		}
+		s.hb, s.hbAt = hb, now
 		c.apply(c.core.Heartbeat(sid, now))
 	case m.GetAck() != nil:
 		id := m.GetAck().GetAckId()

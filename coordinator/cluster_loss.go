@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/strata-llm/strata/control"
+	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 	"github.com/strata-llm/strata/transport/pb"
 )
@@ -57,6 +58,7 @@ func (c *Cluster) apply(acts []control.Action, attrs ...any) {
 			if err := c.store.SavePlacement(p); err != nil {
 				c.log.Warn("persist placement", "placement", p.Version, "err", err)
 			}
+			c.switching = c.active != nil
 			c.active = p
 			c.pipe.setPlacement(p)
 			var ranges []string
@@ -83,6 +85,16 @@ func (c *Cluster) apply(acts []control.Action, attrs ...any) {
 				}
 				continue
 			}
+			// An empty batch of the new version through every stage: a
+			// shard that loaded it while serving the old one (shard
+			// Node.promote) switches to it now, freeing the old version's
+			// KV, not at the first request.
+			if c.switching {
+				c.switching = false
+				if err := c.pipe.Dispatch(&transport.MicroBatch{Epoch: c.start.Epoch}); err != nil {
+					c.log.Warn("switch batch", "placement", p.Version, "err", err)
+				}
+			}
 			c.log.Info("pipeline ready", "placement", p.Version, "stages", len(p.Stages), "kv_blocks", p.Blocks)
 			c.readyOnce.Do(func() { close(c.firstReady) })
 		case control.ActLost:
@@ -100,10 +112,13 @@ func (c *Cluster) apply(acts []control.Action, attrs ...any) {
 		case control.ActLoadFailed:
 			c.log.Error("shard failed to load", "shard_id", a.Shard, "placement", p.Version, "err", a.Reason)
 		case control.ActReplan:
-			// A decision only: make-before-break re-placement is not
-			// carried out yet (issue 15); the active placement stays.
-			c.log.Info("a placement over the shards now would be markedly faster; not re-placing while this one serves",
-				"placement", c.active.Version, "would_be", a.Reason)
+			// Its Assigns follow; the active placement serves until the
+			// core switches (ActActivate).
+			c.replans++
+			c.log.Info("re-placing make-before-break: a placement over the shards now would be markedly faster",
+				"placement", c.active.Version, "next", p.Version, "why", a.Reason)
+		case control.ActAbandon:
+			c.log.Warn("make-before-break placement abandoned", "placement", p.Version, "why", a.Reason)
 		case control.ActOpenLink:
 			// reconcile's
 		}

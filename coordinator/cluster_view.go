@@ -28,8 +28,11 @@ type ClusterView struct {
 	// control stream was alive and answering: ignored (DESIGN.md,
 	// Membership and placement). Forged or partitioned gossip shows here.
 	MembershipOverruled uint64 `json:"membership_overruled"`
-	KVBlocks            int    `json:"kv_blocks"`
-	BlockSize           int    `json:"block_size"`
+	// Replans counts the make-before-break re-placements started (a
+	// markedly faster placement over the shards became possible).
+	Replans   uint64 `json:"replans"`
+	KVBlocks  int    `json:"kv_blocks"`
+	BlockSize int    `json:"block_size"`
 	// LiveSequences are the sequences the coordinator believes live on the
 	// shards (created by dispatched first rows, not yet tombstoned).
 	LiveSequences int         `json:"live_sequences"`
@@ -123,7 +126,7 @@ func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
 		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
-		MembershipOverruled: c.core.Overruled(),
+		MembershipOverruled: c.core.Overruled(), Replans: c.replans,
 	}
 	if !v.Ready {
 		v.NotReadySince, v.NotReadyReason, v.CannotPlace = c.core.NotReady()
@@ -174,4 +177,11 @@ func (c *Cluster) publish() {
 	}
 	slices.SortFunc(v.Shards, func(a, b ShardView) int { return cmpString(a.ShardID, b.ShardID) })
 	c.view.Store(v)
+	// The engine re-reads readiness only when told: tell it when what it
+	// would make of it changed (also when PlacementWait ran out, which
+	// only the clock moves).
+	if r := readinessOf(c.PlacementVersion(), c.Ready()); r != c.told {
+		c.told = r
+		c.pipe.notify()
+	}
 }

@@ -18,7 +18,8 @@ import (
 // readiness the test sets, the way a Cluster's Ready reports a loss.
 type downPipeline struct {
 	*fakePipeline
-	down atomic.Pointer[error]
+	down    atomic.Pointer[error]
+	changed chan struct{} // size 1
 }
 
 var _ DynamicPipeline = (*downPipeline)(nil)
@@ -32,12 +33,18 @@ func (p *downPipeline) Ready() error {
 
 func (p *downPipeline) Version() uint64 { return 1 }
 
+func (p *downPipeline) Changed() <-chan struct{} { return p.changed }
+
 func (p *downPipeline) setDown(err error) {
 	if err == nil {
 		p.down.Store(nil)
-		return
+	} else {
+		p.down.Store(&err)
 	}
-	p.down.Store(&err)
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
 }
 
 // degradedServer runs an engine and the HTTP API over a downPipeline, with
@@ -45,7 +52,7 @@ func (p *downPipeline) setDown(err error) {
 func degradedServer(t *testing.T, mod func(*EngineConfig)) (*downPipeline, *Engine, *httptest.Server) {
 	t.Helper()
 	info := testInfo(t)
-	pipe := &downPipeline{fakePipeline: newFakePipeline(info.Vocab, 256)}
+	pipe := &downPipeline{fakePipeline: newFakePipeline(info.Vocab, 256), changed: make(chan struct{}, 1)}
 	ec := DefaultEngineConfig()
 	ec.Sched.MaxModelLen = info.Context
 	ec.Tick = 5 * time.Millisecond

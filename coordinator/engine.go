@@ -101,12 +101,6 @@ type live struct {
 	output []int32
 }
 
-type rowInfo struct {
-	req    sched.RequestID
-	seq    uint64
-	outIdx int // output index of the token this row samples
-}
-
 // Engine is the coordinator's loop: it owns the scheduler (and so the KV
 // allocator), turns requests, aborts and results into scheduler events, and
 // dispatches batches to the pipeline. Only Run's goroutine touches the
@@ -127,7 +121,6 @@ type Engine struct {
 	noPipeline error  // why requests are failing (the cluster gave up), or nil
 	nextID     sched.RequestID
 	reqs       map[sched.RequestID]*live
-	inflight   map[uint64][]rowInfo
 	genTok     uint64
 	promptTok  uint64
 	lastStep   time.Time
@@ -159,12 +152,11 @@ func NewEngine(cfg EngineConfig, pipe Pipeline) (*Engine, error) {
 	cfg.Sched = sc
 	e := &Engine{
 		cfg: cfg, pipe: pipe, s: s,
-		submit:   make(chan submission),
-		abort:    make(chan abortMsg),
-		stopped:  make(chan struct{}),
-		nextID:   1,
-		reqs:     map[sched.RequestID]*live{},
-		inflight: map[uint64][]rowInfo{},
+		submit:  make(chan submission),
+		abort:   make(chan abortMsg),
+		stopped: make(chan struct{}),
+		nextID:  1,
+		reqs:    map[sched.RequestID]*live{},
 	}
 	e.publish()
 	return e, nil
@@ -239,6 +231,11 @@ func (e *Engine) Run(ctx context.Context) error {
 	tick := time.NewTicker(e.cfg.Tick)
 	defer tick.Stop()
 	results := e.pipe.Results()
+	var changed <-chan struct{} // nil for a fixed pipeline: never ready
+	if dp, ok := e.pipe.(DynamicPipeline); ok {
+		changed = dp.Changed()
+		e.follow()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -254,6 +251,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		case r := <-results:
 			e.complete(r, time.Now())
+		case <-changed:
+			e.follow()
 		case <-tick.C:
 		}
 		e.step(time.Now())
@@ -263,8 +262,8 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) add(sub submission, now time.Time) error {
 	// Judge the request against the newest placement, not the one of the
 	// last step: a cluster that just became ready has a shape the
-	// scheduler has not taken yet.
-	e.follow()
+	// scheduler has not taken yet (its signal may still be pending).
+	e.followPending()
 	if e.noPipeline != nil {
 		return fmt.Errorf("%w: %v", ErrUnavailable, e.noPipeline)
 	}
@@ -294,37 +293,47 @@ func (e *Engine) add(sub submission, now time.Time) error {
 }
 
 func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
-	rows := e.inflight[r.ID]
-	delete(e.inflight, r.ID)
+	bid := sched.BatchID(r.ID)
 	if r.Lost {
-		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Reason: r.Reason})
+		e.s.BatchFailed(sched.Failure{Batch: bid, Reason: r.Reason})
 		return
+	}
+	// Which request each sample is for, and where in its output: the
+	// scheduler's record of the batch (asked before the batch retires).
+	samples := make([]sched.Sample, len(r.Samples))
+	for i, sm := range r.Samples {
+		samples[i] = sched.Sample{Seq: sched.SeqID(sm.Seq), Token: sm.Token}
+		req, outIdx, ok := e.s.InFlightRow(bid, sched.SeqID(sm.Seq))
+		if l := e.reqs[req]; ok && l != nil && l.p.Logprobs {
+			if l.logprobs == nil {
+				l.logprobs = map[int]Token{}
+			}
+			l.logprobs[outIdx] = Token{ID: sm.Token, Logprob: sm.Logprob, Top: sm.Top}
+		}
 	}
 	if len(r.Dropped) > 0 {
 		seqs := make([]sched.SeqID, len(r.Dropped))
 		for i, d := range r.Dropped {
 			seqs[i] = sched.SeqID(d.Seq)
 		}
-		e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(r.ID), Seqs: seqs, Reason: r.Dropped[0].Reason.String()})
-	}
-	samples := make([]sched.Sample, len(r.Samples))
-	for i, sm := range r.Samples {
-		samples[i] = sched.Sample{Seq: sched.SeqID(sm.Seq), Token: sm.Token}
-		for _, ri := range rows {
-			if ri.seq != sm.Seq {
-				continue
-			}
-			if l := e.reqs[ri.req]; l != nil && l.p.Logprobs {
-				if l.logprobs == nil {
-					l.logprobs = map[int]Token{}
-				}
-				l.logprobs[ri.outIdx] = Token{ID: sm.Token, Logprob: sm.Logprob, Top: sm.Top}
-			}
-			break
-		}
+		e.s.BatchFailed(sched.Failure{Batch: bid, Seqs: seqs, Reason: r.Dropped[0].Reason.String()})
 	}
 	e.lastStep = now
 	e.s.Complete(sched.Result{Batch: sched.BatchID(r.ID), Samples: samples}, now)
+}
+
+// followPending follows a DynamicPipeline's change signalled and not yet
+// taken.
+func (e *Engine) followPending() {
+	dp, ok := e.pipe.(DynamicPipeline)
+	if !ok {
+		return
+	}
+	select {
+	case <-dp.Changed():
+		e.follow()
+	default:
+	}
 }
 
 // follow keeps the scheduler in step with a DynamicPipeline: paused while
@@ -333,6 +342,9 @@ func (e *Engine) complete(r *transport.BatchResult, now time.Time) {
 // the requests it had dispatched failed at once when the shards left
 // cannot hold the model (waiting ones wait on, up to their queue timeout);
 // and every request failed once the cluster gives up forming a pipeline.
+// It runs when the pipeline signals a change (DynamicPipeline.Changed), not
+// every step: the pipeline's shape and readiness are the cluster's, which
+// says when they move.
 func (e *Engine) follow() {
 	dp, ok := e.pipe.(DynamicPipeline)
 	if !ok {
@@ -346,7 +358,6 @@ func (e *Engine) follow() {
 		} else {
 			e.cfg.Log.Info("new placement", "version", v, "stages", dp.Stages(), "kv_blocks", kc.Blocks)
 			e.version = v
-			clear(e.inflight)
 		}
 	}
 	err := dp.Ready()
@@ -379,7 +390,6 @@ func (e *Engine) failAll(which func(*live) bool, why error) {
 }
 
 func (e *Engine) step(now time.Time) {
-	e.follow()
 	out := e.s.Step(now)
 	for _, u := range out.Updates {
 		e.update(u)
@@ -400,7 +410,6 @@ func (e *Engine) step(now time.Time) {
 		if i == 0 {
 			wb.Tombstones = tombs
 		}
-		info := make([]rowInfo, len(b.Rows))
 		for j, r := range b.Rows {
 			l := e.reqs[r.Request]
 			if l != nil {
@@ -419,16 +428,9 @@ func (e *Engine) step(now time.Time) {
 				wr.Params = &p
 			}
 			wb.Rows[j] = wr
-			outIdx := -1
-			if l != nil {
-				outIdx = r.Pos + len(r.Tokens) - l.promptLen
-			}
-			info[j] = rowInfo{req: r.Request, seq: uint64(r.Seq), outIdx: outIdx}
 		}
-		e.inflight[wb.ID] = info
 		if err := e.pipe.Dispatch(wb); err != nil {
 			e.cfg.Log.Warn("dispatch", "batch", wb.ID, "err", err)
-			delete(e.inflight, wb.ID)
 			e.s.BatchFailed(sched.Failure{Batch: b.ID, Reason: "dispatch: " + err.Error()})
 		}
 	}

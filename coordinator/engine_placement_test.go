@@ -17,6 +17,7 @@ import (
 type placedPipeline struct {
 	*fakePipeline
 	version atomic.Uint64
+	changed chan struct{} // size 1
 }
 
 var _ DynamicPipeline = (*placedPipeline)(nil)
@@ -44,6 +45,14 @@ func (p *placedPipeline) Ready() error {
 
 func (p *placedPipeline) Version() uint64 { return p.version.Load() }
 
+func (p *placedPipeline) Changed() <-chan struct{} { return p.changed }
+
+// place makes the first placement and signals it.
+func (p *placedPipeline) place() {
+	p.version.Store(1)
+	p.changed <- struct{}{}
+}
+
 // TestSubmitBeforeFirstPlacement: before a DynamicPipeline's first placement
 // a request is refused as not ready (503), not judged against the
 // scheduler's one-block placeholder (which would call it one that can never
@@ -51,7 +60,7 @@ func (p *placedPipeline) Version() uint64 { return p.version.Load() }
 // against the placement's shape and runs.
 func TestSubmitBeforeFirstPlacement(t *testing.T) {
 	info := testInfo(t)
-	pipe := &placedPipeline{fakePipeline: newFakePipeline(info.Vocab, 256)}
+	pipe := &placedPipeline{fakePipeline: newFakePipeline(info.Vocab, 256), changed: make(chan struct{}, 1)}
 	ec := DefaultEngineConfig()
 	ec.Sched.MaxModelLen = info.Context
 	ec.Tick = time.Hour // the loop steps only on events
@@ -74,7 +83,7 @@ func TestSubmitBeforeFirstPlacement(t *testing.T) {
 		t.Errorf("Submit before the first placement answers %d, want 503", ae.status)
 	}
 
-	pipe.version.Store(1)
+	pipe.place()
 	st, err := eng.Submit(ctx, params)
 	if err != nil {
 		t.Fatalf("Submit right after the first placement: %v", err)

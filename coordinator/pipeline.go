@@ -34,4 +34,9 @@ type DynamicPipeline interface {
 	// the old version is gone on the shards, and Stages, Blocks and
 	// BlockSize may differ. 0 means never placed.
 	Version() uint64
+	// Changed is signalled after Ready's answer or Version may have
+	// changed (a size-1 channel: signals coalesce). The engine re-reads
+	// them only then, never by polling each step; so a change must be
+	// visible before its signal is sent.
+	Changed() <-chan struct{}
 }

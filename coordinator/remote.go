@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
@@ -42,6 +43,10 @@ type remote struct {
 	results  chan *transport.BatchResult // unbuffered: the forwarder goroutine sends
 	resKick  chan struct{}               // size 1: results queued
 	tombKick chan struct{}               // size 1: backstop tombstones queued for the cluster loop
+	// changed (size 1) tells the engine that readiness or the placement
+	// moved (DynamicPipeline.Changed): the link came or went here, or the
+	// cluster's published readiness changed (Cluster.publish).
+	changed chan struct{}
 
 	mu        sync.Mutex
 	stages    int
@@ -51,6 +56,10 @@ type remote struct {
 	stageIDs  []string // the current placement's shards, stage order; never mutated (replaced)
 	link      *link    // nil while not ready
 	inflight  map[uint64]*flight
+	// busySince is since when batches have been in flight without an
+	// answer to any of them (zero while none is): the control core's
+	// progress clock (control.Core.Progress).
+	busySince time.Time
 	live      map[uint64]struct{} // sequences created by dispatched first rows and not yet tombstoned
 	// ended and endedOld hold sequences tombstoned in the current and the
 	// previous rotation (see rotateEnded): a heartbeat that lists one was
@@ -91,6 +100,7 @@ func newRemote(epoch uint64, vocab int, refused *transport.Refusals) *remote {
 		results:  make(chan *transport.BatchResult),
 		resKick:  make(chan struct{}, 1),
 		tombKick: make(chan struct{}, 1),
+		changed:  make(chan struct{}, 1),
 		inflight: map[uint64]*flight{},
 		live:     map[uint64]struct{}{},
 		ended:    map[uint64]struct{}{},
@@ -164,6 +174,9 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 	var fl *flight
 	if b.ID != 0 {
 		fl = &flight{version: l.version, stages: p.stageIDs, rows: make(map[uint64]bool, len(b.Rows))}
+		if len(p.inflight) == 0 {
+			p.busySince = time.Now()
+		}
 		p.inflight[b.ID] = fl
 	}
 	for i := range b.Rows {
@@ -178,7 +191,10 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 	b.Placement = l.version
 	h, err := transport.HeaderToWire(b, pb.HiddenType_HIDDEN_TYPE_F32)
 	if err != nil {
-		delete(p.inflight, b.ID)
+		if b.ID != 0 {
+			delete(p.inflight, b.ID)
+			p.answeredLocked()
+		}
 		p.pending = slices.Concat(b.Tombstones, p.pending)
 		p.mu.Unlock()
 		p.kick(kickTombs)
@@ -195,6 +211,9 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 	p.mu.Lock()
 	_, mine := p.inflight[b.ID]
 	delete(p.inflight, b.ID)
+	if mine {
+		p.answeredLocked()
+	}
 	if p.link == l {
 		p.pending = append(b.Tombstones, p.pending...)
 	}
@@ -207,6 +226,15 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 	return ErrLinkFull
 }
 
+// notify signals the engine that readiness or the placement changed; call
+// it after the change is visible (outside mu).
+func (p *remote) notify() {
+	select {
+	case p.changed <- struct{}{}:
+	default:
+	}
+}
+
 func (p *remote) kick(tombs bool) {
 	if tombs {
 		select {
@@ -214,6 +242,24 @@ func (p *remote) kick(tombs bool) {
 		default:
 		}
 	}
+}
+
+// answeredLocked moves the progress clock: an answer came, or batches
+// left the flight (p.mu held).
+func (p *remote) answeredLocked() {
+	if len(p.inflight) == 0 {
+		p.busySince = time.Time{}
+	} else {
+		p.busySince = time.Now()
+	}
+}
+
+// progress returns since when batches have been in flight unanswered
+// (zero: none in flight).
+func (p *remote) progress() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.busySince
 }
 
 // takeBackstop returns the tombstones dispatched since the last call.
@@ -280,8 +326,9 @@ func (p *remote) failedByReason() map[string]uint64 {
 }
 
 // setPlacement switches to a new placement version (not ready until
-// resume): every sequence of the old version is gone on the shards, so the
-// live set and the pending in-band tombstones are dropped.
+// resume): every sequence of the old version ends on the shards, so the
+// live set (moved to the ending ones) and the pending in-band tombstones
+// are dropped.
 func (p *remote) setPlacement(pl *Placement) {
 	p.mu.Lock()
 	p.stages, p.blocks, p.blockSize, p.version = len(pl.Stages), pl.Blocks, pl.BlockSize, pl.Version
@@ -289,19 +336,28 @@ func (p *remote) setPlacement(pl *Placement) {
 	for i, st := range pl.Stages {
 		p.stageIDs[i] = st.ShardID
 	}
+	// The old version's sequences are ending, not unknown: a shard frees
+	// them when it switches (at the new version's first batch), and a
+	// heartbeat taken before that is not answered with a reconcile.
+	for seq := range p.live {
+		p.ended[seq] = struct{}{}
+	}
 	clear(p.live)
 	p.pending = nil
 	p.mu.Unlock()
+	p.notify()
 }
 
 // resume starts dispatching on l (of the current version).
 func (p *remote) resume(l *link) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if l.version != p.version {
+		p.mu.Unlock()
 		return false
 	}
 	p.link = l
+	p.mu.Unlock()
+	p.notify()
 	return true
 }
 
@@ -318,11 +374,15 @@ func (p *remote) pause(reason string) *link {
 		n++
 	}
 	clear(p.inflight)
+	p.busySince = time.Time{}
 	if n > 0 {
 		p.failed[transport.CodePipelineLost] += uint64(n)
 	}
 	p.mu.Unlock()
 	p.kickResults()
+	if l != nil {
+		p.notify()
+	}
 	return l
 }
 
@@ -422,6 +482,7 @@ func (p *remote) takeFailure(f *transport.Failure, src source) error {
 		return nil
 	}
 	delete(p.inflight, f.Batch)
+	p.answeredLocked()
 	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: f.Batch, Lost: true,
 		Reason: fmt.Sprintf("shard %s: %s", f.Shard, f.Code)})
 	p.mu.Unlock()
@@ -448,6 +509,7 @@ func (p *remote) failOwn(id uint64, code transport.Code) {
 		return
 	}
 	delete(p.inflight, id)
+	p.answeredLocked()
 	p.failed[code]++
 	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: id, Lost: true, Reason: "coordinator: " + code.String()})
 	p.mu.Unlock()
@@ -497,6 +559,7 @@ func (p *remote) takeResult(r *transport.BatchResult, src source) error {
 		seen[d.Seq] = true
 	}
 	delete(p.inflight, r.ID)
+	p.answeredLocked()
 	for _, d := range fl.dropped {
 		if !seen[d.Seq] {
 			r.Dropped = append(r.Dropped, d)

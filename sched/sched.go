@@ -304,6 +304,26 @@ func findSample(samples []Sample, j int, seq SeqID) (int32, bool, int) {
 	return 0, false, j
 }
 
+// InFlightRow looks up the row of in-flight batch b that names seq: its
+// request, and its output index, the place in the request's output of the
+// token the row samples (its position after the row's tokens, less the
+// prompt). ok is false when b is not in flight or has no such row. The
+// scheduler's record of what each batch carries is the only one: a caller
+// that needs a row's request (to attach a sample's logprobs) asks here
+// before Complete retires the batch.
+func (s *Scheduler) InFlightRow(b BatchID, seq SeqID) (req RequestID, outIdx int, ok bool) {
+	i := s.findInflight(b)
+	if i < 0 {
+		return 0, 0, false
+	}
+	for _, row := range s.inflight[i].rows {
+		if row.seq.id == seq {
+			return row.seq.req.id, row.pos + row.n - row.seq.req.prompt, true
+		}
+	}
+	return 0, 0, false
+}
+
 // BatchFailed takes a report of lost work. The sequences named (all of the
 // batch's when f.Seqs is empty, which also retires the batch) are tombstoned
 // with reason Failed and their requests requeued, or failed after

@@ -724,3 +724,35 @@ func TestStepIntoMatchesStep(t *testing.T) {
 		t.Fatalf("the test does not exercise enough: %+v", st)
 	}
 }
+
+// TestInFlightRow: the scheduler's record of an in-flight batch answers
+// which request a row is for and where its sampled token goes in the
+// request's output (the engine keeps no record of its own); a batch that
+// completed, or a sequence the batch does not carry, is not found.
+func TestInFlightRow(t *testing.T) {
+	h := newHarness(t, nil)
+	h.add(1, 6, 3)
+	h.add(2, 4, 3)
+	out := h.step()
+	b := out.Batches[0]
+	for _, r := range b.Rows {
+		req, idx, ok := h.s.InFlightRow(b.ID, r.Seq)
+		if !ok || req != r.Request || idx != 0 {
+			t.Fatalf("prefill row of seq %d: request %d, output index %d, %v; want request %d, index 0", r.Seq, req, idx, ok, r.Request)
+		}
+	}
+	if _, _, ok := h.s.InFlightRow(b.ID, 99); ok {
+		t.Fatal("found a row for a sequence the batch does not carry")
+	}
+	h.complete(b, 7)
+	if _, _, ok := h.s.InFlightRow(b.ID, b.Rows[0].Seq); ok {
+		t.Fatal("found a row of a batch that completed")
+	}
+	out = h.step()
+	d := out.Batches[0]
+	for _, r := range d.Rows {
+		if _, idx, ok := h.s.InFlightRow(d.ID, r.Seq); !ok || idx != 1 {
+			t.Fatalf("decode row of seq %d: output index %d, %v; want 1 (the second token)", r.Seq, idx, ok)
+		}
+	}
+}

@@ -243,8 +243,14 @@ type Node struct {
 	// recovered panics): strata_wire_refused_total.
 	refused transport.Refusals
 
-	mu          sync.Mutex // guards the fields below
-	p           *placement
+	mu sync.Mutex // guards the fields below
+	p  *placement
+	// staged is a placement loaded while p serves (make-before-break): it
+	// replaces p when the first batch of its version arrives (promote).
+	staged *placement
+	// swapMu serializes replacing p or staged (a load, a spare, a
+	// promotion), which closes runners outside mu.
+	swapMu      sync.Mutex
 	epoch       uint64 // the coordinator epoch of the current registration
 	baseFreed   [transport.NumReasons]uint64
 	baseRefused map[transport.Code]uint64

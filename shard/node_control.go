@@ -403,9 +403,13 @@ func (n *Node) assign(ctx context.Context, a *pb.Assign) {
 		return
 	}
 	n.mu.Lock()
-	same := n.p != nil && proto.Equal(n.p.assign, a)
+	same := n.p != nil && proto.Equal(n.p.assign, a) || n.staged != nil && proto.Equal(n.staged.assign, a)
 	n.mu.Unlock()
 	if same {
+		if n.loading != nil { // a staged load superseded by a resend of the served range
+			n.stopLoader()
+		}
+		n.dropStaged(a)
 		n.setStatus(pb.Status_READY, v, "")
 		return
 	}
@@ -413,6 +417,7 @@ func (n *Node) assign(ctx context.Context, a *pb.Assign) {
 		return // already loading exactly this
 	}
 	n.stopLoader()
+	n.dropStaged(nil)
 	n.setStatus(pb.Status_LOADING, v, "")
 	n.log.Info("assigned", "placement", v, "layers", fmt.Sprintf("%d-%d", a.GetFirstLayer(), a.GetEndLayer()),
 		"stage", a.GetStage(), "stages", a.GetStages(), "next", a.GetNextAddr(), "blocks", a.GetKvBlocks())
@@ -452,6 +457,23 @@ func (n *Node) load(runCtx, lctx context.Context, a *pb.Assign) {
 		p.close()
 		return
 	}
+	n.swapMu.Lock()
+	defer n.swapMu.Unlock()
+	n.mu.Lock()
+	serving := n.p != nil
+	if serving {
+		// Make before break: the range served keeps serving (the
+		// coordinator may still be dispatching on it) until a batch of
+		// this version arrives (promote).
+		n.staged = p
+	}
+	n.mu.Unlock()
+	if serving {
+		n.setStatus(pb.Status_READY, v, "")
+		n.log.Info("ready; serving the current range until a batch of this placement arrives", "placement", v,
+			"layers", fmt.Sprintf("%d-%d", a.GetFirstLayer(), a.GetEndLayer()))
+		return
+	}
 	old := n.endRunner()
 	n.mu.Lock()
 	n.retireLocked(old)
@@ -479,8 +501,57 @@ func (n *Node) endRunner() *placement {
 	return p
 }
 
-// dropPlacement removes the served range, its KV and its link.
+// dropStaged closes the staged placement unless it is keep's.
+func (n *Node) dropStaged(keep *pb.Assign) {
+	n.swapMu.Lock()
+	defer n.swapMu.Unlock()
+	n.mu.Lock()
+	st := n.staged
+	if st != nil && keep != nil && proto.Equal(st.assign, keep) {
+		st = nil
+	} else {
+		n.staged = nil
+	}
+	n.mu.Unlock()
+	if st != nil {
+		st.close()
+	}
+}
+
+// promote makes the staged placement of version the served one, when
+// there is one: the first batch of its version arrived, so the old
+// placement's pipeline is no longer fed (the coordinator switched at a
+// batch boundary; its sequences end, reason Epoch, as on any placement
+// change).
+func (n *Node) promote(version uint64) {
+	n.swapMu.Lock()
+	defer n.swapMu.Unlock()
+	n.mu.Lock()
+	st := n.staged
+	if st == nil || st.version != version {
+		n.mu.Unlock()
+		return
+	}
+	n.staged = nil
+	n.mu.Unlock()
+	old := n.endRunner()
+	n.mu.Lock()
+	n.retireLocked(old)
+	n.p = st
+	st.runner.SetEpoch(n.epoch)
+	n.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+	n.log.Info("switched to the staged placement", "placement", version)
+}
+
+// dropPlacement removes the served range, its KV and its link (and a
+// staged one).
 func (n *Node) dropPlacement() {
+	n.dropStaged(nil)
+	n.swapMu.Lock()
+	defer n.swapMu.Unlock()
 	old := n.endRunner()
 	n.mu.Lock()
 	n.retireLocked(old)

@@ -247,10 +247,14 @@ func (s stageServer) Stream(stream pb.Stage_StreamServer) error {
 func (n *Node) maxHiddenBytes() int64 {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.p == nil {
-		return 0
+	var m int64
+	if n.p != nil {
+		m = n.p.maxHidden
 	}
-	return n.p.maxHidden
+	if n.staged != nil {
+		m = max(m, n.staged.maxHidden)
+	}
+	return m
 }
 
 // outMsg is one message for a downstream link: a batch for the next stage
@@ -325,6 +329,12 @@ type processed struct {
 // forward pass (the Runner guards its own state).
 func (n *Node) process(b *transport.Batch, now time.Time) (*processed, error) {
 	shardID := n.ShardID()
+	n.mu.Lock()
+	staged := n.staged != nil && b.Header.GetPlacementVersion() == n.staged.version
+	n.mu.Unlock()
+	if staged {
+		n.promote(b.Header.GetPlacementVersion())
+	}
 	n.mu.Lock()
 	p := n.p
 	n.mu.Unlock()

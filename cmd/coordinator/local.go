@@ -46,6 +46,8 @@ type localConfig struct {
 type localShards struct {
 	nodes []*shard.Node
 	pool  *cpu.Pool
+	cfg   localConfig
+	cal   *shard.SharedCalibration // one pool: one measurement for all
 }
 
 // newLocalShards opens each shard's data dir and binds its stage endpoint;
@@ -56,28 +58,9 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local shards: coordinator gossip address %q: %w", cfg.Coordinator, err)
 	}
-	l := &localShards{pool: cpu.NewPool(cfg.Threads)}
-	cal := &shard.SharedCalibration{} // one pool: one measurement for all
+	l := &localShards{pool: cpu.NewPool(cfg.Threads), cfg: cfg, cal: &shard.SharedCalibration{}}
 	for i := range cfg.Shards {
-		sc := shard.DefaultConfig()
-		sc.Coordinator, sc.Model, sc.ModelSHA256 = cfg.Coordinator, cfg.Model, cfg.SHA256
-		sc.Gossip, sc.GRPC = net.JoinHostPort(cfg.Host, "0"), net.JoinHostPort(cfg.Host, "0")
-		sc.Advertise = advertise
-		sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
-		sc.Name = fmt.Sprintf("local-%d", i)
-		sc.Pool, sc.KVMemory, sc.SharedCalibration = l.pool, cfg.KVMemory, cal
-		if len(cfg.Devices) > 0 {
-			sc.Device = cfg.Devices[min(i, len(cfg.Devices)-1)]
-		}
-		sc.CUDALibDir = cfg.CUDALibDir
-		sc.Issuer, sc.Insecure = cfg.Issuer, cfg.Issuer == nil
-		// No gossip leave: the shards stop when the coordinator in this
-		// process does, and announcing it to a cluster that is going away
-		// only slows the shutdown. Retries within 1 s: the coordinator is
-		// reached over loopback.
-		sc.LeaveTimeout, sc.MaxBackoff = 0, time.Second
-		sc.Logger = cfg.Log.With("local_shard", i)
-		n, err := shard.New(sc)
+		n, err := l.newNode(i, advertise)
 		if err != nil {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -87,6 +70,30 @@ func newLocalShards(cfg localConfig) (*localShards, error) {
 		l.nodes = append(l.nodes, n)
 	}
 	return l, nil
+}
+
+// newNode makes local shard i (not run), advertising host advertise.
+func (l *localShards) newNode(i int, advertise string) (*shard.Node, error) {
+	cfg := l.cfg
+	sc := shard.DefaultConfig()
+	sc.Coordinator, sc.Model, sc.ModelSHA256 = cfg.Coordinator, cfg.Model, cfg.SHA256
+	sc.Gossip, sc.GRPC = net.JoinHostPort(cfg.Host, "0"), net.JoinHostPort(cfg.Host, "0")
+	sc.Advertise = advertise
+	sc.DataDir = filepath.Join(cfg.DataDir, fmt.Sprintf("local-shard-%d", i))
+	sc.Name = fmt.Sprintf("local-%d", i)
+	sc.Pool, sc.KVMemory, sc.SharedCalibration = l.pool, cfg.KVMemory, l.cal
+	if len(cfg.Devices) > 0 {
+		sc.Device = cfg.Devices[min(i, len(cfg.Devices)-1)]
+	}
+	sc.CUDALibDir = cfg.CUDALibDir
+	sc.Issuer, sc.Insecure = cfg.Issuer, cfg.Issuer == nil
+	// No gossip leave: the shards stop when the coordinator in this
+	// process does, and announcing it to a cluster that is going away
+	// only slows the shutdown. Retries within 1 s: the coordinator is
+	// reached over loopback.
+	sc.LeaveTimeout, sc.MaxBackoff = 0, time.Second
+	sc.Logger = cfg.Log.With("local_shard", i)
+	return shard.New(sc)
 }
 
 // run runs every node until ctx ends and they have left the cluster, then

@@ -530,6 +530,36 @@ var catalogue = []mutation{
 		Why: "a placement made whole again keeps saying nothing can hold the model: its next pause fails every dispatched request",
 	},
 	{
+		Name: "core/switch-before-ready", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "!s.connected || s.lost || s.staged != p.Version {", Repl: "!s.connected || s.lost {",
+		Why: "a make-before-break re-placement switches before every stage of the new placement loaded: the pipeline breaks while a shard still loads",
+	},
+	{
+		Name: "core/abandon-ignored", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "\tc.abandon(fmt.Sprintf(\"shard %s failed to load: %s\", id, why))", Repl: "\t_ = why",
+		Why: "a make-before-break placement one of whose shards failed to load stays pending: no re-plan for this placement ever again, and the shards hold what they loaded",
+	},
+	{
+		Name: "core/progress-deadline-fixed", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "return max(progressFloor, progressFactor*step)", Repl: "return progressUnknown",
+		Why: "the progress deadline is a constant: a slow pipeline is declared stuck while it computes, a fast one hangs for long",
+	},
+	{
+		Name: "core/progress-ignores-measured", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "t = max(t, s.measured)", Repl: "_ = s.measured",
+		Why: "a stage measured slower than predicted keeps the prediction's deadline: declared stuck while it computes",
+	},
+	{
+		Name: "sched/inflight-row-index", File: "sched/sched.go", Pkgs: pkgSched, Run: `^TestInFlightRow$`,
+		Orig: "return row.seq.req.id, row.pos + row.n - row.seq.req.prompt, true", Repl: "return row.seq.req.id, row.pos - row.seq.req.prompt, true",
+		Why: "a sample's logprobs are attached to the wrong output token (the engine asks the scheduler where each sampled token goes)",
+	},
+	{
+		Name: "shard/break-before-make", File: "shard/node_control.go", Pkgs: pkgShard, Run: `^TestNodeMakeBeforeBreak$`,
+		Orig: "serving := n.p != nil", Repl: "serving := false",
+		Why: "a shard swaps in a placement as soon as it loads: the pipeline still serving on the old one breaks before the switch",
+	},
+	{
 		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
 		Orig: "case errors.Is(err, ErrNoFit):\n\t\te.failAll(", Repl: "case false:\n\t\te.failAll(",
 		Why: "when nothing left can hold the model, the requests in flight wait silently instead of ending with a 503",
