@@ -190,7 +190,7 @@ func ParseMix(s string) (Mix, error) {
 	case MixDecode, MixPrefill, MixBalanced, MixMemory:
 		return m, nil
 	}
-	return "", fmt.Errorf("--placement-mix must be decode, prefill or balanced, got %q", s)
+	return "", fmt.Errorf("--placement-mix must be decode, prefill, balanced or memory, got %q", s)
 }
 
 // Speed is a shard's calibration as placement reads it: its time per

@@ -68,6 +68,9 @@ type ClusterConfig struct {
 	// PlacementWait is how long the cluster may stay without a pipeline
 	// before Ready reports it as an outage (ErrNoPipeline).
 	PlacementWait time.Duration
+	// RegisterGrace is how long a shard registered without ever sending a
+	// heartbeat is kept; 0 means registerGrace (30 s).
+	RegisterGrace time.Duration
 	// LeaveTimeout bounds the graceful gossip leave when Run ends; 0 skips
 	// it (a cluster no process outside this one can be part of).
 	LeaveTimeout time.Duration

@@ -46,7 +46,10 @@ func (c *Cluster) expireShards(now time.Time) {
 		if s.connected() || c.active.stageOf(id) >= 0 {
 			continue
 		}
-		since, keep := s.rec.Registered, registerGrace
+		since, keep := s.rec.Registered, c.cfg.RegisterGrace
+		if keep <= 0 {
+			keep = registerGrace
+		}
 		if !s.hbAt.IsZero() {
 			since, keep = s.hbAt, shardExpiry
 		}

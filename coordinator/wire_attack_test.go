@@ -28,9 +28,14 @@ import (
 
 // twoStages starts a cluster of two fake shards (vocabulary 100) and
 // returns it with the stages in order, once the pipeline is ready.
-func twoStages(t *testing.T) (*testCluster, [2]*fakeShard) {
+func twoStages(t *testing.T, opts ...func(*ClusterConfig)) (*testCluster, [2]*fakeShard) {
 	t.Helper()
-	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) { cfg.Shape.Vocab = 100 })
+	c := startCluster(t, t.TempDir(), 2, func(cfg *ClusterConfig) {
+		cfg.Shape.Vocab = 100
+		for _, o := range opts {
+			o(cfg)
+		}
+	})
 	a := newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20)
 	b := newFakeShard(t, c.GRPCAddr(), "node-b", 2, 1<<20)
 	a.join()
@@ -211,7 +216,9 @@ func TestClusterRefusesForgedAnswers(t *testing.T) {
 // (ResourceExhausted, counted as registry_full), the malformed ones
 // before the loop sees them.
 func TestClusterRegistryBounded(t *testing.T) {
-	c, _ := twoStages(t)
+	// No registration expires during the test, however long its 2,000
+	// Registers take on a loaded machine (expiry has its own test below).
+	c, _ := twoStages(t, func(cfg *ClusterConfig) { cfg.RegisterGrace = time.Hour })
 	cl := attacker(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

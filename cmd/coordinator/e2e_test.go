@@ -166,12 +166,17 @@ func startE2E(t *testing.T, nShards int) *e2eCluster { return startE2EModel(t, s
 
 // startE2EModel starts a coordinator serving path and nShards shard
 // processes with the same file, and waits until the pipeline is ready.
+// Placement is by memory (--placement-mix memory): these tests are about
+// the pipeline over every shard, and a calibration taken on a loaded
+// machine can make speed placement leave a shard spare or re-plan
+// mid-test; placement by speed has its own tests (control, and
+// TestMakeBeforeBreakReplan).
 func startE2EModel(t *testing.T, path string, nShards int) *e2eCluster {
 	coordBin, shardBin := binaries(t)
 	c := &e2eCluster{t: t, model: path, api: freeAddr(t), gossip: freeAddr(t), shardBin: shardBin, dataDir: t.TempDir()}
 	c.coord = start(t, "coordinator", coordBin, "serve", "--model", path, "--listen", c.api,
 		"--gossip", c.gossip, "--grpc", freeAddr(t), "--min-shards", fmt.Sprint(nShards), "--data-dir", c.dataDir,
-		"--threads", "1", "--kv-memory", "8MiB")
+		"--threads", "1", "--kv-memory", "8MiB", "--placement-mix", "memory")
 	for range nShards {
 		c.addShard()
 	}

@@ -91,7 +91,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	devices := fs.String("device", "cpu", "the local shards' compute devices, comma-separated, shard i the i-th and the last repeated: cpu or cuda:N (e.g. cuda:0, or cpu,cuda:0 for a CPU stage then a GPU stage)")
 	fs.StringVar(&cfg.CUDALibDir, "cuda-lib-dir", "", "directory searched first for NVRTC (libnvrtc.so.13 or .12) with --device cuda:N, e.g. pip's site-packages/nvidia/cu13/lib")
 	kvType := fs.String("kv-type", "f16", "KV cache storage: f16 or f32")
-	placementMix := fs.String("placement-mix", "balanced", "load placement balances the stages for, from each shard's measured speed: decode, prefill or balanced")
+	placementMix := fs.String("placement-mix", "balanced", "load placement balances the stages for, from each shard's measured speed: decode, prefill or balanced (memory: by memory alone, ignoring speed)")
 	fs.IntVar(&cfg.MaxModelLen, "max-model-len", 0, "longest prompt + output in tokens (default: the model's context)")
 	fs.DurationVar(&cfg.Server.RequestTimeout, "request-timeout", 10*time.Minute, "deadline of a request from its arrival (0: none)")
 	fs.DurationVar(&cfg.Engine.Sched.QueueTimeout, "queue-timeout", cfg.Engine.Sched.QueueTimeout, "longest wait for admission (0: none)")
