@@ -234,9 +234,9 @@ func (s *Stage) embedToken(_, t int) {
 func (s *Stage) ropeToken(_, t int) {
 	m := s.m
 	d := m.RopeDims
-	ropeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
+	RopeAngles(s.ropeCS[t*d:(t+1)*d], s.pos[t], m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
 	if s.swaRope {
-		ropeAngles(s.ropeCSSWA[t*d:(t+1)*d], s.pos[t], m.RopeBaseSWA, m.RopeScaleSWA, m.RopeFactors, m.RopeAttnFactor)
+		RopeAngles(s.ropeCSSWA[t*d:(t+1)*d], s.pos[t], m.RopeBaseSWA, m.RopeScaleSWA, m.RopeFactors, m.RopeAttnFactor)
 	}
 }
 
@@ -530,12 +530,13 @@ func addTo(dst, src []float32) {
 // in float32, divided by the pair's frequency factor when the model has
 // them, positions divided by the linear scale, cosine and sine multiplied by
 // the attention factor. Forward computes each token's angles once
-// (ropeAngles) for every layer and for q and k; ropeRotate applies them.
+// (RopeAngles) for every layer and for q and k; ropeRotate applies them.
 
-// ropeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
+// RopeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
 // angle at position pos, for the len(cache) rotated dimensions. factors is
-// nil or holds len(cache)/2 divisors; mscale multiplies both.
-func ropeAngles(cache []float32, pos int, base, scale float32, factors []float32, mscale float32) {
+// nil or holds len(cache)/2 divisors; mscale multiplies both. The GPU
+// backend rotates by the same angles (model/cuda).
+func RopeAngles(cache []float32, pos int, base, scale float32, factors []float32, mscale float32) {
 	dims := len(cache)
 	thetaScale := float32(math.Pow(float64(base), float64(-2/float32(dims))))
 	freqScale := 1 / scale
@@ -553,7 +554,7 @@ func ropeAngles(cache []float32, pos int, base, scale float32, factors []float32
 }
 
 // ropeRotate rotates the first len(cache) dimensions of each of n heads of
-// width hd by the angles in cache (see ropeAngles).
+// width hd by the angles in cache (see RopeAngles).
 func ropeRotate(x []float32, n, hd int, cache []float32, style RopeStyle) {
 	dims := len(cache)
 	for h := 0; h < n; h++ {

@@ -34,7 +34,7 @@ func (s *Stage) Forward(rows []model.Row, in []float32) ([]float32, error) {
 	s.csHost = s.csHost[:T*d]
 	if d > 0 {
 		for t, p := range s.meta.pos {
-			ropeAngles(s.csHost[t*d:(t+1)*d], int(p), m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
+			model.RopeAngles(s.csHost[t*d:(t+1)*d], int(p), m.RopeBase, m.RopeScale, m.RopeFactors, m.RopeAttnFactor)
 		}
 	}
 	var out []float32

@@ -111,23 +111,3 @@ func (meta *batchMeta) fill(l KVLayout, rows []model.Row) {
 		}
 	}
 }
-
-// ropeAngles is model's: cosine and sine of each rotated pair's angle at
-// pos, theta advanced by repeated multiplication in float32 (ggml's rope),
-// so that GPU and CPU rotate by the same angles.
-func ropeAngles(cache []float32, pos int, base, scale float32, factors []float32, mscale float32) {
-	dims := len(cache)
-	thetaScale := float32(math.Pow(float64(base), float64(-2/float32(dims))))
-	freqScale := 1 / scale
-	theta := float32(pos)
-	for i := 0; i < dims; i += 2 {
-		th := theta
-		if factors != nil {
-			th /= factors[i/2]
-		}
-		th *= freqScale
-		cache[i] = float32(math.Cos(float64(th))) * mscale
-		cache[i+1] = float32(math.Sin(float64(th))) * mscale
-		theta *= thetaScale
-	}
-}
