@@ -31,9 +31,12 @@ const q51PanelBytes = 16 * 24
 // activations as expandRowQ81 writes them: d, s, the quants): the sums
 // start at zero (the quants are unsigned), and beside the lanes ms =
 // fma(f16(w.m), x.s, ms) per block, added after the fold: dotQ51Q81's
-// order. Eight accumulators per activation row leave room for two rows at
-// a time: the kernel streams the panel once per pair of rows, decoding its
-// quants again each time.
+// order. Eight accumulators per activation row leave room for three rows
+// at a time (Q5_0) or two (Q5_1, whose mins take one more register a row):
+// the kernel streams the panel once per group of rows, decoding its quants
+// again each time. The float work is eight VCVTDQ2PS and eight FMAs per
+// block and activation row where the one-sum order had one of each, which
+// bounds these kernels' batch speed at about half the one-sum kernels'.
 func q50Panel(C int, one bool) {
 	name, what, size, off := "q50Panel", "Q5_0", q50PanelBytes, 0
 	xsize, xq := xQ80Lanes, 36
@@ -44,8 +47,12 @@ func q50Panel(C int, one bool) {
 	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows in ggml's eight-lane order.", name, C, what, C))
-	for c0 := 0; c0 < C; c0 += 2 {
-		cc := min(2, C-c0)
+	group := 3 // Q5_0: 24 accumulators; Q5_1's mins take three more registers
+	if one {
+		group = 2
+	}
+	for c0 := 0; c0 < C; c0 += group {
+		cc := min(group, C-c0)
 		nb := param("nb")
 		wp := param("w")
 		xp := param("x")
@@ -59,7 +66,7 @@ func q50Panel(C int, one bool) {
 			if c == 0 {
 				return Mem{Base: xp, Disp: disp}
 			}
-			return Mem{Base: xp, Index: xs, Scale: 1, Disp: disp}
+			return Mem{Base: xp, Index: xs, Scale: uint8(c), Disp: disp}
 		}
 		c0f := bcastConst(0x0f0f0f0f)
 		c10 := bcastConst(0x10101010)
@@ -149,7 +156,7 @@ func q50Panel(C int, one bool) {
 			if c == 0 {
 				VMOVUPS(a[0], Mem{Base: op})
 			} else {
-				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: 1})
+				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: uint8(c)})
 			}
 		}
 	}
