@@ -70,8 +70,8 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) and Q5_1 have
-// AVX2 panel kernels as well; Q8_0, Q4_0, Q5_0 and IQ4_NL have AVX2 tile
+// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) have AVX2 panel
+// kernels as well; Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL have AVX2 tile
 // kernels on the stored rows instead.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
@@ -99,6 +99,10 @@ func archPanels(t ggml.Type) *panelSet {
 		return &q80Panels
 	case ggml.Q4_0:
 		return &q40Panels
+	case ggml.Q5_0:
+		return &q50Panels
+	case ggml.Q5_1:
+		return &q51Panels
 	case ggml.Q4_K:
 		return &q4KPanels
 	case ggml.Q5_K:

@@ -809,42 +809,42 @@ func q4KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q6KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_1 computes a 16-row panel of Q5_0 weights against 1 activation rows.
+// q50Panel_1 computes a 16-row panel of Q5_0 weights against 1 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_2 computes a 16-row panel of Q5_0 weights against 2 activation rows.
+// q50Panel_2 computes a 16-row panel of Q5_0 weights against 2 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_3 computes a 16-row panel of Q5_0 weights against 3 activation rows.
+// q50Panel_3 computes a 16-row panel of Q5_0 weights against 3 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_4 computes a 16-row panel of Q5_0 weights against 4 activation rows.
+// q50Panel_4 computes a 16-row panel of Q5_0 weights against 4 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_5 computes a 16-row panel of Q5_0 weights against 5 activation rows.
+// q50Panel_5 computes a 16-row panel of Q5_0 weights against 5 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_6 computes a 16-row panel of Q5_0 weights against 6 activation rows.
+// q50Panel_6 computes a 16-row panel of Q5_0 weights against 6 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_7 computes a 16-row panel of Q5_0 weights against 7 activation rows.
+// q50Panel_7 computes a 16-row panel of Q5_0 weights against 7 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q50Panel_8 computes a 16-row panel of Q5_0 weights against 8 activation rows.
+// q50Panel_8 computes a 16-row panel of Q5_0 weights against 8 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q50Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -864,7 +864,7 @@ func q2KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_1 computes a 16-row panel of Q5_1 weights against 1 activation rows.
+// q51Panel_1 computes a 16-row panel of Q5_1 weights against 1 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -899,7 +899,7 @@ func q2KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_2 computes a 16-row panel of Q5_1 weights against 2 activation rows.
+// q51Panel_2 computes a 16-row panel of Q5_1 weights against 2 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -934,7 +934,7 @@ func q2KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_3 computes a 16-row panel of Q5_1 weights against 3 activation rows.
+// q51Panel_3 computes a 16-row panel of Q5_1 weights against 3 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -969,7 +969,7 @@ func q2KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_4 computes a 16-row panel of Q5_1 weights against 4 activation rows.
+// q51Panel_4 computes a 16-row panel of Q5_1 weights against 4 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -1004,7 +1004,7 @@ func q2KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_5 computes a 16-row panel of Q5_1 weights against 5 activation rows.
+// q51Panel_5 computes a 16-row panel of Q5_1 weights against 5 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -1039,7 +1039,7 @@ func q2KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_6 computes a 16-row panel of Q5_1 weights against 6 activation rows.
+// q51Panel_6 computes a 16-row panel of Q5_1 weights against 6 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -1074,7 +1074,7 @@ func q2KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_7 computes a 16-row panel of Q5_1 weights against 7 activation rows.
+// q51Panel_7 computes a 16-row panel of Q5_1 weights against 7 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
@@ -1109,7 +1109,7 @@ func q2KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q3KPanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51Panel_8 computes a 16-row panel of Q5_1 weights against 8 activation rows.
+// q51Panel_8 computes a 16-row panel of Q5_1 weights against 8 activation rows in ggml's eight-lane order.
 //
 //go:noescape
 func q51Panel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

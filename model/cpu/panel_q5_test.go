@@ -22,9 +22,9 @@ func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
 }
 
 // TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (VNNI,
-// and AVX2 for Q5_1; every C, odd and even block counts, partial panels,
-// extreme quants) on repacked weights against the portable kernel on the
-// stored rows, bit for bit.
+// and AVX2 for Q5_1; every C from 1 to 8, odd and even block counts, odd
+// row counts and partial panels, extreme quants) on repacked weights
+// against the portable kernel on the stored rows, bit for bit.
 func TestQ50PanelsEqualPortable(t *testing.T) {
 	defer func() { avx2Only = false }()
 	for _, avx2 := range []bool{false, true} {
@@ -45,12 +45,12 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 		t.Fatal(err)
 	}
 	r := rand.New(rand.NewPCG(75, 76))
-	for _, nb := range []int{1, 2, 3, 7, 24, 25} {
+	for i, nb := range []int{1, 2, 3, 5, 7, 24, 25} {
 		n := ggml.QK * nb
 		wrow := mustRowBytes(t, typ, n)
 		qrow := mustRowBytes(t, typ.VecDotType(), n)
-		qoff := qrow/nb - 32 // the quants' offset in an activation block
-		rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
+		qoff := qrow/nb - 32                       // the quants' offset in an activation block
+		rows := []int{1, 7, 15, 16, 17, 33, 40}[i] // odd counts: partial panels
 		var w []byte
 		for range rows {
 			w = append(w, weightsOf(t, r, typ, n, r.IntN(2) == 0)...)
@@ -60,8 +60,9 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 		if len(packed) != (rows+panelRows-1)/panelRows*pb {
 			t.Fatalf("repacked %d bytes for %d rows of %d blocks", len(packed), rows, nb)
 		}
+		xb := expandedBlockBytes(typ)
 		for C := 1; C <= maxPanelC; C++ {
-			xs := nb*xBlock + 12
+			xs := nb*xb + 12
 			q := make([]byte, C*qrow)
 			x := make([]byte, C*xs)
 			for c := range C {
@@ -74,7 +75,7 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 						}
 					}
 				}
-				expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xBlock])
+				expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xb])
 			}
 			const os = panelRows + 3
 			for p := 0; p*panelRows < rows; p++ {

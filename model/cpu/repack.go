@@ -56,7 +56,7 @@ func expandedBlockBytes(t ggml.Type) int {
 	if isKPanel(t) {
 		return xKBlock
 	}
-	if t == ggml.Q8_0 {
+	if t == ggml.Q8_0 || t == ggml.Q5_0 {
 		return xQ80Lanes
 	}
 	return xBlock
@@ -117,11 +117,11 @@ const xBlock = 40
 
 // expandRow writes the Q8_0 activation row q (nb blocks) to dst in the
 // panel kernels' layout for weights of type t. The correction is minus the
-// sum of the block's quants times 128 (Q8_0: the weights are stored plus
-// 128; IQ4_NL: the kernels look its levels up plus 128), 8 (Q4_0: the
-// nibbles are the weights plus 8) or 16 (Q5_0: the 5-bit quants are the
-// weights plus 16), so that it starts each block's
-// integer sum at the exact value to subtract. For the K-quants q is a Q8_K
+// sum of the block's quants times 128 (IQ4_NL: the kernels look its levels
+// up plus 128) or 8 (Q4_0: the nibbles are the weights plus 8), so that it
+// starts each block's integer sum at the exact value to subtract; Q8_0 and
+// Q5_0 have one such correction per group of four (expandRowQ80Lanes),
+// Q5_1 none (expandRowQ81). For the K-quants q is a Q8_K
 // row of nb super-blocks (see expandRowK).
 func expandRow(t ggml.Type, nb int, q, dst []byte) {
 	if isKPanel(t) {
@@ -132,16 +132,17 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 		expandRowQ81(nb, q, dst)
 		return
 	}
-	if t == ggml.Q8_0 {
-		expandRowQ80Lanes(nb, q, dst)
+	switch t {
+	case ggml.Q8_0:
+		expandRowQ80Lanes(nb, q, dst, 128)
+		return
+	case ggml.Q5_0:
+		expandRowQ80Lanes(nb, q, dst, 16)
 		return
 	}
 	cw := int32(128)
-	switch t {
-	case ggml.Q4_0:
+	if t == ggml.Q4_0 {
 		cw = 8
-	case ggml.Q5_0:
-		cw = 16
 	}
 	_, _ = q[nb*q80Bytes-1], dst[nb*xBlock-1]
 	for b := range nb {
@@ -158,16 +159,18 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 }
 
 // xQ80Lanes is the bytes of one block of an activation row expanded for
-// the Q8_0 panel kernels (q80LanePanel in internal/asmgen): the float32
-// scale, eight int32 corrections and the 32 int8 quants.
+// the Q8_0 and Q5_0 panel kernels (q80LanePanel and q50Panel in
+// internal/asmgen): the float32 scale, eight int32 corrections and the 32
+// int8 quants.
 const xQ80Lanes = 68
 
 // expandRowQ80Lanes writes the Q8_0 activation row q (nb blocks) to dst in
-// the Q8_0 panel kernels' layout: per block the float32 scale, for each
-// group k of four quants -128 times their sum (the weights are stored plus
-// 128, so it starts lane k's integer sum at the exact value to subtract),
-// then the 32 quants.
-func expandRowQ80Lanes(nb int, q, dst []byte) {
+// the lane panel kernels' layout: per block the float32 scale, for each
+// group k of four quants -cw times their sum (Q8_0's weights are stored
+// plus 128, Q5_0's unsigned 5-bit quants are the weights plus 16, so it
+// starts lane k's integer sum at the exact value to subtract), then the 32
+// quants.
+func expandRowQ80Lanes(nb int, q, dst []byte, cw int32) {
 	_, _ = q[nb*q80Bytes-1], dst[nb*xQ80Lanes-1]
 	for b := range nb {
 		src := q[b*q80Bytes : (b+1)*q80Bytes]
@@ -178,7 +181,7 @@ func expandRowQ80Lanes(nb int, q, dst []byte) {
 			for _, v := range src[2+4*k : 6+4*k] {
 				sum += int32(int8(v))
 			}
-			binary.LittleEndian.PutUint32(d[4+4*k:], uint32(-128*sum))
+			binary.LittleEndian.PutUint32(d[4+4*k:], uint32(-cw*sum))
 		}
 		copy(d[36:], src[2:])
 	}

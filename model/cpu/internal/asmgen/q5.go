@@ -17,103 +17,149 @@ const q50PanelBytes = 16 * 22
 // after their d.
 const q51PanelBytes = 16 * 24
 
-// q50Panel emits q50Panel_C: panelKernel's Q4_0 kernel with the fifth bits
-// added: each nibble vector gets 16 added to the bytes its mask (KMOVQ)
-// selects, which makes the unsigned 5-bit quants, and the activation's
-// correction is -16 times its sum. The order is one integer sum per block
-// for each row: the order dotQ50Q80 had before it took ggml's eight lanes,
-// so archPanels no longer chooses these kernels (nor q51Panel's or
-// q51PanelAVX2's) until they are rewritten in the lane order. With one, it emits q51Panel_C, Q5_1's: the quants are the
-// unsigned 5-bit ones (the sum starts at zero), and after acc =
-// fma(float32(p), f16(w.d)*x.d, acc) comes acc = fma(f16(w.m), x.s, acc),
-// the activation block's float32 s where Q5_0's correction is:
-// dotQ51Q81's order.
+// q50Panel emits q50Panel_C: a 16-row Q5_0 panel (repack_q5.go's layout)
+// against C activation rows in dotQ50Q80's order (ggml's eight lanes) for
+// every row, the way q80LanePanel does Q8_0's. Weight vector v (v < 4: the
+// low nibbles of nibble vector v, elements 4v..4v+3 of each row's block;
+// v >= 4: the high nibbles of nibble vector v-4, elements 16+4(v-4)..) gets
+// 16 added to the bytes its mask (KMOVQ) selects, which makes the unsigned
+// 5-bit quants; lane v of row i starts at the activation's correction for
+// group v (-16 times the sum of its four quants, xQ80Lanes's layout with
+// 16 for 128), VPDPBUSD adds the four products (the exact integer sum of
+// the group), and acc[v] = fma(float32(sum), f16(w.d)*x.d, acc[v]); at the
+// end acc folds as hsum8. With one, it emits q51Panel_C, Q5_1's (the
+// activations as expandRowQ81 writes them: d, s, the quants): the sums
+// start at zero (the quants are unsigned), and beside the lanes ms =
+// fma(f16(w.m), x.s, ms) per block, added after the fold: dotQ51Q81's
+// order. Eight accumulators per activation row leave room for three rows
+// at a time (Q5_0) or two (Q5_1, whose mins take one more register a row):
+// the kernel streams the panel once per group of rows, decoding its quants
+// again each time. The float work is eight VCVTDQ2PS and eight FMAs per
+// block and activation row where the one-sum order had one of each, which
+// bounds these kernels' batch speed at about half the one-sum kernels'.
 func q50Panel(C int, one bool) {
 	name, what, size, off := "q50Panel", "Q5_0", q50PanelBytes, 0
+	xsize, xq := xQ80Lanes, 36
 	if one {
 		name, what, size, off = "q51Panel", "Q5_1", q51PanelBytes, 32
+		xsize, xq = 40, 8
 	}
 	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, what, C))
-	nb := param("nb")
-	wp := param("w")
-	px := newPanelRowsX(C)
-	acc := make([]reg.VecVirtual, C)
-	for c := range acc {
-		acc[c] = ZMM()
-		VXORPS(acc[c], acc[c], acc[c])
-	}
-	c0f := bcastConst(0x0f0f0f0f)
-	c10 := bcastConst(0x10101010)
-	zero := ZMM()
-	VPXORD(zero, zero, zero)
-	split := C <= 2 // two chains of VPDPBUSD per row, as panelKernel
-	Label("loop")
-	TESTQ(nb, nb)
-	JZ(LabelRef("done"))
-	dd := ZMM()
-	VCVTPH2PS(Mem{Base: wp}, dd)
-	s := make([]reg.VecVirtual, C)
-	s2 := make([]reg.VecVirtual, C)
-	for c := range s {
-		s[c] = ZMM()
-		if one {
-			VPXORD(zero, zero, s[c])
-		} else {
-			VPBROADCASTD(px.m(c, 4), s[c])
-		}
-		if split {
-			s2[c] = ZMM()
-			VPXORD(zero, zero, s2[c])
-		}
-	}
-	for v := range 8 {
-		w := ZMM()
-		q := Mem{Base: wp, Disp: off + 96 + 64*(v%4)}
-		if v < 4 {
-			VPANDD(q, c0f, w)
-		} else {
-			VPSRLW(Imm(4), q, w)
-			VPANDD(c0f, w, w)
-		}
-		k := K()
-		KMOVQ(Mem{Base: wp, Disp: off + 32 + 8*v}, k)
-		VPADDB(c10, w, k, w)
-		xoff := 4 * v
-		if v >= 4 {
-			xoff = 16 + 4*(v-4)
-		}
-		for c := range s {
-			a := s[c]
-			if split && v%2 == 1 {
-				a = s2[c]
-			}
-			vpdpbusdBcst(px.m(c, 8+xoff), w, a)
-		}
-	}
-	for c := range s {
-		if split {
-			VPADDD(s2[c], s[c], s[c])
-		}
-		VCVTDQ2PS(s[c], s[c])
-		m := ZMM()
-		VMULPS_BCST(px.m(c, 0), dd, m)
-		VFMADD231PS(m, s[c], acc[c])
-	}
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows in ggml's eight-lane order.", name, C, what, C))
+	group := 3 // Q5_0: 24 accumulators; Q5_1's mins take three more registers
 	if one {
-		wm := ZMM()
-		VCVTPH2PS(Mem{Base: wp, Disp: 32}, wm)
-		for c := range s {
-			VFMADD231PS_BCST(px.m(c, 4), wm, acc[c])
+		group = 2
+	}
+	for c0 := 0; c0 < C; c0 += group {
+		cc := min(group, C-c0)
+		nb := param("nb")
+		wp := param("w")
+		xp := param("x")
+		xs := param("xs")
+		if c0 > 0 {
+			o := GP64()
+			IMUL3Q(Imm(uint64(c0)), xs, o)
+			ADDQ(o, xp)
+		}
+		xm := func(c, disp int) Mem {
+			if c == 0 {
+				return Mem{Base: xp, Disp: disp}
+			}
+			return Mem{Base: xp, Index: xs, Scale: uint8(c), Disp: disp}
+		}
+		c0f := bcastConst(0x0f0f0f0f)
+		c10 := bcastConst(0x10101010)
+		var zero reg.VecVirtual
+		if one {
+			zero = ZMM()
+			VPXORD(zero, zero, zero)
+		}
+		acc := make([][8]reg.VecVirtual, cc)
+		ms := make([]reg.VecVirtual, cc)
+		for c := range acc {
+			for k := range 8 {
+				acc[c][k] = ZMM()
+				VXORPS(acc[c][k], acc[c][k], acc[c][k])
+			}
+			if one {
+				ms[c] = ZMM()
+				VXORPS(ms[c], ms[c], ms[c])
+			}
+		}
+		loop, done := fmt.Sprintf("loop%d", c0), fmt.Sprintf("done%d", c0)
+		Label(loop)
+		TESTQ(nb, nb)
+		JZ(LabelRef(done))
+		wd := ZMM()
+		VCVTPH2PS(Mem{Base: wp}, wd)
+		dd := make([]reg.VecVirtual, cc)
+		for c := range dd {
+			dd[c] = ZMM()
+			VMULPS_BCST(xm(c, 0), wd, dd[c])
+		}
+		if one {
+			wm := ZMM()
+			VCVTPH2PS(Mem{Base: wp, Disp: 32}, wm)
+			for c := range ms {
+				VFMADD231PS_BCST(xm(c, 4), wm, ms[c]) // ms = w.m*x.s + ms
+			}
+		}
+		for v := range 8 {
+			w := ZMM()
+			q := Mem{Base: wp, Disp: off + 96 + 64*(v%4)}
+			if v < 4 {
+				VPANDD(q, c0f, w)
+			} else {
+				VPSRLW(Imm(4), q, w)
+				VPANDD(c0f, w, w)
+			}
+			k := K()
+			KMOVQ(Mem{Base: wp, Disp: off + 32 + 8*v}, k)
+			VPADDB(c10, w, k, w)
+			for c := range cc {
+				s := ZMM()
+				if one {
+					VPXORD(zero, zero, s)
+				} else {
+					VPBROADCASTD(xm(c, 4+4*v), s)
+				}
+				vpdpbusdBcst(xm(c, xq+4*v), w, s)
+				VCVTDQ2PS(s, s)
+				VFMADD231PS(dd[c], s, acc[c][v])
+			}
+		}
+		ADDQ(U32(uint32(size)), wp)
+		ADDQ(Imm(uint64(xsize)), xp)
+		DECQ(nb)
+		JMP(LabelRef(loop))
+		Label(done)
+		op := param("out")
+		os := param("os")
+		if c0 > 0 {
+			o := GP64()
+			IMUL3Q(Imm(uint64(c0)), os, o)
+			ADDQ(o, op)
+		}
+		for c := range cc {
+			a := acc[c]
+			VADDPS(a[4], a[0], a[0])
+			VADDPS(a[6], a[2], a[2])
+			VADDPS(a[2], a[0], a[0]) // (l0+l4)+(l2+l6)
+			VADDPS(a[5], a[1], a[1])
+			VADDPS(a[7], a[3], a[3])
+			VADDPS(a[3], a[1], a[1]) // (l1+l5)+(l3+l7)
+			VADDPS(a[1], a[0], a[0])
+			if one {
+				VADDPS(ms[c], a[0], a[0])
+			}
+			if c == 0 {
+				VMOVUPS(a[0], Mem{Base: op})
+			} else {
+				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: uint8(c)})
+			}
 		}
 	}
-	ADDQ(U32(uint32(size)), wp)
-	px.advance(xBlock)
-	DECQ(nb)
-	JMP(LabelRef("loop"))
-	Label("done")
-	storePanel(acc)
 	ret()
 }
 
