@@ -373,12 +373,16 @@ func (c *Core) Progress(busySince time.Time, now time.Time) []Action {
 // The progress deadline: a dispatching pipeline whose batches in flight
 // get no answer for progressFactor times its step time (the sum of its
 // stages' times: each the larger of its prediction and its measured mean)
-// is stuck, but never before progressFloor (scheduling noise, a garbage
-// collection, a loaded machine), and after progressUnknown when a stage
-// has neither time.
+// is stuck, but never before progressFloor, and after progressUnknown when
+// a stage has neither time. The floor is 30 s: below it, scheduling noise,
+// a garbage collection, a loaded machine, a shard paused for seconds or one
+// prefill chunk of a large model on a CPU (many times a decode step, which
+// the mean and the decode-mix prediction describe) would fail batches that
+// were only slow, and a prompt whose chunk always outlasts the deadline
+// would be recomputed forever.
 const (
 	progressFactor  = 20
-	progressFloor   = 5 * time.Second
+	progressFloor   = 30 * time.Second
 	progressUnknown = 30 * time.Second
 )
 
