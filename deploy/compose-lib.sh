@@ -47,7 +47,7 @@ build_images() {
 	local tag=$1 target out
 	log "building static binaries"
 	mkdir -p "$work/bin" "$work/data"
-	(cd "$root" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$work/bin/" ./cmd/coordinator ./cmd/shard)
+	(cd "$root" && CGO_ENABLED=0 go build -tags nocuda -trimpath -ldflags='-s -w' -o "$work/bin/" ./cmd/coordinator ./cmd/shard)
 	log "building images strata-{coordinator,shard}:$tag"
 	for target in coordinator shard; do
 		if ! out=$(docker build -q -f "$here/Dockerfile" --target "$target" -t "strata-$target:$tag" "$work" 2>&1); then

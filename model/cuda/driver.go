@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // ErrNoDriver is returned when libcuda.so.1 (the NVIDIA driver) cannot be
@@ -122,7 +120,7 @@ func loadDriver(names []string) (*Driver, error) {
 	var lib uintptr
 	var errs []string
 	for _, n := range names {
-		h, err := purego.Dlopen(n, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(n)
 		if err == nil {
 			lib = h
 			break
@@ -195,11 +193,11 @@ func (d *Driver) symbols() map[string]any {
 // error naming it.
 func bind(lib uintptr, syms map[string]any) error {
 	for name, fp := range syms {
-		p, err := purego.Dlsym(lib, name)
+		p, err := dlsym(lib, name)
 		if err != nil {
 			return fmt.Errorf("symbol %s: %w", name, err)
 		}
-		purego.RegisterFunc(fp, p)
+		registerFunc(fp, p)
 	}
 	return nil
 }

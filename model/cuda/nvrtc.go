@@ -10,8 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"github.com/ebitengine/purego"
 )
 
 // ErrNoNVRTC is returned when no NVRTC library (libnvrtc.so.13 or .12) can
@@ -95,10 +93,10 @@ func LoadNVRTC(dirs []string) (*NVRTC, error) {
 			// lets NVRTC find it where no rpath or loader path names dir.
 			if bs, _ := filepath.Glob(filepath.Join(dir, "libnvrtc-builtins.so*")); len(bs) > 0 {
 				sort.Sort(sort.Reverse(sort.StringSlice(bs)))
-				purego.Dlopen(bs[0], purego.RTLD_NOW|purego.RTLD_GLOBAL) //nolint:errcheck // best effort; the compile reports a missing one
+				dlopen(bs[0]) //nolint:errcheck // best effort; the compile reports a missing one
 			}
 		}
-		h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(path)
 		if err != nil {
 			tried = append(tried, err.Error())
 			return nil
