@@ -203,13 +203,7 @@ func q80LanePanel(C int) {
 		}
 		for c := range cc {
 			a := acc[c]
-			VADDPS(a[4], a[0], a[0])
-			VADDPS(a[6], a[2], a[2])
-			VADDPS(a[2], a[0], a[0]) // (l0+l4)+(l2+l6)
-			VADDPS(a[5], a[1], a[1])
-			VADDPS(a[7], a[3], a[3])
-			VADDPS(a[3], a[1], a[1]) // (l1+l5)+(l3+l7)
-			VADDPS(a[1], a[0], a[0])
+			foldAccs(a)
 			if c == 0 {
 				VMOVUPS(a[0], Mem{Base: op})
 			} else {
@@ -218,4 +212,17 @@ func q80LanePanel(C int) {
 		}
 	}
 	ret()
+}
+
+// foldAccs adds eight lane accumulators (one register a lane, as the VNNI
+// panels keep them) into a[0] in ggml's hsum_float_8 order:
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+func foldAccs(a [8]reg.VecVirtual) {
+	VADDPS(a[4], a[0], a[0])
+	VADDPS(a[6], a[2], a[2])
+	VADDPS(a[2], a[0], a[0])
+	VADDPS(a[5], a[1], a[1])
+	VADDPS(a[7], a[3], a[3])
+	VADDPS(a[3], a[1], a[1])
+	VADDPS(a[1], a[0], a[0])
 }

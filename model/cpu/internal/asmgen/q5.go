@@ -143,13 +143,7 @@ func q50Panel(C int, one bool) {
 		}
 		for c := range cc {
 			a := acc[c]
-			VADDPS(a[4], a[0], a[0])
-			VADDPS(a[6], a[2], a[2])
-			VADDPS(a[2], a[0], a[0]) // (l0+l4)+(l2+l6)
-			VADDPS(a[5], a[1], a[1])
-			VADDPS(a[7], a[3], a[3])
-			VADDPS(a[3], a[1], a[1]) // (l1+l5)+(l3+l7)
-			VADDPS(a[1], a[0], a[0])
+			foldAccs(a)
 			if one {
 				VADDPS(ms[c], a[0], a[0])
 			}
