@@ -194,21 +194,11 @@ func q80LanePanel(C int) {
 		DECQ(nb)
 		JMP(LabelRef(loop))
 		Label(done)
-		op := param("out")
-		os := param("os")
-		if c0 > 0 {
-			off := GP64()
-			IMUL3Q(Imm(uint64(c0)), os, off)
-			ADDQ(off, op)
-		}
+		op, os := panelOut(c0)
 		for c := range cc {
 			a := acc[c]
 			foldAccs(a)
-			if c == 0 {
-				VMOVUPS(a[0], Mem{Base: op})
-			} else {
-				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: 1})
-			}
+			VMOVUPS(a[0], outRow(op, os, c))
 		}
 	}
 	ret()
@@ -225,4 +215,24 @@ func foldAccs(a [8]reg.VecVirtual) {
 	VADDPS(a[7], a[3], a[3])
 	VADDPS(a[3], a[1], a[1])
 	VADDPS(a[1], a[0], a[0])
+}
+
+// panelOut loads a lane panel's output pointer, advanced to activation row
+// c0 (os bytes a row), and the row stride.
+func panelOut(c0 int) (op, os reg.GPVirtual) {
+	op, os = param("out"), param("os")
+	if c0 > 0 {
+		off := GP64()
+		IMUL3Q(Imm(uint64(c0)), os, off)
+		ADDQ(off, op)
+	}
+	return op, os
+}
+
+// outRow is the output of activation row c (0..2, or 4 or 8) past op.
+func outRow(op, os reg.GPVirtual, c int) Mem {
+	if c == 0 {
+		return Mem{Base: op}
+	}
+	return Mem{Base: op, Index: os, Scale: uint8(c)}
 }

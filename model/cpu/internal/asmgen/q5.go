@@ -134,24 +134,14 @@ func q50Panel(C int, one bool) {
 		DECQ(nb)
 		JMP(LabelRef(loop))
 		Label(done)
-		op := param("out")
-		os := param("os")
-		if c0 > 0 {
-			o := GP64()
-			IMUL3Q(Imm(uint64(c0)), os, o)
-			ADDQ(o, op)
-		}
+		op, os := panelOut(c0)
 		for c := range cc {
 			a := acc[c]
 			foldAccs(a)
 			if one {
 				VADDPS(ms[c], a[0], a[0])
 			}
-			if c == 0 {
-				VMOVUPS(a[0], Mem{Base: op})
-			} else {
-				VMOVUPS(a[0], Mem{Base: op, Index: os, Scale: uint8(c)})
-			}
+			VMOVUPS(a[0], outRow(op, os, c))
 		}
 	}
 	ret()
