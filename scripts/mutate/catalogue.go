@@ -550,6 +550,11 @@ var catalogue = []mutation{
 		Why: "a stage measured slower than predicted keeps the prediction's deadline: declared stuck while it computes",
 	},
 	{
+		Name: "core/progress-floor-low", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "progressFloor   = 30 * time.Second", Repl: "progressFloor   = 5 * time.Second",
+		Why: "a fast pipeline is declared stuck after 5 s: a shard paused for seconds, or one long prefill chunk, fails batches that were only slow and recomputes them, possibly forever",
+	},
+	{
 		Name: "sched/inflight-row-index", File: "sched/sched.go", Pkgs: pkgSched, Run: `^TestInFlightRow$`,
 		Orig: "return row.seq.req.id, row.pos + row.n - row.seq.req.prompt, true", Repl: "return row.seq.req.id, row.pos - row.seq.req.prompt, true",
 		Why: "a sample's logprobs are attached to the wrong output token (the engine asks the scheduler where each sampled token goes)",
