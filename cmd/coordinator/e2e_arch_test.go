@@ -71,7 +71,7 @@ func TestE2EArchsThreeShards(t *testing.T) {
 			}
 			t.Logf("one process: %d tokens, %q", len(want.Tokens), want.Text)
 			c := startE2EModel(t, path, 3)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 			defer cancel()
 			got, _, err := c.complete(ctx, "Once upon a time", 32, false)
 			if err != nil {

@@ -43,7 +43,7 @@ func TestE2EThreeShardsGeneratedModel(t *testing.T) {
 			}
 			t.Logf("one process: %d tokens, %q", len(want.Tokens), want.Text)
 			c := startE2EModel(t, path, 3)
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 			defer cancel()
 			body := fmt.Sprintf("%d generated tokens", len(want.Tokens))
 			got, _, err := c.complete(ctx, "Once upon a time", 40, false)

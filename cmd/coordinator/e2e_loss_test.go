@@ -133,7 +133,7 @@ func (c *e2eCluster) streamAll(ctx context.Context, killAfter int, atKill func()
 // would fail.
 func TestE2EShardLossDegradedService(t *testing.T) {
 	c := startE2E(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(3*time.Minute))
 	defer cancel()
 
 	ref := c.streamAll(ctx, 0, nil)
@@ -200,7 +200,7 @@ func TestE2EShardLossDegradedService(t *testing.T) {
 		t.Fatalf("after the loss: ready %v, placement %d with %d stages; want ready, placement 2 on the survivor alone", v.Ready, v.Placement, stages)
 	}
 	// The survivor frees everything once idle.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(guard(10 * time.Second))
 	for {
 		used, ok := metric(t, c.shardMets[0], "strata_kv_blocks_used")
 		if ok && used == 0 {

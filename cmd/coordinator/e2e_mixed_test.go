@@ -84,7 +84,7 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 	// cluster's loop has handled an event and tried to place: once it shows
 	// the stream up, a 1-stage pipeline would have been placed, were it
 	// wrong to.
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(guard(30 * time.Second))
 	for {
 		v, err := readMixedView(c.api)
 		if err == nil && len(v.Shards) == 1 && v.Shards[0].Local && v.Shards[0].Connected {
@@ -94,7 +94,7 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the local shard did not register and connect within 30s: %+v, %v", v, err)
+			t.Fatalf("the local shard did not register and connect within %v: %+v, %v", guard(30*time.Second), v, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -110,7 +110,7 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 	c.addShard()
 	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second)
 	node := localNode(t, c.api)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 	defer cancel()
 	for _, stream := range []bool{false, true} {
 		text, _, err := c.complete(ctx, "Once upon a time", 64, stream)
@@ -121,7 +121,7 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 	c.checkShardsIdle(t)
 	waitIdle := func() {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(guard(5 * time.Second))
 		for {
 			used, ok1 := metric(t, c.api, "strata_kv_blocks_used")
 			inv, ok2 := metric(t, c.api, "strata_kv_invariant_ok")
@@ -142,8 +142,8 @@ func TestE2ELocalAndRemoteShards(t *testing.T) {
 	}
 	select {
 	case <-c.coord.done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("the coordinator did not exit within 15s of SIGTERM")
+	case <-time.After(guard(15 * time.Second)):
+		t.Fatalf("the coordinator did not exit within %v of SIGTERM", guard(15*time.Second))
 	}
 	if code := c.coord.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM, want 0", code)

@@ -80,14 +80,14 @@ func (c *e2eCluster) shardMetric(t *testing.T, i int, name, label string) float6
 // or fails after d.
 func (c *e2eCluster) waitShards(t *testing.T, d time.Duration, what string, cond func(i int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(guard(d))
 	for i, p := range c.shards {
 		if p.exited() {
 			continue
 		}
 		for !cond(i) {
 			if time.Now().After(deadline) {
-				t.Fatalf("shard %d: %s not reached within %v", i, what, d)
+				t.Fatalf("shard %d: %s not reached within %v", i, what, guard(d))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -124,7 +124,7 @@ func TestE2ECoordinatorRestart(t *testing.T) {
 	c.addShard()
 	waitReady(t, "http://"+c.api+"/readyz", 30*time.Second)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(50*time.Second))
 	defer cancel()
 	text, _, err := c.complete(ctx, "Once upon a time", 64, false)
 	if err != nil || text != onceUponATime {
@@ -211,7 +211,7 @@ func TestE2ECoordinatorRestart(t *testing.T) {
 	}
 	c.checkShardsIdle(t)
 	// The backstop is fully acked once idle.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(guard(5 * time.Second))
 	for {
 		v, ok := metric(t, c.api, "strata_tombstones_unacked")
 		if ok && v == 0 {

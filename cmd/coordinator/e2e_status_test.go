@@ -26,7 +26,7 @@ func TestE2EStatusPageShardProcesses(t *testing.T) {
 	}
 	bin := chromiumBin(t)
 	c := startE2E(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 	defer cancel()
 	if _, _, err := c.complete(ctx, "Once upon a time", 8, false); err != nil {
 		t.Fatalf("completion: %v", err)
@@ -174,10 +174,10 @@ func getJSON(t *testing.T, url string, v any) {
 // waitFor polls cond every 50 ms until it holds or d passes.
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(guard(d))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
+			t.Fatalf("%s: not within %v", what, guard(d))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -198,7 +198,7 @@ func chromiumBin(t *testing.T) string {
 // few seconds of virtual time, and returns the DOM.
 func chromiumDOM(t *testing.T, bin, url string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(90*time.Second))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 		"--no-first-run", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=4000", "--window-size=1280,1000",

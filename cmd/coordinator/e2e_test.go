@@ -136,7 +136,7 @@ func (p *proc) exited() bool {
 // waitReady polls url until it answers 200 or the deadline passes.
 func waitReady(t *testing.T, url string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(guard(d))
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(url)
 		if err == nil {
@@ -147,7 +147,7 @@ func waitReady(t *testing.T, url string, d time.Duration) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("%s not ready within %v", url, d)
+	t.Fatalf("%s not ready within %v", url, guard(d))
 }
 
 type e2eCluster struct {
@@ -189,7 +189,7 @@ func startE2EModel(t *testing.T, path string, nShards int) *e2eCluster {
 // shards of these tests join the way a user is told to.
 func joinArgs(t *testing.T, coord *proc) []string {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(guard(30 * time.Second))
 	for {
 		for line := range strings.Lines(coord.out.String()) {
 			if f := strings.Fields(line); len(f) > 2 && f[0] == "shard" && f[1] == "join" {
@@ -197,7 +197,7 @@ func joinArgs(t *testing.T, coord *proc) []string {
 			}
 		}
 		if time.Now().After(deadline) || coord.exited() {
-			t.Fatalf("the coordinator printed no join line within 30s:\n%s", tail(coord.out.String(), 3000))
+			t.Fatalf("the coordinator printed no join line within %v:\n%s", guard(30*time.Second), tail(coord.out.String(), 3000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -279,7 +279,7 @@ func metric(t *testing.T, addr, name string) (float64, bool) {
 // blocks afterwards.
 func TestE2EShardProcesses(t *testing.T) {
 	c := startE2E(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 	defer cancel()
 	text, _, err := c.complete(ctx, "Once upon a time", 64, false)
 	if err != nil || text != onceUponATime {
@@ -312,7 +312,7 @@ func TestE2EShardProcesses(t *testing.T) {
 		t.Fatalf("after the replacement: %q, %v", text, err)
 	}
 	// Every live shard frees everything once idle.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(guard(5 * time.Second))
 	for i, p := range c.shards {
 		if p.exited() {
 			continue

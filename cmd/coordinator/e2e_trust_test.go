@@ -40,11 +40,11 @@ func flagValue(args []string, name string) string {
 // returns its exit code and output.
 func runShard(t *testing.T, shardBin string, args ...string) (int, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(30*time.Second))
 	defer cancel()
 	out, err := exec.CommandContext(ctx, shardBin, append([]string{"join"}, args...)...).CombinedOutput()
 	if ctx.Err() != nil {
-		t.Fatalf("shard join %v did not exit within 30s:\n%s", args, tail(string(out), 2000))
+		t.Fatalf("shard join %v did not exit within %v:\n%s", args, guard(30*time.Second), tail(string(out), 2000))
 	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -127,7 +127,7 @@ func TestE2EJoinRefused(t *testing.T) {
 	}
 	good := start(t, "shard", shardBin, append(append([]string{"join"}, shardArgs()...), "--token", fresh)...)
 	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 	defer cancel()
 	if text, _, err := c.complete(ctx, "Once upon a time", 64, false); err != nil || text != onceUponATime {
 		t.Fatalf("through the shard joined with a created token: %q, %v", text, err)
@@ -183,7 +183,7 @@ func TestE2EJoinRefused(t *testing.T) {
 // coordinator's loop, a moment after a handler counted.
 func waitMetric(t *testing.T, api, name, label string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(guard(10 * time.Second))
 	for {
 		v, _ := metricWith(t, api, name, label)
 		if v >= want {
@@ -283,7 +283,7 @@ func TestE2EIdentityBound(t *testing.T) {
 		t.Cleanup(func() { cc.Close() })
 		return pb.NewCoordinatorClient(cc)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 	defer cancel()
 
 	asA := dial(transport.DialCreds(id, trust.RoleCoordinator))
@@ -394,7 +394,7 @@ func TestE2EInsecureCluster(t *testing.T) {
 			"--model", stories, "--gossip", freeAddr(t), "--grpc", freeAddr(t), "--data-dir", t.TempDir(), "--threads", "1"))
 	}
 	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 	defer cancel()
 	for _, stream := range []bool{false, true} {
 		if text, _, err := c.complete(ctx, "Once upon a time", 64, stream); err != nil || text != onceUponATime {

@@ -38,7 +38,7 @@ func TestE2EWeightStreaming(t *testing.T) {
 		return coord, with, without
 	}
 	c := &e2eCluster{t: t, api: api}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 	defer cancel()
 
 	coord, with, without := run(1)

@@ -52,7 +52,7 @@ func TestE2EPoisonedStageBatches(t *testing.T) {
 		t.Fatalf("/v1/cluster: %+v, %v", v, err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 	defer cancel()
 	type completion struct {
 		text string

@@ -65,7 +65,7 @@ func listenServe(t *testing.T, args ...string) (string, *syncBuffer) {
 			if err != nil {
 				t.Errorf("serve: %v", err)
 			}
-		case <-time.After(15 * time.Second):
+		case <-time.After(guard(15 * time.Second)):
 			t.Errorf("serve did not return within 15s of its context's end")
 		}
 		if t.Failed() {
@@ -77,8 +77,8 @@ func listenServe(t *testing.T, args ...string) (string, *syncBuffer) {
 		return a, logs
 	case err := <-done:
 		t.Fatalf("serve: %v", err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not listen within 20s")
+	case <-time.After(guard(20 * time.Second)):
+		t.Fatalf("serve did not listen within %v", guard(20*time.Second))
 	}
 	return "", nil
 }
@@ -176,7 +176,7 @@ var errDisconnected = errors.New("client disconnected on purpose")
 // the test unless the stream ends normally.
 func greedy(t *testing.T, base, prompt string, n int) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(20*time.Second))
 	defer cancel()
 	r, err := streamCompletion(ctx, base, map[string]any{"prompt": prompt, "max_tokens": n, "temperature": 0}, nil)
 	if err != nil || !r.done || r.errCode != "" {
@@ -280,7 +280,7 @@ func TestHTTPAbortStorm(t *testing.T) {
 	s := startServe(t, "--model", stories, "--local-shards", "2", "--threads", "2",
 		"--kv-memory", "256KiB", "--request-timeout", "2s")
 	const clients, perClient = 48, 6
-	ctx, cancel := context.WithTimeout(context.Background(), stormLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(stormLimit))
 	defer cancel()
 	var (
 		mu      sync.Mutex
@@ -333,7 +333,7 @@ func TestHTTPAbortStorm(t *testing.T) {
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		t.Fatalf("the storm did not end within %v: %v", stormLimit, endings)
+		t.Fatalf("the storm did not end within %v: %v", guard(stormLimit), endings)
 	}
 	t.Logf("%d requests in %v: %v", clients*perClient, time.Since(start).Round(time.Millisecond), endings)
 	for k, n := range endings {
@@ -347,7 +347,7 @@ func TestHTTPAbortStorm(t *testing.T) {
 	// on an idle machine; the bound leaves room for a loaded one.
 	waitIdle := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
+		deadline := time.Now().Add(guard(5 * time.Second))
 		for {
 			why := idle(t, s.base, 2)
 			if why == "" {
@@ -380,7 +380,7 @@ func TestHTTPCancelNeighbour(t *testing.T) {
 	const prompt, n = "Once upon a time", 48
 	alone := greedy(t, s.base, prompt, n)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(20*time.Second))
 	defer cancel()
 	nctx, cancelNeighbour := context.WithCancel(ctx)
 	defer cancelNeighbour()
@@ -421,7 +421,7 @@ func TestHTTPCancelNeighbour(t *testing.T) {
 	if r.text != alone {
 		t.Errorf("with a cancelled neighbour: %q\nalone: %q", r.text, alone)
 	}
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(guard(time.Second))
 	for why := idle(t, s.base, 2); why != ""; why = idle(t, s.base, 2) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not idle after the cancel: %s", why)
@@ -462,7 +462,7 @@ func TestHTTPSIGTERMDrain(t *testing.T) {
 	base := "http://" + api
 	waitReady(t, base+"/readyz", 20*time.Second)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(25*time.Second))
 	defer cancel()
 	type outcome struct {
 		r   streamResult
@@ -528,8 +528,8 @@ func TestHTTPSIGTERMDrain(t *testing.T) {
 	t.Logf("long request: %d chunks, then error %q, %v after SIGTERM", o.r.chunks, o.r.errCode, time.Since(sigAt).Round(time.Millisecond))
 	select {
 	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the process did not exit within 10s of SIGTERM")
+	case <-time.After(guard(10 * time.Second)):
+		t.Fatalf("the process did not exit within %v of SIGTERM", guard(10*time.Second))
 	}
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit code %d, want 0", code)

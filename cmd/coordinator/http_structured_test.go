@@ -210,7 +210,7 @@ func TestHTTPStructuredOutputs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startServe(t, append(tc.args, "--threads", "2")...)
 			got := map[key]structuredResult{}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), guard(2*time.Minute))
 			defer cancel()
 			var mu sync.Mutex
 			complete, cut := 0, 0

@@ -89,10 +89,10 @@ func TestServeTLSKeysAndIdle(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(guard(30 * time.Second))
 	for get("/readyz", "") != http.StatusOK {
 		if time.Now().After(deadline) {
-			t.Fatal("not ready within 30s")
+			t.Fatalf("not ready within %v", guard(30*time.Second))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -117,10 +117,10 @@ func TestServeTLSKeysAndIdle(t *testing.T) {
 	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	conn.SetReadDeadline(time.Now().Add(guard(10 * time.Second)))
 	b, err := io.ReadAll(conn)
 	if err != nil {
-		t.Fatalf("the idle connection was not closed within 10s: %v", err)
+		t.Fatalf("the idle connection was not closed within %v: %v", guard(10*time.Second), err)
 	}
 	if !strings.HasPrefix(string(b), "HTTP/1.1 200") {
 		t.Errorf("answer on the kept-alive connection: %q", b)

@@ -81,7 +81,7 @@ func TestSDKToolCalls(t *testing.T) {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".jinja"), func(t *testing.T) {
 			s := startServe(t, "--model", toolModel(t, file), "--local-shards", "1", "--threads", "2")
 			client := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithMaxRetries(0))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 			defer cancel()
 			msgs := []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Oslo?")}
 			several := 0
@@ -216,7 +216,7 @@ func TestSDKStructuredOutputs(t *testing.T) {
 	}
 	s := startServe(t, "--model", stories, "--local-shards", "2", "--threads", "2")
 	client := openai.NewClient(option.WithBaseURL(s.base+"/v1/"), option.WithMaxRetries(0))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(time.Minute))
 	defer cancel()
 	params := openai.ChatCompletionNewParams{
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Describe a pet.")},

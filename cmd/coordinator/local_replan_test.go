@@ -37,7 +37,7 @@ var replanPrompts = lossPrompts[:4]
 // stage, and not the allocator, holds a block.
 func TestMakeBeforeBreakReplan(t *testing.T) {
 	c := startCluster(t, stories, 1, 1<<20, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(3*time.Minute))
 	defer cancel()
 	prompts := make([][]int32, len(replanPrompts))
 	for i, p := range replanPrompts {

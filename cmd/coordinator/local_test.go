@@ -72,7 +72,7 @@ func startCluster(t *testing.T, path string, n int, kvMemory int64, tweak func(*
 	})
 	wg.Go(func() { eng.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), guard(30*time.Second))
 	defer wcancel()
 	if err := be.c.WaitReady(wctx); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func (c *cluster) generate(ctx context.Context, prompt []int32, n int, p sample.
 // waitDrained waits until every stage and the allocator hold nothing.
 func (c *cluster) waitDrained(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(guard(5 * time.Second))
 	for {
 		st := c.eng.Stats()
 		ok := st.Running == 0 && st.Waiting == 0 && st.KV.Used == 0 && st.KV.Sequences == 0
@@ -303,7 +303,7 @@ func TestServeCUDAWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), guard(30*time.Second))
 	defer cancel()
 	err = serve(ctx, cfg)
 	if !errors.Is(err, cuda.ErrNoDriver) || strings.Contains(err.Error(), "\n") {

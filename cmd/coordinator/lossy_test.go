@@ -216,11 +216,11 @@ func startLossy(t *testing.T, seed uint64) *lossyCluster {
 		go func() { wg.Wait(); close(done) }() // waited for below
 		select {
 		case <-done:
-		case <-time.After(20 * time.Second):
+		case <-time.After(guard(20 * time.Second)):
 			t.Error("cluster and shards did not stop within 20 s")
 		}
 	})
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), guard(30*time.Second))
 	defer wcancel()
 	if err := c.WaitReady(wctx); err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func (lc *lossyCluster) total(name, label string) float64 {
 
 func (lc *lossyCluster) result(id uint64) *transport.BatchResult {
 	lc.t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(guard(10 * time.Second))
 	for {
 		select {
 		case r := <-lc.pipe.Results():
