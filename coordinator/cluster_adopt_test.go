@@ -8,6 +8,8 @@ import (
 
 	"github.com/strata-llm/strata/model/sample"
 	"github.com/strata-llm/strata/sched"
+	"github.com/strata-llm/strata/transport"
+	"github.com/strata-llm/strata/transport/pb"
 )
 
 // TestEngineRunsTheClusterLoop: an engine over a cluster runs the
@@ -87,4 +89,47 @@ func TestEngineRunsTheClusterLoop(t *testing.T) {
 	_, stop = engine()
 	c.stop() // fails the test unless Run returns within 10 s
 	stop()
+}
+
+// TestEngineTurnFollows: a turn of the cluster's loop that the engine runs
+// is followed before the engine's next step: a placement or a pause the
+// turn made is the scheduler's at once. Otherwise the step right after a
+// pause dispatches into the paused pipeline, failing the batch and costing
+// its requests a retry though nothing of theirs was lost.
+func TestEngineTurnFollows(t *testing.T) {
+	h := newHandCluster(t, 2)
+	h.join("node-a", 1, 1<<20)
+	ec := DefaultEngineConfig()
+	ec.Epoch = h.Epoch()
+	eng, err := NewEngine(ec, h.Pipeline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.follow() // as Run starts: no placement yet
+	select {
+	case <-h.pipe.changed:
+	default:
+	}
+	cl := &clusterLoop{c: h.Cluster, ctx: context.Background()}
+	reply := make(chan registerReply, 1)
+	eng.turn(cl, evRegister{req: &pb.RegisterRequest{NodeId: "node-b", Incarnation: 2, GrpcAddr: "127.0.0.1:1",
+		ProtocolVersion: transport.ProtocolVersion, Devices: &pb.Devices{CpuCores: 2, MemoryBytes: 1 << 20, Device: "cpu"}}, reply: reply})
+	r := <-reply
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if eng.version != 0 {
+		t.Fatalf("engine on placement %d with one of --min-shards 2", eng.version)
+	}
+	errc := make(chan error, 1)
+	eng.turn(cl, evCtlOpen{hello: &pb.StreamHello{ShardId: r.rep.GetShardId(), Incarnation: 2, Epoch: h.Epoch()}, out: newOutbox(), reply: errc})
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if h.active == nil || h.active.Version != 1 {
+		t.Fatalf("placement %+v after the second shard's stream opened, want version 1", h.active)
+	}
+	if eng.version != 1 {
+		t.Fatalf("right after the turn that made placement 1 the engine is on placement %d: the turn was not followed", eng.version)
+	}
 }

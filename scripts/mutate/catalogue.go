@@ -570,6 +570,11 @@ var catalogue = []mutation{
 		Why: "a shard swaps in a placement as soon as it loads: the pipeline still serving on the old one breaks before the switch",
 	},
 	{
+		Name: "engine/turn-not-followed", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: `^TestEngine(TurnFollows|RunsTheClusterLoop)$`,
+		Orig: "\tcl.turn(ev)\n\te.followPending()", Repl: "\tcl.turn(ev)",
+		Why: "the engine steps after a turn of the cluster's loop without following it: the step right after a pause dispatches into the paused pipeline, failing batches and costing requests retries though nothing was lost",
+	},
+	{
 		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
 		Orig: "case errors.Is(err, ErrNoFit):\n\t\te.failAll(", Repl: "case false:\n\t\te.failAll(",
 		Why: "when nothing left can hold the model, the requests in flight wait silently instead of ending with a 503",
