@@ -146,11 +146,15 @@ const (
 	// on. ActAssign and ActSpare of the active placement follow for the
 	// shards that were loading it, so that they drop what they loaded.
 	ActAbandon
+	// ActWarn: something an operator should know that changes nothing
+	// now (Reason): a markedly faster placement was not staged because a
+	// shard of it cannot hold its served range and its new one at once.
+	ActWarn
 )
 
 var actionNames = [...]string{ActPause: "pause", ActActivate: "activate", ActAssign: "assign", ActSpare: "spare",
 	ActOpenLink: "open-link", ActResume: "resume", ActLost: "lost", ActCut: "cut", ActOverruled: "overruled",
-	ActLoaded: "loaded", ActLoadFailed: "load-failed", ActReplan: "replan", ActAbandon: "abandon"}
+	ActLoaded: "loaded", ActLoadFailed: "load-failed", ActReplan: "replan", ActAbandon: "abandon", ActWarn: "warn"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && actionNames[k] != "" {
@@ -238,6 +242,9 @@ type Core struct {
 	cannotPlace bool   // a pipeline had formed, and the shards left cannot hold the model
 	overruled   uint64 // gossip deaths and leaves ignored
 	replanned   uint64 // the active version an ActReplan was last returned for
+	// replanSkipped says why the latest markedly faster placement was not
+	// staged ("" for none since the active placement was made).
+	replanSkipped string
 
 	out []Action
 }
@@ -281,6 +288,12 @@ func (c *Core) Register(info ShardInfo, now time.Time) []Action {
 		s.lost, s.failed = false, ""
 	}
 	s.ShardInfo = info
+	if c.next.stageOf(info.ID) >= 0 {
+		// Its memory may have shrunk below both ranges at once.
+		if short := c.stagingShort(c.next); short != "" {
+			c.abandon(short)
+		}
+	}
 	return c.take()
 }
 
@@ -747,7 +760,7 @@ func (c *Core) activate(p *Placement, now time.Time) {
 	c.nextVersion = p.Version + 1
 	c.active = p
 	c.linkDown, c.linkRetryAt = time.Time{}, time.Time{} // a new placement: new links
-	c.lastLoss, c.cannotPlace = "", false
+	c.lastLoss, c.cannotPlace, c.replanSkipped = "", false, ""
 	for i, st := range p.Stages {
 		c.shards[st.ShardID].assigned = true
 		c.emit(Action{Kind: ActAssign, Shard: st.ShardID, Stage: i, Placement: p})
@@ -787,7 +800,23 @@ func (c *Core) considerReplan() {
 		return
 	}
 	if next := bottleneck(p); next > 0 && float64(cur) >= replanGain*float64(next) {
+		if short := c.stagingShort(p); short != "" {
+			// Staging it would overcommit a shard that serves a range
+			// (its load fails at best, the process is killed at worst);
+			// breaking the serving pipeline to place it is what a loss
+			// does, not a gain. The active placement serves on; a later
+			// event (a shard joining, one leaving) may make a plan that
+			// fits.
+			why := fmt.Sprintf("a placement predicting a slowest stage of %v (now %v) is not staged: %s",
+				time.Duration(next), time.Duration(cur), short)
+			if why != c.replanSkipped {
+				c.replanSkipped = why
+				c.emit(Action{Kind: ActWarn, Placement: p, Reason: why})
+			}
+			return
+		}
 		c.replanned = c.active.Version
+		c.replanSkipped = ""
 		p.Version, p.Epoch = c.nextVersion, c.cfg.Epoch
 		c.nextVersion++
 		c.next = p
@@ -798,6 +827,30 @@ func (c *Core) considerReplan() {
 			c.emit(Action{Kind: ActAssign, Shard: st.ShardID, Stage: i, Placement: p})
 		}
 	}
+}
+
+// stagingShort returns why p cannot be loaded make-before-break beside
+// the active placement ("" when it can): a shard that serves a range
+// keeps it, and the KV pool of it, until the switch, so it must hold both
+// ranges' weights and both pools' shares within its memory at once. The
+// weights are counted twice even where the ranges overlap: a GPU shard
+// uploads each range on its own.
+func (c *Core) stagingShort(p *Placement) string {
+	for _, st := range p.Stages {
+		i := c.active.stageOf(st.ShardID)
+		s := c.shards[st.ShardID]
+		if i < 0 || s == nil {
+			continue // it holds nothing now: p's plan checked its memory
+		}
+		old := c.active.Stages[i]
+		held := c.cfg.Shape.stageBytes(old, c.active.Blocks)
+		need := held + c.cfg.Shape.stageBytes(st, p.Blocks)
+		if need > s.Memory {
+			return fmt.Sprintf("shard %s cannot hold layers [%d,%d) (%d bytes with its KV) beside the [%d,%d) it serves (%d bytes): %d bytes, its memory is %d",
+				st.ShardID, st.First, st.End, need-held, old.First, old.End, held, need, s.Memory)
+		}
+	}
+	return ""
 }
 
 // switchNext makes the make-before-break placement active once every one
@@ -816,7 +869,7 @@ func (c *Core) switchNext(now time.Time) {
 	c.emit(Action{Kind: ActActivate, Placement: p})
 	c.active = p
 	c.linkDown, c.linkRetryAt = time.Time{}, time.Time{}
-	c.lastLoss, c.cannotPlace = "", false
+	c.lastLoss, c.cannotPlace, c.replanSkipped = "", false, ""
 	for _, st := range p.Stages {
 		s := c.shards[st.ShardID]
 		s.assigned, s.ready, s.staged = true, p.Version, 0
@@ -915,6 +968,11 @@ func (c *Core) NotReady() (since time.Time, why string, cannotPlace bool) {
 	return c.notReady, c.notReadyWhy, c.cannotPlace
 }
 
+// ReplanSkipped says why the latest markedly faster placement was not
+// loaded make-before-break ("" when none was skipped since the active
+// placement was made, or one is being loaded).
+func (c *Core) ReplanSkipped() string { return c.replanSkipped }
+
 // Overruled counts the gossip deaths and leaves ignored because the
 // shard's control stream was alive and answering.
 func (c *Core) Overruled() uint64 { return c.overruled }
@@ -950,6 +1008,9 @@ func (c *Core) CheckInvariants() error {
 			if s := c.shards[st.ShardID]; s == nil || s.lost || s.failed != "" {
 				return fmt.Errorf("next placement %d names shard %s, which is gone", p.Version, st.ShardID)
 			}
+		}
+		if short := c.stagingShort(p); short != "" {
+			return fmt.Errorf("next placement %d overcommits a shard: %s", p.Version, short)
 		}
 	}
 	for id, s := range c.shards {

@@ -441,6 +441,22 @@ func permute(a []int, k int, fn func()) {
 	}
 }
 
+// stageBytes returns what st's shard holds for it in a placement whose
+// KV pool is blocks: its weights and its layers' share of the pool.
+func (s Shape) stageBytes(st Stage, blocks int) int64 {
+	b := int64(blocks) * int64(st.End-st.First) * s.KVBytesPerBlockLayer
+	for l := st.First; l < st.End; l++ {
+		b += s.LayerBytes[l]
+	}
+	if st.Embed {
+		b += s.EmbedBytes
+	}
+	if st.Head {
+		b += s.HeadBytes
+	}
+	return b
+}
+
 // stageBlocks returns the KV blocks st's shard holds after st's weights,
 // capped by its KVMemory, or an error wrapping ErrNoFit when the weights
 // do not fit.

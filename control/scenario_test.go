@@ -512,6 +512,8 @@ func printAction(a Action) string {
 		return fmt.Sprintf("replan v%d: %s (%s)", a.Placement.Version, stageRanges(a.Placement), a.Reason)
 	case ActAbandon:
 		return fmt.Sprintf("abandon v%d: %s", a.Placement.Version, a.Reason)
+	case ActWarn:
+		return "warn: " + a.Reason
 	}
 	return a.Kind.String()
 }
@@ -548,6 +550,9 @@ func (sc *scenario) show() string {
 			st = append(st, fmt.Sprintf("staged=v%d", s.Staged))
 		}
 		fmt.Fprintf(&b, "%s: %s\n", id, strings.Join(st, " "))
+	}
+	if why := sc.c.ReplanSkipped(); why != "" {
+		fmt.Fprintf(&b, "replan skipped: %s\n", why)
 	}
 	fmt.Fprintf(&b, "overruled=%d\n", sc.c.Overruled())
 	return b.String()

@@ -191,10 +191,13 @@ const maxUnacked = 1 << 16
 // Cluster is the coordinator's side of a strata cluster: the bbolt store,
 // membership, the gRPC service shards talk to, and the remote Pipeline the
 // engine drives. It is the shell of the control core (control.Core), which
-// decides membership, loss and placement: one goroutine (Run's loop) turns
+// decides membership, loss and placement: one goroutine (the loop) turns
 // gRPC, link and membership happenings into the core's events and carries
 // out the actions it returns (streams, the pipeline, bbolt, logs). gRPC
 // handlers, links and membership send the loop events and never lock it.
+// The loop runs on Run's goroutine until an engine over the cluster's
+// Pipeline adopts it (Engine.Run): then the engine's goroutine owns both
+// the scheduler and the control core, until it stops and gives it back.
 type Cluster struct {
 	cfg   ClusterConfig
 	log   *slog.Logger
@@ -213,6 +216,7 @@ type Cluster struct {
 	view       atomic.Pointer[ClusterView]
 	streams    sync.WaitGroup // control-stream receivers (see Control)
 	wg         sync.WaitGroup // links; waited by Run
+	lent       atomic.Bool    // an engine runs the loop in its goroutine (Engine.Run)
 	// refused counts the shards' messages refused before use (out of
 	// range, over a limit, outside an enum, from the wrong stream; a
 	// recovered panic): strata_wire_refused_total.
@@ -425,8 +429,10 @@ func (c *Cluster) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Run serves until ctx ends: gRPC, membership, the loop. It returns after
-// every goroutine it started has exited, with the store closed.
+// Run serves until ctx ends: gRPC, membership, the loop (lent to an engine
+// that asks, and taken back when it stops). It returns after every
+// goroutine it started has exited, with the store closed; an engine that
+// runs the loop when ctx ends gives it back first.
 func (c *Cluster) Run(ctx context.Context) error {
 	defer c.store.Close()
 	ctx, cancel := context.WithCancel(ctx)
@@ -439,7 +445,9 @@ func (c *Cluster) Run(ctx context.Context) error {
 	if node != nil {
 		events = node.Events()
 	}
-	err := c.loop(ctx, events, serveErr)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	err := c.loop(&clusterLoop{c: c, ctx: ctx, stop: cancel, members: events, tick: tick.C}, serveErr)
 	close(c.stopped)
 	cancel()
 	if l := c.pipe.pause("coordinator stopping"); l != nil {
@@ -567,35 +575,136 @@ func downstreamDown(reason transport.Code) bool {
 	return reason == transport.CodeDownstreamUnavailable || reason == transport.CodeResultsUnavailable
 }
 
-func (c *Cluster) loop(ctx context.Context, members <-chan membership.Event, serveErr <-chan error) error {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+// clusterLoop is what the cluster's loop waits on besides its events,
+// and how it handles each: the loop of Run's goroutine until an engine
+// adopts it (Engine.Run), so that one goroutine owns both cores.
+type clusterLoop struct {
+	c       *Cluster
+	ctx     context.Context // Run's: links live under it
+	stop    context.CancelFunc
+	members <-chan membership.Event
+	tick    <-chan time.Time
+}
+
+// Loop wake-ups that carry no event of their own.
+type (
+	evTombKick struct{} // backstop tombstones were dispatched
+	evTick     struct{} // the loop's ticker
+)
+
+// evAdopt: an engine asks to run the loop in its own goroutine. The loop
+// hands itself over on taken (size 1) and waits until back is closed.
+type evAdopt struct {
+	taken chan<- *clusterLoop
+	back  <-chan struct{}
+}
+
+// loop runs the cluster's loop on Run's goroutine until ctx ends or the
+// gRPC server fails, lending it to an engine that asks (evAdopt).
+func (c *Cluster) loop(l *clusterLoop, serveErr <-chan error) error {
 	for {
-		now := time.Now()
+		var e any
 		select {
-		case <-ctx.Done():
+		case <-l.ctx.Done():
 			return nil
 		case err := <-serveErr:
 			return fmt.Errorf("coordinator: grpc server: %w", err)
-		case e := <-c.ev:
-			c.handle(ctx, e, now)
-		case m := <-members:
-			c.member(m, now)
+		case e = <-c.ev:
+		case m := <-l.members:
+			e = m
 		case <-c.pipe.tombKick:
-			c.fanOut(c.pipe.takeBackstop())
-		case <-tick.C:
-			c.persistSeqHWM()
-			c.expireShards(now)
-			if now.Sub(c.rotatedAt) >= 5*c.cfg.Heartbeat {
-				c.pipe.rotateEnded()
-				c.rotatedAt = now
+			e = evTombKick{}
+		case <-l.tick:
+			e = evTick{}
+		}
+		if a, ok := e.(evAdopt); ok {
+			// Nothing here touches the loop's state until the engine
+			// gives it back: when ctx ends (the engine sees it too, and
+			// gives back), or the engine stops.
+			c.lent.Store(true)
+			a.taken <- l
+			select {
+			case <-a.back:
+				c.lent.Store(false)
+				continue
+			case err := <-serveErr:
+				l.stop()
+				<-a.back
+				return fmt.Errorf("coordinator: grpc server: %w", err)
+			case <-l.ctx.Done():
+				<-a.back
+				return nil
 			}
 		}
-		now = time.Now()
-		c.apply(c.core.Progress(c.pipe.progress(), now))
-		c.reconcile(ctx, now)
-		c.publish()
+		l.turn(e)
 	}
+}
+
+// turn handles one wake-up of the loop (an event of c.ev, a membership
+// event, evTombKick or evTick), then asks the core what the clock and the
+// progress clock move, and publishes the view. Only the goroutine running
+// the loop calls it.
+func (l *clusterLoop) turn(e any) {
+	c := l.c
+	now := time.Now()
+	switch e := e.(type) {
+	case membership.Event:
+		c.member(e, now)
+	case evTombKick:
+		c.fanOut(c.pipe.takeBackstop())
+	case evTick:
+		c.persistSeqHWM()
+		c.expireShards(now)
+		if now.Sub(c.rotatedAt) >= 5*c.cfg.Heartbeat {
+			c.pipe.rotateEnded()
+			c.rotatedAt = now
+		}
+	case evAdopt:
+		e.taken <- nil // one engine runs the loop; a second runs without it
+	default:
+		c.handle(l.ctx, e, now)
+	}
+	now = time.Now()
+	c.apply(c.core.Progress(c.pipe.progress(), now))
+	c.reconcile(l.ctx, now)
+	c.publish()
+}
+
+// The loop's channels for an engine's select; nil (never ready) for a nil
+// loop, so that an engine without one selects on nothing of it.
+func (l *clusterLoop) events() <-chan any {
+	if l == nil {
+		return nil
+	}
+	return l.c.ev
+}
+
+func (l *clusterLoop) memberEvents() <-chan membership.Event {
+	if l == nil {
+		return nil
+	}
+	return l.members
+}
+
+func (l *clusterLoop) tombKick() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.c.pipe.tombKick
+}
+
+func (l *clusterLoop) ticks() <-chan time.Time {
+	if l == nil {
+		return nil
+	}
+	return l.tick
+}
+
+func (l *clusterLoop) done() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.ctx.Done()
 }
 
 func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {

@@ -119,6 +119,8 @@ func (c *Cluster) apply(acts []control.Action, attrs ...any) {
 				"placement", c.active.Version, "next", p.Version, "why", a.Reason)
 		case control.ActAbandon:
 			c.log.Warn("make-before-break placement abandoned", "placement", p.Version, "why", a.Reason)
+		case control.ActWarn:
+			c.log.Warn("make-before-break re-plan skipped", "placement", c.active.Version, "why", a.Reason)
 		case control.ActOpenLink:
 			// reconcile's
 		}

@@ -30,9 +30,14 @@ type ClusterView struct {
 	MembershipOverruled uint64 `json:"membership_overruled"`
 	// Replans counts the make-before-break re-placements started (a
 	// markedly faster placement over the shards became possible).
-	Replans   uint64 `json:"replans"`
-	KVBlocks  int    `json:"kv_blocks"`
-	BlockSize int    `json:"block_size"`
+	Replans uint64 `json:"replans"`
+	// ReplanSkipped says why the latest markedly faster placement was not
+	// loaded make-before-break: a shard serving a range cannot hold its new
+	// one beside it (empty when none was skipped since the active
+	// placement was made).
+	ReplanSkipped string `json:"replan_skipped,omitempty"`
+	KVBlocks      int    `json:"kv_blocks"`
+	BlockSize     int    `json:"block_size"`
 	// LiveSequences are the sequences the coordinator believes live on the
 	// shards (created by dispatched first rows, not yet tombstoned).
 	LiveSequences int         `json:"live_sequences"`
@@ -126,7 +131,7 @@ func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
 		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
-		MembershipOverruled: c.core.Overruled(), Replans: c.replans,
+		MembershipOverruled: c.core.Overruled(), Replans: c.replans, ReplanSkipped: c.core.ReplanSkipped(),
 	}
 	if !v.Ready {
 		v.NotReadySince, v.NotReadyReason, v.CannotPlace = c.core.NotReady()

@@ -7,7 +7,9 @@
 //     scheduler events; each Step's tombstones ride in the header of the next
 //     batch, and its updates go to the requests' Streams. The loop never
 //     blocks: a Stream is a bounded sink whose slow reader is aborted, and
-//     Pipeline.Dispatch never waits.
+//     Pipeline.Dispatch never waits. Over a Cluster it also runs the
+//     cluster's loop (the control core's events and actions), so that one
+//     goroutine owns both cores (DESIGN.md, Membership and placement).
 //   - Pipeline is where batches go: the shards through Cluster, a
 //     DynamicPipeline that pauses while no placement is ready and changes
 //     shape on re-placement. Shards run in the coordinator's process

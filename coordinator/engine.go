@@ -236,6 +236,28 @@ func (e *Engine) Run(ctx context.Context) error {
 		changed = dp.Changed()
 		e.follow()
 	}
+	// Over a cluster, the engine asks for the cluster's loop and runs it
+	// here (clusterLoop): one goroutine then owns the scheduler and the
+	// control core. It gives the loop back when it stops, or stops running
+	// it when the cluster stops.
+	var (
+		cl      *clusterLoop
+		adopt   chan<- any // the cluster's events until adopted
+		taken   chan *clusterLoop
+		back    chan struct{}
+		request any
+	)
+	if cp, ok := e.pipe.(clusterPipeline); ok {
+		taken, back = make(chan *clusterLoop, 1), make(chan struct{})
+		adopt, request = cp.c.ev, evAdopt{taken: taken, back: back}
+	}
+	giveBack := func() {
+		if back != nil {
+			close(back)
+			back, cl = nil, nil
+		}
+	}
+	defer giveBack()
 	for {
 		select {
 		case <-ctx.Done():
@@ -254,9 +276,30 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-changed:
 			e.follow()
 		case <-tick.C:
+		case adopt <- request:
+			adopt, cl = nil, <-taken // nil: another engine runs it
+		case ev := <-cl.events():
+			e.turn(cl, ev)
+		case m := <-cl.memberEvents():
+			e.turn(cl, m)
+		case <-cl.tombKick():
+			e.turn(cl, evTombKick{})
+		case <-cl.ticks():
+			e.turn(cl, evTick{})
+		case <-cl.done():
+			giveBack()
 		}
 		e.step(time.Now())
 	}
+}
+
+// turn runs one turn of the cluster's loop, then follows what it changed
+// (a pause, a new placement) before the step that follows: that step must
+// not dispatch into a pipeline the turn paused, which would fail the batch
+// and cost its requests a retry though nothing of theirs was lost.
+func (e *Engine) turn(cl *clusterLoop, ev any) {
+	cl.turn(ev)
+	e.followPending()
 }
 
 func (e *Engine) add(sub submission, now time.Time) error {

@@ -540,6 +540,11 @@ var catalogue = []mutation{
 		Why: "a make-before-break placement one of whose shards failed to load stays pending: no re-plan for this placement ever again, and the shards hold what they loaded",
 	},
 	{
+		Name: "core/staging-ignores-memory", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "if need > s.Memory {", Repl: "if false {",
+		Why: "a make-before-break placement is staged on a shard that cannot hold its served range and its new one at once: its load fails at best, at worst the process is killed and the serving pipeline with it",
+	},
+	{
 		Name: "core/progress-deadline-fixed", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
 		Orig: "return max(progressFloor, progressFactor*step)", Repl: "return progressUnknown",
 		Why: "the progress deadline is a constant: a slow pipeline is declared stuck while it computes, a fast one hangs for long",
@@ -563,6 +568,11 @@ var catalogue = []mutation{
 		Name: "shard/break-before-make", File: "shard/node_control.go", Pkgs: pkgShard, Run: `^TestNodeMakeBeforeBreak$`,
 		Orig: "serving := n.p != nil", Repl: "serving := false",
 		Why: "a shard swaps in a placement as soon as it loads: the pipeline still serving on the old one breaks before the switch",
+	},
+	{
+		Name: "engine/turn-not-followed", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: `^TestEngine(TurnFollows|RunsTheClusterLoop)$`,
+		Orig: "\tcl.turn(ev)\n\te.followPending()", Repl: "\tcl.turn(ev)",
+		Why: "the engine steps after a turn of the cluster's loop without following it: the step right after a pause dispatches into the paused pipeline, failing batches and costing requests retries though nothing was lost",
 	},
 	{
 		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
