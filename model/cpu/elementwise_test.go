@@ -29,6 +29,32 @@ func TestExpfAccuracy(t *testing.T) {
 	}
 }
 
+// TestVexpfAccuracy: vexpf, ggml_v_expf, is within ggml's stated bound
+// (1.45 ulp plus the final rounding: 2 ulp) of e^x where the result is a
+// normal float32, and exact at the special points. (That it is ggml's
+// function bit for bit was checked against llama.cpp's SwiGLU output:
+// TestDumpVsLlamaCpp, docs/llamacpp-agreement.md.)
+func TestVexpfAccuracy(t *testing.T) {
+	r := rand.New(rand.NewPCG(55, 56))
+	for range 200000 {
+		x := float32(r.Float64()*174 - 87)
+		got, want := vexpf(x), float32(math.Exp(float64(x)))
+		d := int64(math.Float32bits(got)) - int64(math.Float32bits(want))
+		if d < -2 || d > 2 {
+			t.Fatalf("vexpf(%g) = %g, want %g (%d ulp)", x, got, want, d)
+		}
+	}
+	inf := float32(math.Inf(1))
+	for _, c := range []struct{ x, want float32 }{{0, 1}, {-inf, 0}, {inf, inf}, {-200, 0}, {200, inf}} {
+		if got := vexpf(c.x); got != c.want {
+			t.Errorf("vexpf(%g) = %g, want %g", c.x, got, c.want)
+		}
+	}
+	if got := vexpf(float32(math.NaN())); got == got {
+		t.Errorf("vexpf(NaN) = %g", got)
+	}
+}
+
 // TestElementwiseEqualsPortable checks the SIMD expSub, SwiGLU and Q8_0
 // quantizer against the portable code bit for bit.
 func TestElementwiseEqualsPortable(t *testing.T) {
@@ -57,6 +83,19 @@ func TestElementwiseEqualsPortable(t *testing.T) {
 			cmpBits(t, "SwiGLU", g1, g2)
 		}
 	}
+	// SwiGLU's exp at its edges: |n| > 192 (|x| above ~133) gives +Inf or
+	// 0, and the infinities and NaN pass through, in both paths.
+	inf := float32(math.Inf(1))
+	edge := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 87.5, 88.8, -87.5, -103.9, -104.5, 133, 134, -133, -134, 200, -200, inf, -inf, float32(math.NaN())}
+	for len(edge)%16 != 0 || len(edge) < 48 {
+		edge = append(edge, float32(r.Float64()*600-300))
+	}
+	up := randBytesVec(r, len(edge))
+	g1 := append([]float32(nil), edge...)
+	g2 := append([]float32(nil), edge...)
+	b.SwiGLU(g1, up)
+	withPortable(func() { b.SwiGLU(g2, up) })
+	cmpBits(t, "SwiGLU edges", g1, g2)
 	for _, nb := range []int{1, 2, 3, 24, 64} {
 		for range 50 {
 			x := randBytesVec(r, 32*nb)
