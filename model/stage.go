@@ -528,8 +528,9 @@ func addTo(dst, src []float32) {
 
 // RoPE as ggml's rope computes it: theta advanced by repeated multiplication
 // in float32, divided by the pair's frequency factor when the model has
-// them, positions divided by the linear scale, cosine and sine multiplied by
-// the attention factor. Forward computes each token's angles once
+// them, positions divided by the linear scale, cosine and sine the C
+// library's (cosf, sinf: glibc's, bit for bit) multiplied by the attention
+// factor. Forward computes each token's angles once
 // (RopeAngles) for every layer and for q and k; ropeRotate applies them.
 
 // RopeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
@@ -547,8 +548,8 @@ func RopeAngles(cache []float32, pos int, base, scale float32, factors []float32
 			th /= factors[i/2]
 		}
 		th *= freqScale
-		cache[i] = float32(math.Cos(float64(th))) * mscale
-		cache[i+1] = float32(math.Sin(float64(th))) * mscale
+		cache[i] = cosf(th) * mscale
+		cache[i+1] = sinf(th) * mscale
 		theta *= thetaScale
 	}
 }
