@@ -27,6 +27,15 @@ func TestExpfAccuracy(t *testing.T) {
 			t.Errorf("expf(%g) = %g, want %g", c.x, got, c.want)
 		}
 	}
+	// glibc 2.43's expf where it is not float32(e^x) correctly rounded.
+	for _, c := range [][2]uint32{{0x4299b370, 0x76ea3aed}, {0x4297446d, 0x760abe82}, {0xc1c3869c, 0x2dd5b4c1},
+		{0xc0cb9438, 0x3ae24111}, {0xbf94e3cf, 0x3e9ffde6}, {0x42a7a62c, 0x7bf46db6}, {0xc01112a5, 0x3dd444f5},
+		{0xbea97ee9, 0x3f37da1d}, {0xc1c605f5, 0x2d9c6688}, {0xc16f0924, 0x34ae6eab}} {
+		x := math.Float32frombits(c[0])
+		if got := math.Float32bits(expf(x)); got != c[1] {
+			t.Errorf("expf(%g) = %08x, glibc %08x", x, got, c[1])
+		}
+	}
 }
 
 // TestVexpfAccuracy: vexpf, ggml_v_expf, is within ggml's stated bound
@@ -83,6 +92,15 @@ func TestElementwiseEqualsPortable(t *testing.T) {
 			cmpBits(t, "SwiGLU", g1, g2)
 		}
 	}
+	// expf at its limits and past them, in both paths.
+	lims := []float32{-103.97, -103.98, -104, -150, 88.72, 88.73, 100, 0, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN())}
+	for len(lims) < 37 {
+		lims = append(lims, float32(r.Float64()*240-120))
+	}
+	e1, e2 := make([]float32, len(lims)), make([]float32, len(lims))
+	expSub(e1, lims, 0)
+	withPortable(func() { expSub(e2, lims, 0) })
+	cmpBits(t, "expSub limits", e1, e2)
 	// SwiGLU's exp at its edges: |n| > 192 (|x| above ~133) gives +Inf or
 	// 0, and the infinities and NaN pass through, in both paths.
 	inf := float32(math.Inf(1))

@@ -197,56 +197,104 @@ func ret() {
 	RET()
 }
 
-// expCoef are the constants of expf (see expf in package cpu, whose order
-// these kernels follow): the clamp bounds, log2(e), ln 2 split in two, and
-// the Taylor coefficients 1/i! for i = 0..11.
-var expTab Mem
+// expTab holds expZ's constants (see expf in package cpu, whose order it
+// follows): float64 32/ln 2, the rounding shift, the polynomial's C0, C1,
+// C2, 1 and the index mask 31, then the 32 entries of 2^(i/32) less i<<47;
+// expLim the float32 limits below which expf is 0 and above which +Inf.
+var expTab, expLim Mem
 
 func expConsts() {
 	expTab = GLOBL("expTab", RODATA|NOPTR)
-	vals := []float64{-104.5, 89, math.Log2E, ln2Hi, ln2Lo}
-	f := 1.0
-	for i := 0; i <= 11; i++ {
-		if i > 0 {
-			f *= float64(i)
-		}
-		vals = append(vals, 1/f)
-	}
+	vals := []float64{0x1.71547652b82fep+0 * 32, 0x1.8p+52, 0x1.c6af84b912394p-5 / 32 / 32 / 32,
+		0x1.ebfce50fac4f3p-3 / 32 / 32, 0x1.62e42ff0c52d6p-1 / 32, 1}
 	for i, v := range vals {
 		DATA(8*i, U64(math.Float64bits(v))) // F64 prints 1 as the integer $(1)
 	}
+	DATA(8*len(vals), U64(31))
+	for i, t := range expTable {
+		DATA(8*(expTabT/8+i), U64(t))
+	}
+	expLim = GLOBL("expLim", RODATA|NOPTR)
+	DATA(0, U32(math.Float32bits(-0x1.9fe368p6)))
+	DATA(4, U32(math.Float32bits(0x1.62e42ep6)))
 }
 
+// expTab offsets.
 const (
-	ln2Hi = math.Ln2
-	ln2Lo = 2.3190468138462996e-17 // ln 2 - ln2Hi
+	expTabInvLn2N, expTabShift, expTabC0, expTabC1, expTabC2, expTabOne, expTabMask = 0, 8, 16, 24, 32, 40, 48
+	expTabT                                                                         = 56
 )
 
-// expZ returns expf of the 16 float32 lanes of z.
+// expTable is package cpu's expTable: 2^(i/32) less i<<47, as bits.
+var expTable = [32]uint64{
+	0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+	0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+	0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+	0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+	0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+	0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+	0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+	0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+}
+
+// expZ returns expf (glibc's) of the 16 float32 lanes of z: each half in
+// float64, 2^(k/32) gathered from expTab, then the limits and NaN blended in.
 func expZ(z reg.VecVirtual) reg.VecVirtual {
+	at := func(off int) Mem { return expTab.Offset(off) }
+	tab := GP64()
+	LEAQ(at(expTabT), tab)
 	hiY := YMM()
 	VEXTRACTF64X4(Imm(1), z, hiY)
 	lo, hi := ZMM(), ZMM()
 	VCVTPS2PD(z.AsY(), lo)
 	VCVTPS2PD(hiY, hi)
 	for _, h := range []reg.VecVirtual{lo, hi} {
-		VMAXPD_BCST(expTab.Offset(0), h, h) // NaN stays NaN: it is the second source
-		VMINPD_BCST(expTab.Offset(8), h, h)
-		k := ZMM()
-		VMULPD_BCST(expTab.Offset(16), h, k)
-		VRNDSCALEPD(Imm(0), k, k)                  // round to nearest even
-		VFNMADD231PD_BCST(expTab.Offset(24), k, h) // r = fma(-k, ln2Hi, x)
-		VFNMADD231PD_BCST(expTab.Offset(32), k, h) // r = fma(-k, ln2Lo, r)
-		p := ZMM()
-		VBROADCASTSD(expTab.Offset(8*(5+11)), p)
-		for i := 10; i >= 0; i-- {
-			VFMADD213PD_BCST(expTab.Offset(8*(5+i)), h, p) // p = fma(p, r, c_i)
-		}
-		VSCALEFPD(k, p, p)
+		zz := ZMM()
+		VMULPD_BCST(at(expTabInvLn2N), h, zz) // z = x*32/ln 2
+		kd := ZMM()
+		VADDPD_BCST(at(expTabShift), zz, kd) // its low bits hold k
+		idx := ZMM()
+		VPANDQ_BCST(at(expTabMask), kd, idx)
+		s := ZMM()
+		all := K()
+		KXNORB(all, all, all)
+		VXORPD(s, s, s)
+		VGATHERQPD(Mem{Base: tab, Index: idx, Scale: 8}, all, s)
+		e := ZMM()
+		VPSLLQ(Imm(47), kd, e)
+		VPADDQ(e, s, s) // s = 2^(k/32)
+		r := ZMM()
+		VSUBPD_BCST(at(expTabShift), kd, r)
+		VSUBPD(r, zz, r) // r = z - k
+		p, q, r2 := ZMM(), ZMM(), ZMM()
+		VBROADCASTSD(at(expTabC0), p)
+		VFMADD213PD_BCST(at(expTabC1), r, p) // C0*r + C1
+		VBROADCASTSD(at(expTabC2), q)
+		VFMADD213PD_BCST(at(expTabOne), r, q) // C2*r + 1
+		VMULPD(r, r, r2)
+		VFMADD213PD(q, r2, p) // (C0*r + C1)*r² + (C2*r + 1)
+		VMULPD(s, p, p)
 		VCVTPD2PS(p, h.AsY())
 	}
 	out := ZMM()
 	VINSERTF64X4(Imm(1), hi.AsY(), lo, out)
+	// Below the low limit 0, above the high one +Inf, NaN x+x.
+	lim, kl, kh, kn := ZMM(), K(), K(), K()
+	VBROADCASTSS(expLim.Offset(0), lim)
+	VCMPPS(Imm(0x11), lim, z, kl) // z < lo, ordered
+	VBROADCASTSS(expLim.Offset(4), lim)
+	VCMPPS(Imm(0x1e), lim, z, kh) // z > hi, ordered
+	VCMPPS(Imm(0x03), z, z, kn)   // unordered
+	zero, t := ZMM(), GP32()
+	VXORPS(zero, zero, zero)
+	VBLENDMPS(zero, out, kl, out)
+	inf := ZMM()
+	MOVL(U32(0x7f800000), t)
+	VPBROADCASTD(t, inf)
+	VBLENDMPS(inf, out, kh, out)
+	nan := ZMM()
+	VADDPS(z, z, nan)
+	VBLENDMPS(nan, out, kn, out)
 	return out
 }
 
