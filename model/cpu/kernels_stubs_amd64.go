@@ -1363,3 +1363,8 @@ func f16AxpyAVX2(n int, acc *uint16, v *uint16, vs float32)
 //
 //go:noescape
 func f16RescaleAVX2(n int, acc *uint16, ms float32)
+
+// scoreF16AVX2 returns the f16 attention score of one key with q (hd a multiple of 64).
+//
+//go:noescape
+func scoreF16AVX2(hd int, k *byte, q *byte) float32

@@ -391,6 +391,25 @@ func TestPanelsEqualPortable(t *testing.T) {
 	}
 }
 
+// TestScoreAVX2EqualsPortable checks the AVX2 one-key score kernel against
+// attnDotF16, bit for bit.
+func TestScoreAVX2EqualsPortable(t *testing.T) {
+	if !haveF16C {
+		t.Skip("no AVX2 with F16C")
+	}
+	r := rand.New(rand.NewPCG(49, 50))
+	for _, hd := range []int{64, 128, 256} {
+		for range 200 {
+			k := encode(t, ggml.F16, randBytesVec(r, hd))
+			q := encode(t, ggml.F16, randBytesVec(r, hd))
+			got, want := scoreF16AVX2(hd, &k[0], &q[0]), attnDotF16(hd, k, q)
+			if math.Float32bits(got) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(got))) {
+				t.Fatalf("hd=%d: %g (%08x), portable %g (%08x)", hd, got, math.Float32bits(got), want, math.Float32bits(want))
+			}
+		}
+	}
+}
+
 // TestScores16EqualsPortable checks the sixteen-key and the one-key score
 // kernels against the portable attention score, attnDotF16, bit for bit,
 // with awkward values.

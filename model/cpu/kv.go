@@ -230,7 +230,12 @@ func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, cappe
 					ts.k[R-1][0](hd, &keys[r*c.row], c.row, &qb[0], 0, &sc[r], 4)
 				}
 			} else {
+				avx2 := cfg.Type == ggml.F16 && hd%64 == 0 && haveF16C && !portableOnly
 				for r := range sc {
+					if avx2 { // attnDotF16's order, eight lanes at a time
+						sc[r] = scoreF16AVX2(hd, &keys[r*c.row], &qb[0])
+						continue
+					}
 					sc[r] = c.score(hd, keys[r*c.row:r*c.row+hd*esz], qb)
 				}
 			}

@@ -179,6 +179,7 @@ func main() {
 		}
 	}
 	f16AccAVX2()
+	scoreAVX2()
 	Generate()
 }
 
