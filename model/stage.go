@@ -528,8 +528,9 @@ func addTo(dst, src []float32) {
 
 // RoPE as ggml's rope computes it: theta advanced by repeated multiplication
 // in float32, divided by the pair's frequency factor when the model has
-// them, positions divided by the linear scale, cosine and sine multiplied by
-// the attention factor. Forward computes each token's angles once
+// them, positions divided by the linear scale, cosine and sine the C
+// library's (cosf, sinf: glibc's, bit for bit) multiplied by the attention
+// factor. Forward computes each token's angles once
 // (RopeAngles) for every layer and for q and k; ropeRotate applies them.
 
 // RopeAngles sets cache[i], cache[i+1] to the cosine and sine of pair i/2's
@@ -547,14 +548,17 @@ func RopeAngles(cache []float32, pos int, base, scale float32, factors []float32
 			th /= factors[i/2]
 		}
 		th *= freqScale
-		cache[i] = float32(math.Cos(float64(th))) * mscale
-		cache[i+1] = float32(math.Sin(float64(th))) * mscale
+		cache[i] = cosf(th) * mscale
+		cache[i+1] = sinf(th) * mscale
 		theta *= thetaScale
 	}
 }
 
 // ropeRotate rotates the first len(cache) dimensions of each of n heads of
-// width hd by the angles in cache (see RopeAngles).
+// width hd by the angles in cache (see RopeAngles). Each pair is
+// (fma(x0, c, -(x1*s)), fma(x0, s, x1*c)): ggml writes x0*c - x1*s and
+// x0*s + x1*c, and GCC contracts the first product of each into an FMA
+// (checked bit for bit against llama.cpp's ROPE output).
 func ropeRotate(x []float32, n, hd int, cache []float32, style RopeStyle) {
 	dims := len(cache)
 	for h := 0; h < n; h++ {
@@ -566,10 +570,33 @@ func ropeRotate(x []float32, n, hd int, cache []float32, style RopeStyle) {
 				a, b = i/2, i/2+dims/2
 			}
 			x0, x1 := v[a], v[b]
-			v[a] = x0*c - x1*s
-			v[b] = x0*s + x1*c
+			v[a] = fma32(x0, c, -(x1 * s))
+			v[b] = fma32(x0, s, x1*c)
 		}
 	}
+}
+
+// fma32 returns a*b + c rounded once to float32. a*b is exact in float64;
+// the float64 sum is corrected to round to odd where it dropped bits, so
+// that rounding it to float32 rounds the exact sum (model/cpu's fma32 does
+// the same on its hot paths).
+func fma32(a, b, c float32) float32 {
+	p, q := float64(a)*float64(b), float64(c)
+	s := p + q
+	if math.IsInf(s, 0) || math.IsNaN(s) {
+		return float32(s)
+	}
+	t := s - p
+	e := (p - (s - t)) + (q - t) // TwoSum: s + e == p + q exactly
+	if bits := math.Float64bits(s); e != 0 && bits&1 == 0 {
+		if (e > 0) == (s > 0) {
+			bits++
+		} else {
+			bits--
+		}
+		s = math.Float64frombits(bits)
+	}
+	return float32(s)
 }
 
 // Range returns the stage's layers [first, last).

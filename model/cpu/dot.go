@@ -168,6 +168,47 @@ func dotF16(n int, w, x []byte) float32 {
 	return reduceLanes(&acc)
 }
 
+// attnDotF16 is the f16 attention score (query·key), in the order of
+// ggml_vec_dot_f16 as ggml's AVX-512 build computes it for its CPU flash
+// attention: the first n&^63 elements go to four groups of 16 float32 lanes,
+// element i into group (i/16)%4, lane i%16, as acc = fma(a, b, acc) (the
+// product of two f16 values is exact, so this is one rounded addition); the
+// groups fold as g0 += g2, g1 += g3, g0 += g1, lane by lane, and g0's lanes
+// as in reduceLanes. The other n%64 products are then added one by one in
+// float64 to that sum, and the float64 total is rounded to float32. So a
+// head dimension of 64 sums ((p0+p2)+(p1+p3)) per lane, not a lane's four
+// products in turn as dotF16 (the matrix kernels' order) does.
+func attnDotF16(n int, k, q []byte) float32 {
+	k, q = k[:2*n], q[:2*n]
+	t := f16Table
+	var acc [4][lanes]float32
+	np := n &^ 63
+	for i := 0; i < np; i += 64 {
+		for g := range 4 {
+			kk, qq := (*[2 * lanes]byte)(k[2*(i+16*g):]), (*[2 * lanes]byte)(q[2*(i+16*g):])
+			for l := range lanes {
+				a := t[uint16(kk[2*l])|uint16(kk[2*l+1])<<8]
+				b := t[uint16(qq[2*l])|uint16(qq[2*l+1])<<8]
+				acc[g][l] += float32(a * b)
+			}
+		}
+	}
+	for l := range lanes {
+		acc[0][l] += acc[2][l]
+		acc[1][l] += acc[3][l]
+	}
+	for l := range lanes {
+		acc[0][l] += acc[1][l]
+	}
+	sum := float64(reduceLanes(&acc[0]))
+	for i := np; i < n; i++ {
+		a := t[binary.LittleEndian.Uint16(k[2*i:])]
+		b := t[binary.LittleEndian.Uint16(q[2*i:])]
+		sum += float64(a * b)
+	}
+	return float32(sum)
+}
+
 // dotBF16 is the bf16·bf16 kernel. Order as DotF32, but each product is
 // rounded to float32 before it is added (VMULPS then VADDPS). The product of
 // two bf16 values is exact in float32 unless it overflows or falls below

@@ -432,3 +432,41 @@ func BenchmarkVecDot(b *testing.B) {
 }
 
 var sink float32
+
+// TestAttnDotF16Order checks attnDotF16 against ggml_vec_dot_f16's order
+// written out for one and a half blocks of 64 (hd = 96): per lane l,
+// ((p[l]+p[l+32]) + (p[l+16]+p[l+48])), each sum rounded to float32; the
+// lanes folded as reduceLanes; the last 32 products added in float64. It
+// also shows that the order matters: on these inputs it differs from dotF16
+// (the matrix kernels' order) somewhere.
+func TestAttnDotF16Order(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	const hd = 96
+	differs := false
+	for range 2000 {
+		k := encode(t, ggml.F16, randBytesVec(r, hd))
+		q := encode(t, ggml.F16, randBytesVec(r, hd))
+		p := make([]float32, hd)
+		for i := range p {
+			p[i] = f16Table[binary.LittleEndian.Uint16(k[2*i:])] * f16Table[binary.LittleEndian.Uint16(q[2*i:])]
+		}
+		var lane [lanes]float32
+		for l := range lanes {
+			lane[l] = float32(p[l]+p[l+32]) + float32(p[l+16]+p[l+48])
+		}
+		sum := float64(reduceLanes(&lane))
+		for i := 64; i < hd; i++ {
+			sum += float64(p[i])
+		}
+		want := float32(sum)
+		if got := attnDotF16(hd, k, q); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("attnDotF16 = %g (%08x), want %g (%08x)", got, math.Float32bits(got), want, math.Float32bits(want))
+		}
+		if dotF16(64, k, q) != attnDotF16(64, k, q) {
+			differs = true
+		}
+	}
+	if !differs {
+		t.Error("attnDotF16 and dotF16 agree on every input: the test inputs do not exercise the order")
+	}
+}

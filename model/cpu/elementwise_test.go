@@ -27,6 +27,41 @@ func TestExpfAccuracy(t *testing.T) {
 			t.Errorf("expf(%g) = %g, want %g", c.x, got, c.want)
 		}
 	}
+	// glibc 2.43's expf where it is not float32(e^x) correctly rounded.
+	for _, c := range [][2]uint32{{0x4299b370, 0x76ea3aed}, {0x4297446d, 0x760abe82}, {0xc1c3869c, 0x2dd5b4c1},
+		{0xc0cb9438, 0x3ae24111}, {0xbf94e3cf, 0x3e9ffde6}, {0x42a7a62c, 0x7bf46db6}, {0xc01112a5, 0x3dd444f5},
+		{0xbea97ee9, 0x3f37da1d}, {0xc1c605f5, 0x2d9c6688}, {0xc16f0924, 0x34ae6eab}} {
+		x := math.Float32frombits(c[0])
+		if got := math.Float32bits(expf(x)); got != c[1] {
+			t.Errorf("expf(%g) = %08x, glibc %08x", x, got, c[1])
+		}
+	}
+}
+
+// TestVexpfAccuracy: vexpf, ggml_v_expf, is within ggml's stated bound
+// (1.45 ulp plus the final rounding: 2 ulp) of e^x where the result is a
+// normal float32, and exact at the special points. (That it is ggml's
+// function bit for bit was checked against llama.cpp's SwiGLU output:
+// TestDumpVsLlamaCpp, docs/llamacpp-agreement.md.)
+func TestVexpfAccuracy(t *testing.T) {
+	r := rand.New(rand.NewPCG(55, 56))
+	for range 200000 {
+		x := float32(r.Float64()*174 - 87)
+		got, want := vexpf(x), float32(math.Exp(float64(x)))
+		d := int64(math.Float32bits(got)) - int64(math.Float32bits(want))
+		if d < -2 || d > 2 {
+			t.Fatalf("vexpf(%g) = %g, want %g (%d ulp)", x, got, want, d)
+		}
+	}
+	inf := float32(math.Inf(1))
+	for _, c := range []struct{ x, want float32 }{{0, 1}, {-inf, 0}, {inf, inf}, {-200, 0}, {200, inf}} {
+		if got := vexpf(c.x); got != c.want {
+			t.Errorf("vexpf(%g) = %g, want %g", c.x, got, c.want)
+		}
+	}
+	if got := vexpf(float32(math.NaN())); got == got {
+		t.Errorf("vexpf(NaN) = %g", got)
+	}
 }
 
 // TestElementwiseEqualsPortable checks the SIMD expSub, SwiGLU and Q8_0
@@ -57,6 +92,28 @@ func TestElementwiseEqualsPortable(t *testing.T) {
 			cmpBits(t, "SwiGLU", g1, g2)
 		}
 	}
+	// expf at its limits and past them, in both paths.
+	lims := []float32{-103.97, -103.98, -104, -150, 88.72, 88.73, 100, 0, float32(math.Copysign(0, -1)), float32(math.Inf(-1)), float32(math.Inf(1)), float32(math.NaN())}
+	for len(lims) < 37 {
+		lims = append(lims, float32(r.Float64()*240-120))
+	}
+	e1, e2 := make([]float32, len(lims)), make([]float32, len(lims))
+	expSub(e1, lims, 0)
+	withPortable(func() { expSub(e2, lims, 0) })
+	cmpBits(t, "expSub limits", e1, e2)
+	// SwiGLU's exp at its edges: |n| > 192 (|x| above ~133) gives +Inf or
+	// 0, and the infinities and NaN pass through, in both paths.
+	inf := float32(math.Inf(1))
+	edge := []float32{0, float32(math.Copysign(0, -1)), 1, -1, 87.5, 88.8, -87.5, -103.9, -104.5, 133, 134, -133, -134, 200, -200, inf, -inf, float32(math.NaN())}
+	for len(edge)%16 != 0 || len(edge) < 48 {
+		edge = append(edge, float32(r.Float64()*600-300))
+	}
+	up := randBytesVec(r, len(edge))
+	g1 := append([]float32(nil), edge...)
+	g2 := append([]float32(nil), edge...)
+	b.SwiGLU(g1, up)
+	withPortable(func() { b.SwiGLU(g2, up) })
+	cmpBits(t, "SwiGLU edges", g1, g2)
 	for _, nb := range []int{1, 2, 3, 24, 64} {
 		for range 50 {
 			x := randBytesVec(r, 32*nb)

@@ -33,6 +33,8 @@ func f32ToF16AVX512(n int, src *float32, dst *uint16)           { panic("unreach
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32) {
 	panic("unreachable")
 }
+func scoreF16AVX512(hd int, k *byte, q *byte) float32 { panic("unreachable") }
+func scoreF16AVX2(hd int, k *byte, q *byte) float32   { panic("unreachable") }
 func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32) {
 	panic("unreachable")
 }

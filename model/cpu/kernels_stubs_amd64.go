@@ -509,7 +509,7 @@ func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //go:noescape
 func expSubAVX512(n int, x *float32, sub float32, dst *float32)
 
-// swigluAVX512 sets gate[i] = silu(gate[i]) * up[i] for i < n.
+// swigluAVX512 sets gate[i] = silu(gate[i]) * up[i] for i < n (a multiple of 16), silu with ggml_v_expf.
 //
 //go:noescape
 func swigluAVX512(n int, gate *float32, up *float32)
@@ -559,10 +559,15 @@ func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m in
 //go:noescape
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
 
-// scoresF16x16AVX512 sets out[r] to the f16 dot product of key r with q for r < 16 (hd a multiple of 16).
+// scoresF16x16AVX512 sets out[r] to the f16 attention score of key r with q for r < 16 (hd a multiple of 64).
 //
 //go:noescape
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32)
+
+// scoreF16AVX512 returns the f16 attention score of one key with q (hd a multiple of 64).
+//
+//go:noescape
+func scoreF16AVX512(hd int, k *byte, q *byte) float32
 
 // q80LanePanel_1 computes a 16-row panel of Q8_0 weights against 1 activation rows in ggml's eight-lane order.
 //
@@ -1358,3 +1363,8 @@ func f16AxpyAVX2(n int, acc *uint16, v *uint16, vs float32)
 //
 //go:noescape
 func f16RescaleAVX2(n int, acc *uint16, ms float32)
+
+// scoreF16AVX2 returns the f16 attention score of one key with q (hd a multiple of 64).
+//
+//go:noescape
+func scoreF16AVX2(hd int, k *byte, q *byte) float32

@@ -391,18 +391,34 @@ func TestPanelsEqualPortable(t *testing.T) {
 	}
 }
 
-// TestScores16EqualsPortable checks the sixteen-key score kernel against
-// the portable f16 dot product, bit for bit, with awkward values.
+// TestScoreAVX2EqualsPortable checks the AVX2 one-key score kernel against
+// attnDotF16, bit for bit.
+func TestScoreAVX2EqualsPortable(t *testing.T) {
+	if !haveF16C {
+		t.Skip("no AVX2 with F16C")
+	}
+	r := rand.New(rand.NewPCG(49, 50))
+	for _, hd := range []int{64, 128, 256} {
+		for range 200 {
+			k := encode(t, ggml.F16, randBytesVec(r, hd))
+			q := encode(t, ggml.F16, randBytesVec(r, hd))
+			got, want := scoreF16AVX2(hd, &k[0], &q[0]), attnDotF16(hd, k, q)
+			if math.Float32bits(got) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(got))) {
+				t.Fatalf("hd=%d: %g (%08x), portable %g (%08x)", hd, got, math.Float32bits(got), want, math.Float32bits(want))
+			}
+		}
+	}
+}
+
+// TestScores16EqualsPortable checks the sixteen-key and the one-key score
+// kernels against the portable attention score, attnDotF16, bit for bit,
+// with awkward values.
 func TestScores16EqualsPortable(t *testing.T) {
 	if !haveElementwise() {
 		t.Skip("no AVX-512")
 	}
 	r := rand.New(rand.NewPCG(47, 48))
-	portable, err := VecDotFor(ggml.F16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, hd := range []int{16, 32, 64, 128, 256} {
+	for _, hd := range []int{64, 128, 256} {
 		for range 20 {
 			stride := 2*hd + 2*r.IntN(3)*16
 			keys := encode(t, ggml.F16, randBytesVec(r, 16*stride/2))
@@ -410,10 +426,12 @@ func TestScores16EqualsPortable(t *testing.T) {
 			var out [16]float32
 			scoresF16x16AVX512(hd, &keys[0], stride, &q[0], &out[0])
 			for k := range 16 {
-				var want float32
-				withPortable(func() { want = portable(hd, keys[k*stride:k*stride+2*hd], q) })
-				if math.Float32bits(out[k]) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(out[k]))) {
-					t.Fatalf("hd=%d key %d: %g (%08x), portable %g (%08x)", hd, k, out[k], math.Float32bits(out[k]), want, math.Float32bits(want))
+				want := attnDotF16(hd, keys[k*stride:k*stride+2*hd], q)
+				one := scoreF16AVX512(hd, &keys[k*stride], &q[0])
+				for _, got := range []float32{out[k], one} {
+					if math.Float32bits(got) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(got))) {
+						t.Fatalf("hd=%d key %d: %g (%08x) and one key %g, portable %g (%08x)", hd, k, out[k], math.Float32bits(out[k]), one, want, math.Float32bits(want))
+					}
 				}
 			}
 		}

@@ -63,7 +63,7 @@ type KV struct {
 	row   int    // bytes of one KV head at one position: a head's keys are row apart
 	hstep int    // bytes between two KV heads' data in a block (BlockSize*row)
 	k, v  []byte // [layer][block][KV head][position][HeadDim]
-	dot   VecDot
+	score VecDot // a key's score: attnDotF16 for f16, else the type's dot
 }
 
 // NewKV allocates a pool. A zero BlockSize means DefaultBlockSize.
@@ -81,10 +81,13 @@ func NewKV(cfg KVConfig) (*KV, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Type == ggml.F16 {
+		dot = attnDotF16
+	}
 	return &KV{
 		cfg: cfg, kvDim: kvDim, row: row, hstep: cfg.BlockSize * row,
 		k: make([]byte, n), v: make([]byte, n),
-		dot: dot,
+		score: dot,
 	}, nil
 }
 
@@ -148,8 +151,10 @@ func f32ToF16(dst []uint16, src []float32) {
 // attention, so that greedy output follows llama.cpp's on the same file:
 //
 //   - the query is converted to the storage type (f16 by default) and each
-//     key j = lo..pos is scored with the storage type's VecDot, times scale
-//     (1/sqrt(HeadDim), or 1 where the queries carry the scale);
+//     key j = lo..pos is scored, times scale (1/sqrt(HeadDim), or 1 where
+//     the queries carry the scale): f16 keys with attnDotF16 (the order of
+//     ggml_vec_dot_f16, which ggml's flash attention calls), f32 ones with
+//     the type's VecDot;
 //   - the softmax is online, in position order from lo: a running maximum M, a
 //     running sum S = S*ms + vs (one rounding), and a value accumulator held
 //     in the storage type. A score above M rescales the accumulator by
@@ -198,6 +203,9 @@ func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, cappe
 	n := pos + 1
 	scores := scratch[:n-lo] // scores[j-lo] is key j's
 	ts := tilesFor(cfg.Type)
+	if cfg.Type == ggml.F16 {
+		ts = nil // the scores take attnDotF16's order, not the matrix kernels'
+	}
 	for h := 0; h < cfg.Heads; h++ {
 		kvh := h / group
 		qh := q[h*hd : (h+1)*hd]
@@ -222,8 +230,13 @@ func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, cappe
 					ts.k[R-1][0](hd, &keys[r*c.row], c.row, &qb[0], 0, &sc[r], 4)
 				}
 			} else {
+				avx2 := cfg.Type == ggml.F16 && hd%64 == 0 && haveF16C && !portableOnly
 				for r := range sc {
-					sc[r] = c.dot(hd, keys[r*c.row:r*c.row+hd*esz], qb)
+					if avx2 { // attnDotF16's order, eight lanes at a time
+						sc[r] = scoreF16AVX2(hd, &keys[r*c.row], &qb[0])
+						continue
+					}
+					sc[r] = c.score(hd, keys[r*c.row:r*c.row+hd*esz], qb)
 				}
 			}
 			capScores(sc, scale, capped)
@@ -399,10 +412,20 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 						// and their scores fit the chunk; the ones past seg
 						// are scored too (stale keys of the block) and left
 						// for the next segment to overwrite.
-						if f16 && hd%16 == 0 && seg-r > 4 && (j+r)%bs+16 <= bs && k+r+16 <= softmaxChunk {
+						if f16 && hd%64 == 0 && seg-r > 4 && (j+r)%bs+16 <= bs && k+r+16 <= softmaxChunk {
 							_ = c.k[off+r*c.row+15*c.row+hd*esz-1]
 							scoresF16x16AVX512(hd, &c.k[off+r*c.row], c.row, &qb[hh][0], &sc[hh][k+r])
 							r += 16
+							continue
+						}
+						if f16 { // attnDotF16's order, one key at a time
+							kr := c.k[off+r*c.row : off+r*c.row+hd*esz]
+							if hd%64 == 0 {
+								s[k+r] = scoreF16AVX512(hd, &kr[0], &qb[hh][0])
+							} else {
+								s[k+r] = attnDotF16(hd, kr, qb[hh])
+							}
+							r++
 							continue
 						}
 						R := min(ts.maxR, seg-r)

@@ -3,6 +3,7 @@ package main
 import (
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
 )
 
 // f16AccAVX2 emits the two element loops of Attend's portable online
@@ -63,4 +64,56 @@ func f16AccAVX2() {
 		Label("done")
 		ret()
 	}
+}
+
+// scoreAVX2 emits func(hd int, k *byte, q *byte) float32: one key's f16
+// attention score in attnDotF16's order (package cpu) for CPUs with AVX2,
+// FMA and F16C, hd a multiple of 64: each group of 16 lanes is a pair of
+// YMM registers, the groups fold as g0+g2, g1+g3, g0+g1, and the lanes as
+// reduceLanes (upper eight onto lower, then four, two, one).
+func scoreAVX2() {
+	TEXT("scoreF16AVX2", NOSPLIT, "func(hd int, k *byte, q *byte) float32")
+	Pragma("noescape")
+	Doc("scoreF16AVX2 returns the f16 attention score of one key with q (hd a multiple of 64).")
+	n := param("hd")
+	kb := param("k")
+	qb := param("q")
+	var acc [4][2]reg.VecVirtual
+	for g := range acc {
+		for h := range acc[g] {
+			acc[g][h] = YMM()
+			VXORPS(acc[g][h], acc[g][h], acc[g][h])
+		}
+	}
+	Label("loop")
+	for g := range 4 {
+		for h := range 2 {
+			qy, ky := YMM(), YMM()
+			VCVTPH2PS(Mem{Base: qb, Disp: 32*g + 16*h}, qy)
+			VCVTPH2PS(Mem{Base: kb, Disp: 32*g + 16*h}, ky)
+			VFMADD231PS(qy, ky, acc[g][h])
+		}
+	}
+	ADDQ(Imm(128), qb)
+	ADDQ(Imm(128), kb)
+	SUBQ(Imm(64), n)
+	JNZ(LabelRef("loop"))
+	for h := range 2 {
+		VADDPS(acc[2][h], acc[0][h], acc[0][h])
+		VADDPS(acc[3][h], acc[1][h], acc[1][h])
+		VADDPS(acc[1][h], acc[0][h], acc[0][h])
+	}
+	x := acc[0][0]
+	VADDPS(acc[0][1], x, x) // lane j += lane j+8
+	h4 := XMM()
+	VEXTRACTF128(Imm(1), x, h4)
+	VADDPS(h4, x.AsX(), h4) // += lane j+4
+	h2 := XMM()
+	VMOVHLPS(h4, h4, h2)
+	VADDPS(h2, h4, h4) // += lane j+2
+	h1 := XMM()
+	VMOVSHDUP(h4, h1)
+	VADDSS(h1, h4, h4) // += lane j+1
+	Store(h4, ReturnIndex(0))
+	ret()
 }

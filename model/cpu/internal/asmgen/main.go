@@ -107,6 +107,7 @@ func main() {
 	}
 	expConsts()
 	expSub()
+	vexpConsts()
 	swiGLU()
 	quantQ80()
 	f32ToF16()
@@ -118,6 +119,7 @@ func main() {
 		softmaxValues(false, H)
 	}
 	scores16()
+	score1()
 	for C := 1; C <= maxPanelC; C++ {
 		q80LanePanel(C)
 		panelKernel("q40Panel", "Q4_0", C, true, false)
@@ -177,6 +179,7 @@ func main() {
 		}
 	}
 	f16AccAVX2()
+	scoreAVX2()
 	Generate()
 }
 
@@ -195,56 +198,104 @@ func ret() {
 	RET()
 }
 
-// expCoef are the constants of expf (see expf in package cpu, whose order
-// these kernels follow): the clamp bounds, log2(e), ln 2 split in two, and
-// the Taylor coefficients 1/i! for i = 0..11.
-var expTab Mem
+// expTab holds expZ's constants (see expf in package cpu, whose order it
+// follows): float64 32/ln 2, the rounding shift, the polynomial's C0, C1,
+// C2, 1 and the index mask 31, then the 32 entries of 2^(i/32) less i<<47;
+// expLim the float32 limits below which expf is 0 and above which +Inf.
+var expTab, expLim Mem
 
 func expConsts() {
 	expTab = GLOBL("expTab", RODATA|NOPTR)
-	vals := []float64{-104.5, 89, math.Log2E, ln2Hi, ln2Lo}
-	f := 1.0
-	for i := 0; i <= 11; i++ {
-		if i > 0 {
-			f *= float64(i)
-		}
-		vals = append(vals, 1/f)
-	}
+	vals := []float64{0x1.71547652b82fep+0 * 32, 0x1.8p+52, 0x1.c6af84b912394p-5 / 32 / 32 / 32,
+		0x1.ebfce50fac4f3p-3 / 32 / 32, 0x1.62e42ff0c52d6p-1 / 32, 1}
 	for i, v := range vals {
 		DATA(8*i, U64(math.Float64bits(v))) // F64 prints 1 as the integer $(1)
 	}
+	DATA(8*len(vals), U64(31))
+	for i, t := range expTable {
+		DATA(8*(expTabT/8+i), U64(t))
+	}
+	expLim = GLOBL("expLim", RODATA|NOPTR)
+	DATA(0, U32(math.Float32bits(-0x1.9fe368p6)))
+	DATA(4, U32(math.Float32bits(0x1.62e42ep6)))
 }
 
+// expTab offsets.
 const (
-	ln2Hi = math.Ln2
-	ln2Lo = 2.3190468138462996e-17 // ln 2 - ln2Hi
+	expTabInvLn2N, expTabShift, expTabC0, expTabC1, expTabC2, expTabOne, expTabMask = 0, 8, 16, 24, 32, 40, 48
+	expTabT                                                                         = 56
 )
 
-// expZ returns expf of the 16 float32 lanes of z.
+// expTable is package cpu's expTable: 2^(i/32) less i<<47, as bits.
+var expTable = [32]uint64{
+	0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+	0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+	0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+	0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+	0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+	0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+	0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+	0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+}
+
+// expZ returns expf (glibc's) of the 16 float32 lanes of z: each half in
+// float64, 2^(k/32) gathered from expTab, then the limits and NaN blended in.
 func expZ(z reg.VecVirtual) reg.VecVirtual {
+	at := func(off int) Mem { return expTab.Offset(off) }
+	tab := GP64()
+	LEAQ(at(expTabT), tab)
 	hiY := YMM()
 	VEXTRACTF64X4(Imm(1), z, hiY)
 	lo, hi := ZMM(), ZMM()
 	VCVTPS2PD(z.AsY(), lo)
 	VCVTPS2PD(hiY, hi)
 	for _, h := range []reg.VecVirtual{lo, hi} {
-		VMAXPD_BCST(expTab.Offset(0), h, h) // NaN stays NaN: it is the second source
-		VMINPD_BCST(expTab.Offset(8), h, h)
-		k := ZMM()
-		VMULPD_BCST(expTab.Offset(16), h, k)
-		VRNDSCALEPD(Imm(0), k, k)                  // round to nearest even
-		VFNMADD231PD_BCST(expTab.Offset(24), k, h) // r = fma(-k, ln2Hi, x)
-		VFNMADD231PD_BCST(expTab.Offset(32), k, h) // r = fma(-k, ln2Lo, r)
-		p := ZMM()
-		VBROADCASTSD(expTab.Offset(8*(5+11)), p)
-		for i := 10; i >= 0; i-- {
-			VFMADD213PD_BCST(expTab.Offset(8*(5+i)), h, p) // p = fma(p, r, c_i)
-		}
-		VSCALEFPD(k, p, p)
+		zz := ZMM()
+		VMULPD_BCST(at(expTabInvLn2N), h, zz) // z = x*32/ln 2
+		kd := ZMM()
+		VADDPD_BCST(at(expTabShift), zz, kd) // its low bits hold k
+		idx := ZMM()
+		VPANDQ_BCST(at(expTabMask), kd, idx)
+		s := ZMM()
+		all := K()
+		KXNORB(all, all, all)
+		VXORPD(s, s, s)
+		VGATHERQPD(Mem{Base: tab, Index: idx, Scale: 8}, all, s)
+		e := ZMM()
+		VPSLLQ(Imm(47), kd, e)
+		VPADDQ(e, s, s) // s = 2^(k/32)
+		r := ZMM()
+		VSUBPD_BCST(at(expTabShift), kd, r)
+		VSUBPD(r, zz, r) // r = z - k
+		p, q, r2 := ZMM(), ZMM(), ZMM()
+		VBROADCASTSD(at(expTabC0), p)
+		VFMADD213PD_BCST(at(expTabC1), r, p) // C0*r + C1
+		VBROADCASTSD(at(expTabC2), q)
+		VFMADD213PD_BCST(at(expTabOne), r, q) // C2*r + 1
+		VMULPD(r, r, r2)
+		VFMADD213PD(q, r2, p) // (C0*r + C1)*r² + (C2*r + 1)
+		VMULPD(s, p, p)
 		VCVTPD2PS(p, h.AsY())
 	}
 	out := ZMM()
 	VINSERTF64X4(Imm(1), hi.AsY(), lo, out)
+	// Below the low limit 0, above the high one +Inf, NaN x+x.
+	lim, kl, kh, kn := ZMM(), K(), K(), K()
+	VBROADCASTSS(expLim.Offset(0), lim)
+	VCMPPS(Imm(0x11), lim, z, kl) // z < lo, ordered
+	VBROADCASTSS(expLim.Offset(4), lim)
+	VCMPPS(Imm(0x1e), lim, z, kh) // z > hi, ordered
+	VCMPPS(Imm(0x03), z, z, kn)   // unordered
+	zero, t := ZMM(), GP32()
+	VXORPS(zero, zero, zero)
+	VBLENDMPS(zero, out, kl, out)
+	inf := ZMM()
+	MOVL(U32(0x7f800000), t)
+	VPBROADCASTD(t, inf)
+	VBLENDMPS(inf, out, kh, out)
+	nan := ZMM()
+	VADDPS(z, z, nan)
+	VBLENDMPS(nan, out, kn, out)
 	return out
 }
 
@@ -292,12 +343,78 @@ func expSub() {
 	ret()
 }
 
+// vexpTab holds vexpZ's float32 constants (see vexpf in package cpu): the
+// shift 1.5*2^23, log2(e), ln 2 in two parts, the polynomial's C5..C1, 1,
+// 192, +Inf and the absolute-value mask.
+var vexpTab Mem
+
+func vexpConsts() {
+	vexpTab = GLOBL("vexpTab", RODATA|NOPTR)
+	vals := []float32{0x1.8p23, 0x1.715476p+0, 0x1.62e4p-1, 0x1.7f7d1cp-20,
+		0x1.0e4020p-7, 0x1.573e2ep-5, 0x1.555e66p-3, 0x1.fffdb6p-2, 0x1.ffffecp-1, 1, 192}
+	for i, v := range vals {
+		DATA(4*i, U32(math.Float32bits(v)))
+	}
+	DATA(4*len(vals), U32(0x7f800000))   // +Inf
+	DATA(4*len(vals)+4, U32(0x7fffffff)) // |x| mask
+}
+
+// vexp offsets into vexpTab.
+const (
+	vxShift, vxLog2E, vxLn2Hi, vxLn2Lo = 0, 4, 8, 12
+	vxC5, vxC4, vxC3, vxC2, vxC1       = 16, 20, 24, 28, 32
+	vxOne, vx192, vxInf, vxAbs         = 36, 40, 44, 48
+)
+
+// vexpZ returns ggml_v_expf of the 16 float32 lanes of x (vexpf in package
+// cpu), every FMA as ggml's source writes it.
+func vexpZ(x reg.VecVirtual) reg.VecVirtual {
+	at := func(off int) Mem { return vexpTab.Offset(off) }
+	shift, z := ZMM(), ZMM()
+	VBROADCASTSS(at(vxShift), shift)
+	VBROADCASTSS(at(vxLog2E), z)
+	VFMADD213PS(shift, x, z) // z = x*log2(e) + shift
+	n := ZMM()
+	VSUBPS(shift, z, n) // n = z - shift
+	b := ZMM()
+	VMOVAPS(x, b)
+	VFNMADD231PS_BCST(at(vxLn2Hi), n, b) // b = x - n*ln2Hi
+	VFNMADD231PS_BCST(at(vxLn2Lo), n, b) // b -= n*ln2Lo
+	u := ZMM()
+	VMULPS(b, b, u)
+	p, q, l := ZMM(), ZMM(), ZMM()
+	VBROADCASTSS(at(vxC5), p)
+	VFMADD213PS_BCST(at(vxC4), b, p) // p = C5*b + C4
+	VBROADCASTSS(at(vxC3), q)
+	VFMADD213PS_BCST(at(vxC2), b, q) // q = C3*b + C2
+	VFMADD213PS(q, u, p)             // p = p*u + q
+	VBROADCASTSS(at(vxC1), l)
+	VFMADD213PS_BCST(at(vxOne), b, l) // l = C1*b + 1
+	VFMADD213PS(l, u, p)              // j = p*u + l
+	res := ZMM()
+	VSCALEFPS(n, p, res) // j * 2^n
+	// |n| > 192: +Inf for n > 0, 0 otherwise.
+	a, c := ZMM(), ZMM()
+	VPANDD_BCST(at(vxAbs), n, a)
+	VBROADCASTSS(at(vx192), c)
+	far, low := K(), K()
+	VCMPPS(Imm(0x1e), c, a, far) // |n| > 192, ordered
+	zero, alt := ZMM(), ZMM()
+	VXORPS(zero, zero, zero)
+	VCMPPS(Imm(0x12), zero, n, low) // n <= 0, ordered
+	VBROADCASTSS(at(vxInf), alt)
+	VBLENDMPS(zero, alt, low, alt)
+	VBLENDMPS(alt, res, far, res)
+	return res
+}
+
 // swiGLU emits func(n int, gate, up *float32): gate[i] = gate[i] / (1 +
-// expf(-gate[i])) * up[i], each operation rounded to float32.
+// vexpf(-gate[i])) * up[i], each operation rounded to float32, for n a
+// multiple of 16 (ggml's SwiGLU; the Go code does the rest of a row).
 func swiGLU() {
 	TEXT("swigluAVX512", NOSPLIT, "func(n int, gate, up *float32)")
 	Pragma("noescape")
-	Doc("swigluAVX512 sets gate[i] = silu(gate[i]) * up[i] for i < n.")
+	Doc("swigluAVX512 sets gate[i] = silu(gate[i]) * up[i] for i < n (a multiple of 16), silu with ggml_v_expf.")
 	n := param("n")
 	g := param("gate")
 	u := param("up")
@@ -308,39 +425,23 @@ func swiGLU() {
 	MOVL(U32(0x3f800000), t)
 	one := ZMM()
 	VPBROADCASTD(t, one)
-	body := func(k reg.OpmaskVirtual) {
-		z, up := ZMM(), ZMM()
-		if k == nil {
-			VMOVUPS(Mem{Base: g}, z)
-			VMOVUPS(Mem{Base: u}, up)
-		} else {
-			VMOVUPS_Z(Mem{Base: g}, k, z)
-			VMOVUPS_Z(Mem{Base: u}, k, up)
-		}
-		neg := ZMM()
-		VPXORD(sign, z, neg)
-		e := expZ(neg)
-		VADDPS(one, e, e)
-		VDIVPS(e, z, z)
-		VMULPS(up, z, z)
-		if k == nil {
-			VMOVUPS(z, Mem{Base: g})
-		} else {
-			VMOVUPS(z, k, Mem{Base: g})
-		}
-	}
 	Label("loop")
 	CMPQ(n, Imm(16))
-	JL(LabelRef("tail"))
-	body(nil)
+	JL(LabelRef("done"))
+	z, up := ZMM(), ZMM()
+	VMOVUPS(Mem{Base: g}, z)
+	VMOVUPS(Mem{Base: u}, up)
+	neg := ZMM()
+	VPXORD(sign, z, neg)
+	e := vexpZ(neg)
+	VADDPS(one, e, e)
+	VDIVPS(e, z, z)
+	VMULPS(up, z, z)
+	VMOVUPS(z, Mem{Base: g})
 	ADDQ(Imm(64), g)
 	ADDQ(Imm(64), u)
 	SUBQ(Imm(16), n)
 	JMP(LabelRef("loop"))
-	Label("tail")
-	TESTQ(n, n)
-	JZ(LabelRef("done"))
-	body(tailMask(n))
 	Label("done")
 	ret()
 }
@@ -1393,54 +1494,55 @@ func halfAVX2(t *tile, bf16 bool) {
 }
 
 // scores16 emits func(hd int, k *byte, stride int, q *byte, out *float32):
-// out[r] = the f16 dot product of key r (at k + r*stride) with q, for r <
-// 16, in dotF16's order (element i into lane i%16, then reduceLanes' fold);
-// hd is a multiple of 16. The sixteen folds run side by side, two keys per
-// register at the first level and four at the last, with the very additions
-// of reduceLanes; a permutation then puts the keys in order.
+// out[r] = the f16 attention score of key r (at k + r*stride) with q, for r
+// < 16, in attnDotF16's order (ggml_vec_dot_f16's); hd is a multiple of 64.
+// Four keys at a time hold four accumulators each (group g of every 64
+// elements in accumulator g), folded g0+g2, g1+g3, then together; the
+// sixteen keys' lane folds then run side by side, two keys per register at
+// the first level and four at the last, with the very additions of
+// reduceLanes; a permutation puts the keys in order.
 func scores16() {
 	TEXT("scoresF16x16AVX512", NOSPLIT, "func(hd int, k *byte, stride int, q *byte, out *float32)")
 	Pragma("noescape")
-	Doc("scoresF16x16AVX512 sets out[r] to the f16 dot product of key r with q for r < 16 (hd a multiple of 16).")
+	Doc("scoresF16x16AVX512 sets out[r] to the f16 attention score of key r with q for r < 16 (hd a multiple of 64).")
 	n := param("hd")
 	kp := param("k")
 	st := param("stride")
 	qp := param("q")
 	st3 := GP64()
 	LEAQ(Mem{Base: st, Index: st, Scale: 2}, st3)
-	base := [4]reg.GPVirtual{kp, GP64(), GP64(), GP64()}
-	for i := 1; i < 4; i++ {
-		LEAQ(Mem{Base: base[i-1], Index: st, Scale: 4}, base[i])
+	keys := make([]reg.VecVirtual, 16)
+	for g := range 4 {
+		kb, qb, cnt := GP64(), GP64(), GP64()
+		MOVQ(kp, kb)
+		MOVQ(qp, qb)
+		MOVQ(n, cnt)
+		if g < 3 {
+			LEAQ(Mem{Base: kp, Index: st, Scale: 4}, kp) // the next four keys
+		}
+		acc := groupAccumulators(4)
+		Label(fmt.Sprintf("keys%d", g))
+		for j := range 4 {
+			qz := ZMM()
+			VCVTPH2PS(Mem{Base: qb, Disp: 32 * j}, qz)
+			for r := range 4 {
+				kz := ZMM()
+				VCVTPH2PS(rowMem(kb, st, st3, r, 32*j), kz)
+				VFMADD231PS(qz, kz, acc[r][j])
+			}
+		}
+		ADDQ(Imm(128), qb)
+		ADDQ(Imm(128), kb)
+		SUBQ(Imm(64), cnt)
+		JNZ(LabelRef(fmt.Sprintf("keys%d", g)))
+		for r := range 4 {
+			keys[4*g+r] = foldGroups(acc[r])
+		}
 	}
-	key := func(r, disp int) Mem {
-		return rowMem(base[r/4], st, st3, r%4, disp)
-	}
-	acc := make([]reg.VecVirtual, 16)
-	for r := range acc {
-		acc[r] = ZMM()
-		VXORPS(acc[r], acc[r], acc[r])
-	}
-	Label("loop")
-	CMPQ(n, Imm(16))
-	JL(LabelRef("fold"))
-	qz := ZMM()
-	VCVTPH2PS(Mem{Base: qp}, qz)
-	for r := range acc {
-		kz := ZMM()
-		VCVTPH2PS(key(r, 0), kz)
-		VFMADD231PS(qz, kz, acc[r])
-	}
-	ADDQ(Imm(32), qp)
-	for _, b := range base {
-		ADDQ(Imm(32), b)
-	}
-	SUBQ(Imm(16), n)
-	JMP(LabelRef("loop"))
-	Label("fold")
 	// The folds of reduceLanes, sixteen keys at a time: lane j += lane j+8
 	// (two keys per register), += lane j+4 (four keys, one per 128-bit
 	// lane), += lane j+2, += lane j+1; then lane 4q+i holds key q+4i.
-	z := foldLevel(acc, VSHUFF32X4, 0x44, 0xee)
+	z := foldLevel(keys, VSHUFF32X4, 0x44, 0xee)
 	u := foldLevel(z, VSHUFF32X4, 0x88, 0xdd)
 	v := foldLevel(u, VSHUFPS, 0x44, 0xee)
 	r := foldLevel(v, VSHUFPS, 0x88, 0xdd)[0]
@@ -1453,6 +1555,67 @@ func scores16() {
 	VPERMPS(r, idx, r)
 	op := param("out")
 	VMOVUPS(r, Mem{Base: op})
+	ret()
+}
+
+// groupAccumulators returns keys×4 zeroed registers: acc[r][g] is key r's
+// accumulator of group g (elements 16g..16g+15 of every 64).
+func groupAccumulators(keys int) [][4]reg.VecVirtual {
+	acc := make([][4]reg.VecVirtual, keys)
+	for r := range acc {
+		for g := range 4 {
+			acc[r][g] = ZMM()
+			VXORPS(acc[r][g], acc[r][g], acc[r][g])
+		}
+	}
+	return acc
+}
+
+// foldGroups folds one key's four group accumulators as
+// ggml_vec_dot_f16 does: g0 += g2, g1 += g3, g0 += g1.
+func foldGroups(g [4]reg.VecVirtual) reg.VecVirtual {
+	VADDPS(g[2], g[0], g[0])
+	VADDPS(g[3], g[1], g[1])
+	VADDPS(g[1], g[0], g[0])
+	return g[0]
+}
+
+// score1 emits func(hd int, k *byte, q *byte) float32: one key's f16
+// attention score in attnDotF16's order, hd a multiple of 64; the lane fold
+// is reduceLanes' (upper half onto lower, four times).
+func score1() {
+	TEXT("scoreF16AVX512", NOSPLIT, "func(hd int, k *byte, q *byte) float32")
+	Pragma("noescape")
+	Doc("scoreF16AVX512 returns the f16 attention score of one key with q (hd a multiple of 64).")
+	n := param("hd")
+	kb := param("k")
+	qb := param("q")
+	acc := groupAccumulators(1)[0]
+	Label("loop")
+	for j := range 4 {
+		qz, kz := ZMM(), ZMM()
+		VCVTPH2PS(Mem{Base: qb, Disp: 32 * j}, qz)
+		VCVTPH2PS(Mem{Base: kb, Disp: 32 * j}, kz)
+		VFMADD231PS(qz, kz, acc[j])
+	}
+	ADDQ(Imm(128), qb)
+	ADDQ(Imm(128), kb)
+	SUBQ(Imm(64), n)
+	JNZ(LabelRef("loop"))
+	x := foldGroups(acc)
+	hi := YMM()
+	VEXTRACTF64X4(Imm(1), x, hi)
+	VADDPS(hi, x.AsY(), hi) // lane j += lane j+8
+	h4 := XMM()
+	VEXTRACTF128(Imm(1), hi, h4)
+	VADDPS(h4, hi.AsX(), h4) // += lane j+4
+	h2 := XMM()
+	VMOVHLPS(h4, h4, h2)
+	VADDPS(h2, h4, h4) // += lane j+2
+	h1 := XMM()
+	VMOVSHDUP(h4, h1)
+	VADDSS(h1, h4, h4) // += lane j+1
+	Store(h4, ReturnIndex(0))
 	ret()
 }
 
