@@ -16,8 +16,11 @@ func TestAVX2KernelsForEveryType(t *testing.T) {
 	if !haveF16C {
 		t.Skip("no AVX2, FMA and F16C")
 	}
-	avx2Only = true
-	defer func() { avx2Only = false }()
+	// Whatever STRATA_CPU the test process runs under (portable included),
+	// this test is about the AVX2 kernels.
+	savedAVX2, savedPortable := avx2Only, portableOnly
+	avx2Only, portableOnly = true, false
+	defer func() { avx2Only, portableOnly = savedAVX2, savedPortable }()
 	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0,
 		ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL, ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
 		if isa := ISA(typ); !strings.HasSuffix(isa, "AVX2") {
