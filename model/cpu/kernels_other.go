@@ -35,6 +35,9 @@ func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32) {
 }
 func scoreF16AVX512(hd int, k *byte, q *byte) float32 { panic("unreachable") }
 func scoreF16AVX2(hd int, k *byte, q *byte) float32   { panic("unreachable") }
+func scoreF16Tail(n int, k *byte, q *byte, sum float64) float32 {
+	panic("unreachable")
+}
 func f16ScaleAVX512(n int, src *uint16, scale float32, dst *float32) {
 	panic("unreachable")
 }

@@ -1368,3 +1368,8 @@ func f16RescaleAVX2(n int, acc *uint16, ms float32)
 //
 //go:noescape
 func scoreF16AVX2(hd int, k *byte, q *byte) float32
+
+// scoreF16Tail adds the n products of the f16 values at k and q to sum in float64, in order, and rounds the total to float32.
+//
+//go:noescape
+func scoreF16Tail(n int, k *byte, q *byte, sum float64) float32

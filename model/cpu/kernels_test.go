@@ -410,6 +410,33 @@ func TestScoreAVX2EqualsPortable(t *testing.T) {
 	}
 }
 
+// TestScoreRestEqualsPortable checks scoreF16Rest — the vector kernels on
+// the first hd&^63 elements, scoreF16Tail's float64 additions on the rest —
+// against attnDotF16 bit for bit, on the head dimensions that are not a
+// multiple of 64 (the tests' 16, stories260K's 8, Phi-3's 96), through the
+// AVX2 kernel and, where the CPU has it, the AVX-512 one.
+func TestScoreRestEqualsPortable(t *testing.T) {
+	if !haveF16C {
+		t.Skip("no AVX2 with F16C")
+	}
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, avx512 := range []bool{false, true} {
+		if avx512 && !haveElementwise() {
+			continue
+		}
+		for _, hd := range []int{2, 8, 16, 32, 80, 96, 112, 200} {
+			for range 200 {
+				k := encode(t, ggml.F16, randBytesVec(r, hd))
+				q := encode(t, ggml.F16, randBytesVec(r, hd))
+				got, want := scoreF16Rest(hd, k, q, avx512), attnDotF16(hd, k, q)
+				if math.Float32bits(got) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(got))) {
+					t.Fatalf("avx512 %v hd=%d: %g (%08x), portable %g (%08x)", avx512, hd, got, math.Float32bits(got), want, math.Float32bits(want))
+				}
+			}
+		}
+	}
+}
+
 // TestScores16EqualsPortable checks the sixteen-key and the one-key score
 // kernels against the portable attention score, attnDotF16, bit for bit,
 // with awkward values.

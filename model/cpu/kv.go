@@ -230,10 +230,14 @@ func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, cappe
 					ts.k[R-1][0](hd, &keys[r*c.row], c.row, &qb[0], 0, &sc[r], 4)
 				}
 			} else {
-				avx2 := cfg.Type == ggml.F16 && hd%64 == 0 && haveF16C && !portableOnly
+				avx2 := cfg.Type == ggml.F16 && haveF16C && !portableOnly
 				for r := range sc {
-					if avx2 { // attnDotF16's order, eight lanes at a time
+					if avx2 && hd%64 == 0 { // attnDotF16's order, eight lanes at a time
 						sc[r] = scoreF16AVX2(hd, &keys[r*c.row], &qb[0])
+						continue
+					}
+					if avx2 {
+						sc[r] = scoreF16Rest(hd, keys[r*c.row:r*c.row+hd*esz], qb, false)
 						continue
 					}
 					sc[r] = c.score(hd, keys[r*c.row:r*c.row+hd*esz], qb)
@@ -423,7 +427,7 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 							if hd%64 == 0 {
 								s[k+r] = scoreF16AVX512(hd, &kr[0], &qb[hh][0])
 							} else {
-								s[k+r] = attnDotF16(hd, kr, qb[hh])
+								s[k+r] = scoreF16Rest(hd, kr, qb[hh], true)
 							}
 							r++
 							continue
@@ -539,4 +543,24 @@ func (c *KV) Read(layer int, blocks []int32, pos int, k, v []float32) {
 			}
 		}
 	}
+}
+
+// scoreF16Rest is attnDotF16 through the SIMD kernels for a head dimension
+// that is not a multiple of 64 (stories260K's 8, Phi-3's 96): the first
+// hd&^63 elements by scoreF16AVX512 (avx512) or scoreF16AVX2, the other
+// hd%64 products added in float64, in order, by scoreF16Tail. Bit for bit
+// attnDotF16, without its portable loop (which the race detector made slow
+// enough, on 1,800-token prompts, for the progress deadline to fail them).
+func scoreF16Rest(hd int, k, q []byte, avx512 bool) float32 {
+	k, q = k[:2*hd], q[:2*hd]
+	np := hd &^ 63
+	var sum float64
+	if np > 0 {
+		if avx512 {
+			sum = float64(scoreF16AVX512(np, &k[0], &q[0]))
+		} else {
+			sum = float64(scoreF16AVX2(np, &k[0], &q[0]))
+		}
+	}
+	return scoreF16Tail(hd-np, &k[2*np], &q[2*np], sum)
 }

@@ -117,3 +117,46 @@ func scoreAVX2() {
 	Store(h4, ReturnIndex(0))
 	ret()
 }
+
+// scoreTail emits func(n int, k *byte, q *byte, sum float64) float32: the
+// last n%64 products of attnDotF16 (package cpu), added one by one in
+// float64 to sum (the float64 of the first elements' lane sum), rounded to
+// float32 at the end — ggml_vec_dot_f16's leftover loop. Each product of
+// two f16 values is exact in float32 (VMULSS), so widening it is exact and
+// the only roundings are the float64 additions, in element order. Scalar
+// VEX code with F16C: AVX2 and AVX-512 machines both run it, so a head
+// dimension that is not a multiple of 64 (8, 16, 96, 80…) no longer falls
+// to the portable Go loop.
+func scoreTail() {
+	TEXT("scoreF16Tail", NOSPLIT, "func(n int, k *byte, q *byte, sum float64) float32")
+	Pragma("noescape")
+	Doc("scoreF16Tail adds the n products of the f16 values at k and q to sum in float64, in order, and rounds the total to float32.")
+	n := param("n")
+	kb := param("k")
+	qb := param("q")
+	s := XMM()
+	Load(Param("sum"), s)
+	g := GP32()
+	a, b := XMM(), XMM()
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	MOVWLZX(Mem{Base: kb}, g)
+	VMOVD(g, a)
+	VCVTPH2PS(a, a)
+	MOVWLZX(Mem{Base: qb}, g)
+	VMOVD(g, b)
+	VCVTPH2PS(b, b)
+	VMULSS(b, a, a)    // exact: f16 × f16 fits a float32
+	VCVTSS2SD(a, a, a) // exact
+	VADDSD(a, s, s)
+	ADDQ(Imm(2), kb)
+	ADDQ(Imm(2), qb)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+	Label("done")
+	r := XMM()
+	VCVTSD2SS(s, r, r)
+	Store(r, ReturnIndex(0))
+	ret()
+}

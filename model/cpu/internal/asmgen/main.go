@@ -180,6 +180,7 @@ func main() {
 	}
 	f16AccAVX2()
 	scoreAVX2()
+	scoreTail()
 	Generate()
 }
 
