@@ -235,6 +235,11 @@ type Core struct {
 	// busySince is since when batches have been in flight without any of
 	// them getting an answer (zero: none in flight); see Progress.
 	busySince time.Time
+	// misses counts the progress deadlines passed since the last answer:
+	// each doubles the next deadline (up to 8×), so a batch that is only
+	// slow — a prefill chunk longer than the decode-scaled deadline — gets
+	// the time it needs on its retries instead of failing every one of them.
+	misses int
 
 	notReady    time.Time // since when no pipeline is ready (zero: ready)
 	notReadyWhy string
@@ -378,7 +383,15 @@ func (c *Core) StageTime(id string, mean time.Duration) []Action {
 // shell reports it whenever it changes (a dispatch into an idle pipeline,
 // an answer). Tick declares the pipeline stuck when that lasts past the
 // progress deadline (ProgressDeadline).
+//
+// An answer shows as the clock moving while it runs: to a later time
+// (batches still in flight) or to zero (none left); a dispatch into an idle
+// pipeline starts it from zero, and a pause (a passed deadline included)
+// zeroes the core's own clock first, so neither counts as an answer.
 func (c *Core) Progress(busySince time.Time, now time.Time) []Action {
+	if !c.busySince.IsZero() && (busySince.IsZero() || busySince.After(c.busySince)) {
+		c.misses = 0
+	}
 	c.busySince = busySince
 	return nil
 }
@@ -416,8 +429,11 @@ func (c *Core) ProgressDeadline() time.Duration {
 		}
 		step += t
 	}
-	return max(progressFloor, progressFactor*step)
+	return max(progressFloor, progressFactor*step) << min(c.misses, maxMissShift)
 }
+
+// maxMissShift caps the deadline's doubling after passed deadlines at 8×.
+const maxMissShift = 3
 
 // Heartbeat: shard id's control stream answered.
 func (c *Core) Heartbeat(id string, now time.Time) []Action {
@@ -568,6 +584,7 @@ func (c *Core) Tick(now time.Time) []Action {
 			// are recomputed) and the link is opened again; a shard that is
 			// gone shows as a loss on its own.
 			c.busySince = time.Time{}
+			c.misses++
 			c.linkRetryAt = now.Add(linkRetry)
 			c.pause(fmt.Sprintf("placement %d: no batch answered for %v (progress deadline)", c.active.Version, d), now)
 		}

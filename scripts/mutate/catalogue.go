@@ -555,6 +555,16 @@ var catalogue = []mutation{
 		Why: "a stage measured slower than predicted keeps the prediction's deadline: declared stuck while it computes",
 	},
 	{
+		Name: "core/progress-no-backoff", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "c.misses++", Repl: "_ = c.misses",
+		Why: "a passed deadline does not lengthen the next: a prefill chunk slower than the decode-scaled deadline fails on every retry and its request ends in a 500",
+	},
+	{
+		Name: "core/progress-backoff-kept", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "c.misses = 0", Repl: "_ = c.misses",
+		Why: "an answer does not restore the deadline: after one slow batch a pipeline that is really stuck waits up to 8× as long before it is failed",
+	},
+	{
 		Name: "core/progress-floor-low", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
 		Orig: "progressFloor   = 30 * time.Second", Repl: "progressFloor   = 5 * time.Second",
 		Why: "a fast pipeline is declared stuck after 5 s: a shard paused for seconds, or one long prefill chunk, fails batches that were only slow and recomputes them, possibly forever",
