@@ -19,7 +19,6 @@ import (
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
-	"github.com/strata-llm/strata/model/gguf"
 )
 
 // llamaArchSpecs are the random files TestRandomArchsMatchLlamaCppServer
@@ -106,15 +105,7 @@ func TestRandomArchsMatchLlamaCppServer(t *testing.T) {
 				seen := strings.TrimPrefix(path, root)
 				on := llamaServe(t, server, seen, "on")
 				off := llamaServe(t, server, seen, "off")
-				f, err := gguf.Open(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { f.Close() })
-				m, err := model.Load(f)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := openModel(t, path)
 				equal, total, worst, spread := 0, 0, 0.0, 0.0
 				var ties []string
 				for i, r := range on {

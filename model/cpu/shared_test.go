@@ -4,6 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/strata-llm/strata/model"
+	"github.com/strata-llm/strata/model/gguf"
 )
 
 // sharedAbsent is how a test that needs a file of ../shared meets its
@@ -20,4 +23,20 @@ func sharedAbsent(t testing.TB, path string, err error) {
 		t.Fatalf("STRATA_REQUIRE_SHARED=1, and %s, which this test needs, is absent: %v", path, err)
 	}
 	t.Skipf("NOT RUN: needs %s: %v (set STRATA_REQUIRE_SHARED=1 to fail instead)", path, err)
+}
+
+// openModel opens and loads the GGUF file at path for a test, closing it
+// when the test ends.
+func openModel(t testing.TB, path string) *model.Model {
+	t.Helper()
+	f, err := gguf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	m, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
