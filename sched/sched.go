@@ -72,9 +72,10 @@ type recRow struct {
 
 // batchRec is the record of one batch being built or in flight.
 type batchRec struct {
-	id   BatchID
-	sent time.Time
-	rows []recRow
+	id      BatchID
+	sent    time.Time
+	rows    []recRow
+	decodes bool // some row is a decode (see fill)
 }
 
 // Scheduler decides what the pipeline computes. See the package
@@ -515,7 +516,16 @@ func (s *Scheduler) reclaim(now time.Time) {
 // prefills, then admissions from the head of the waiting list.
 func (s *Scheduler) fill(b *batchRec) {
 	tokens, rows := s.cfg.MaxBatchTokens, s.cfg.MaxBatchRows
-	for rows > 0 && tokens > 0 && s.decHead < len(s.decode) {
+	// Decodes ride in at most P batches at once. The batch beyond P (of the
+	// default P+1) covers the trip back with prefill work; were decodes let
+	// into it too, the running sequences would split into P+1 groups that
+	// never merge again (each group's batch is always in flight when the
+	// other's returns), and every stage would stream its weights P+1 times
+	// instead of P per generated token of every sequence: on one CPU shard
+	// that halved 8-stream serving (issue 11). A sequence that became ready
+	// meanwhile waits for the next decode batch and joins it.
+	decodes := s.decodeBatches() < s.cfg.Stages
+	for decodes && rows > 0 && tokens > 0 && s.decHead < len(s.decode) {
 		seq := s.decode[s.decHead]
 		s.decode[s.decHead] = nil
 		s.decHead++
@@ -523,6 +533,7 @@ func (s *Scheduler) fill(b *batchRec) {
 			continue
 		}
 		b.add(seq, seq.scheduled, 1, false, true)
+		b.decodes = true
 		seq.scheduled++
 		rows--
 		tokens--
@@ -808,7 +819,25 @@ func (s *Scheduler) recycle(b *batchRec) {
 	clear(b.rows)
 	b.rows = b.rows[:0]
 	b.id = 0
+	b.decodes = false
 	s.spare = append(s.spare, b)
+}
+
+// decodeBatches counts the batches in flight or being built that carry
+// decodes.
+func (s *Scheduler) decodeBatches() int {
+	n := 0
+	for _, b := range s.inflight {
+		if b.decodes {
+			n++
+		}
+	}
+	for _, b := range s.building {
+		if b.decodes {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Scheduler) findInflight(id BatchID) int {

@@ -69,7 +69,7 @@ const runCoordTrust = `^Test(SecureJoinAndBinding|InsecureClusterRefusesJoin)$`
 // The scheduler's fill loops, whole: the batching policy mutation swaps
 // them.
 const (
-	decodeLoop = "\tfor rows > 0 && tokens > 0 && s.decHead < len(s.decode) {\n" +
+	decodeLoop = "\tfor decodes && rows > 0 && tokens > 0 && s.decHead < len(s.decode) {\n" +
 		"\t\tseq := s.decode[s.decHead]\n" +
 		"\t\ts.decode[s.decHead] = nil\n" +
 		"\t\ts.decHead++\n" +
@@ -77,6 +77,7 @@ const (
 		"\t\t\tcontinue\n" +
 		"\t\t}\n" +
 		"\t\tb.add(seq, seq.scheduled, 1, false, true)\n" +
+		"\t\tb.decodes = true\n" +
 		"\t\tseq.scheduled++\n" +
 		"\t\trows--\n" +
 		"\t\ttokens--\n" +
@@ -181,6 +182,11 @@ var catalogue = []mutation{
 		Name: "sched/in-flight-p", File: "sched/config.go", Pkgs: pkgSched, Run: runSchedPolicy,
 		Orig: "return c.Stages + 1", Repl: "return c.Stages",
 		Why: "P batches in flight instead of P+1: a stage idles while a result travels back",
+	},
+	{
+		Name: "sched/decodes-in-every-batch", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
+		Orig: "decodes := s.decodeBatches() < s.cfg.Stages", Repl: "decodes := true",
+		Why: "decodes ride in the batch beyond P too: the running sequences split into P+1 groups that never merge, and every stage streams its weights P+1 times per generated token",
 	},
 	{
 		Name: "sched/row-limit-ignored", File: "sched/sched.go", Pkgs: pkgSched, Run: runSchedPolicy,
