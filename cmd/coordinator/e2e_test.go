@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -54,15 +56,56 @@ func binaries(t *testing.T) (coord, shardBin string) {
 	return filepath.Join(binDir, "coordinator"), filepath.Join(binDir, "shard")
 }
 
-// freeAddr returns a loopback address with a port free a moment ago.
+// freeAddr returns a loopback address for a process the test starts, with
+// a port free for TCP and UDP (gossip binds both) a moment ago. The port
+// comes from below the kernel's ephemeral range: a port the kernel picked
+// for "127.0.0.1:0" is one it also hands out as the local port of outgoing
+// connections, and one of the many connections these tests open took such
+// a port between the check and the process binding it ("bind: address
+// already in use", a shard that never joined). Ports are handed out in
+// turn from a random start, so two test binaries running at once rarely
+// try the same one, and a check catches the rest.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lo, hi := portRange()
+	for range hi - lo {
+		port := lo + int(nextPort.Add(1))%(hi-lo)
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return addr
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatalf("no free port in %d-%d", lo, hi)
+	return ""
+}
+
+// nextPort is freeAddr's turn, from a random start per test binary.
+var nextPort = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(rand.Int64N(1 << 20))
+	return &n
+}()
+
+// portRange is where freeAddr takes ports: from 10000 up to the start of the
+// kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768
+// by default on Linux).
+func portRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		var eph int
+		if _, err := fmt.Sscan(string(b), &eph); err == nil && eph > lo+1000 {
+			hi = eph
+		}
+	}
+	return lo, hi
 }
 
 // proc is a started process whose output goes to the test log on failure.
@@ -134,10 +177,17 @@ func (p *proc) exited() bool {
 }
 
 // waitReady polls url until it answers 200 or the deadline passes.
-func waitReady(t *testing.T, url string, d time.Duration) {
+// waitReady waits up to guard(d) for url to answer 200; it fails at once
+// when one of procs (the processes the readiness needs) has exited.
+func waitReady(t *testing.T, url string, d time.Duration, procs ...*proc) {
 	t.Helper()
 	deadline := time.Now().Add(guard(d))
 	for time.Now().Before(deadline) {
+		for _, p := range procs {
+			if p.exited() {
+				t.Fatalf("%s exited while waiting for %s:\n%s", p.name, url, tail(p.out.String(), 3000))
+			}
+		}
 		resp, err := http.Get(url)
 		if err == nil {
 			resp.Body.Close()
@@ -180,7 +230,7 @@ func startE2EModel(t *testing.T, path string, nShards int) *e2eCluster {
 	for range nShards {
 		c.addShard()
 	}
-	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second)
+	waitReady(t, "http://"+c.api+"/readyz", 60*time.Second, append([]*proc{c.coord}, c.shards...)...)
 	return c
 }
 
