@@ -235,6 +235,9 @@ type Core struct {
 	// busySince is since when batches have been in flight without any of
 	// them getting an answer (zero: none in flight); see Progress.
 	busySince time.Time
+	// tokens is how many tokens the batches in flight carry (decode rows
+	// count one, a prefill chunk its length); see Progress.
+	tokens int
 	// misses counts the progress deadlines passed since the last answer:
 	// each doubles the next deadline (up to 8×), so a batch that is only
 	// slow — a prefill chunk longer than the decode-scaled deadline — gets
@@ -379,35 +382,45 @@ func (c *Core) StageTime(id string, mean time.Duration) []Action {
 }
 
 // Progress: since busySince batches have been in flight and none of them
-// got an answer (a result or a failure); zero when none is in flight. The
-// shell reports it whenever it changes (a dispatch into an idle pipeline,
-// an answer). Tick declares the pipeline stuck when that lasts past the
-// progress deadline (ProgressDeadline).
+// got an answer (a result or a failure); zero when none is in flight; they
+// carry tokens tokens (decode rows one each, prefill chunks their length).
+// The shell reports it whenever it changes (a dispatch, an answer). Tick
+// declares the pipeline stuck when that lasts past the progress deadline
+// (ProgressDeadline).
 //
 // An answer shows as the clock moving while it runs: to a later time
 // (batches still in flight) or to zero (none left); a dispatch into an idle
 // pipeline starts it from zero, and a pause (a passed deadline included)
 // zeroes the core's own clock first, so neither counts as an answer.
-func (c *Core) Progress(busySince time.Time, now time.Time) []Action {
+func (c *Core) Progress(busySince time.Time, tokens int, now time.Time) []Action {
 	if !c.busySince.IsZero() && (busySince.IsZero() || busySince.After(c.busySince)) {
 		c.misses = 0
 	}
 	c.busySince = busySince
+	c.tokens = tokens
+	if busySince.IsZero() {
+		c.tokens = 0
+	}
 	return nil
 }
 
 // The progress deadline: a dispatching pipeline whose batches in flight
 // get no answer for progressFactor times its step time (the sum of its
 // stages' times: each the larger of its prediction and its measured mean)
-// is stuck, but never before progressFloor, and after progressUnknown when
-// a stage has neither time. The floor is 30 s: below it, scheduling noise,
-// a garbage collection, a loaded machine, a shard paused for seconds or one
-// prefill chunk of a large model on a CPU (many times a decode step, which
-// the mean and the decode-mix prediction describe) would fail batches that
-// were only slow, and a prompt whose chunk always outlasts the deadline
-// would be recomputed forever.
+// plus prefillFactor times what its stages are predicted to take for the
+// tokens in flight (each stage's calibrated prefill time per token and
+// layer, times its layers, stretched by how much slower than predicted the
+// stage measures) is stuck, but never before progressFloor, and after
+// progressUnknown when a stage has neither time. The floor is 30 s: below
+// it, scheduling noise, a garbage collection, a loaded machine or a shard
+// paused for seconds would fail batches that were only slow. The token
+// term is what lets a 512-token chunk of a large model on a CPU — a minute
+// or more, many decode steps — finish on its first attempt instead of
+// being failed, recomputed and failed again until the request runs out of
+// retries.
 const (
 	progressFactor  = 20
+	prefillFactor   = 4
 	progressFloor   = 30 * time.Second
 	progressUnknown = 30 * time.Second
 )
@@ -418,18 +431,39 @@ func (c *Core) ProgressDeadline() time.Duration {
 	if c.active == nil {
 		return progressUnknown
 	}
-	var step time.Duration
+	var step, prefill time.Duration
 	for _, st := range c.active.Stages {
-		t := time.Duration(st.PredictedNs)
-		if s := c.shards[st.ShardID]; s != nil {
+		pred := time.Duration(st.PredictedNs)
+		t := pred
+		s := c.shards[st.ShardID]
+		if s != nil {
 			t = max(t, s.measured)
 		}
 		if t <= 0 {
 			return progressUnknown
 		}
 		step += t
+		if s != nil && c.tokens > 0 {
+			prefill += s.prefillTime(c.tokens, st.End-st.First, pred, t)
+		}
 	}
-	return max(progressFloor, progressFactor*step) << min(c.misses, maxMissShift)
+	return max(progressFloor, progressFactor*step+prefillFactor*prefill) << min(c.misses, maxMissShift)
+}
+
+// prefillTime is what the shard's calibration predicts for tokens prompt
+// tokens through layers of its layers, scaled by took/pred (a stage
+// measured slower than predicted is slower at prompts too); zero without a
+// calibration.
+func (s *shard) prefillTime(tokens, layers int, pred, took time.Duration) time.Duration {
+	sp := s.Speed
+	if sp == nil || sp.PrefillTokens <= 0 || sp.Layers <= 0 || sp.Prefill <= 0 {
+		return 0
+	}
+	t := float64(sp.Prefill) / float64(sp.PrefillTokens) / float64(sp.Layers) * float64(layers) * float64(tokens)
+	if pred > 0 && took > pred {
+		t *= float64(took) / float64(pred)
+	}
+	return time.Duration(t)
 }
 
 // maxMissShift caps the deadline's doubling after passed deadlines at 8×.

@@ -48,9 +48,10 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 //	up id=S | down id=S [err=E]            its control stream opens / closes
 //	heartbeat id=S                         its stream answers
 //	measured id=S mean=D                   its heartbeats report D per batch
-//	busy | idle                            batches are in flight, none answered
-//	                                       since now (an answer also says busy) /
-//	                                       none is in flight (Progress)
+//	busy [tokens=N] | idle                 batches carrying N tokens (default 0)
+//	                                       are in flight, none answered since now
+//	                                       (an answer also says busy) / none is in
+//	                                       flight (Progress)
 //	deadline                               print the progress deadline
 //	loaded id=S [v=N] | failed id=S [v=N] why=W
 //	                                       READY / FAILED for version N (the active)
@@ -325,9 +326,9 @@ func (sc *scenario) do(c scenarioCase) string {
 	case "measured":
 		acts = sc.c.StageTime(sc.id(c), sc.dur(c, "mean", 0))
 	case "busy":
-		acts = sc.c.Progress(sc.now, sc.now)
+		acts = sc.c.Progress(sc.now, int(sc.int(c, "tokens", 0)), sc.now)
 	case "idle":
-		acts = sc.c.Progress(time.Time{}, sc.now)
+		acts = sc.c.Progress(time.Time{}, 0, sc.now)
 	case "deadline":
 		tick = false
 		return sc.c.ProgressDeadline().String() + "\n"

@@ -292,43 +292,54 @@ func TestBackstopHeartbeatReplyNamesUnknown(t *testing.T) {
 // starts it.
 func TestRemoteProgressClock(t *testing.T) {
 	p, l := readyRemote(t, 2)
-	if !p.progress().IsZero() {
+	clock := func() time.Time { c, _ := p.progress(); return c }
+	if !clock().IsZero() {
 		t.Fatal("progress clock running with nothing in flight")
 	}
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
 		t.Fatal(err)
 	}
 	<-l.queue
-	if !p.progress().IsZero() {
+	if !clock().IsZero() {
 		t.Fatal("a tombstone-only batch (no answer due) started the progress clock")
 	}
 	before := time.Now()
 	for id := uint64(1); id <= 2; id++ {
-		if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: id, Rows: creates(id)}); err != nil {
+		rows := creates(id)
+		if id == 2 {
+			rows[0].Tokens = []int32{1, 2, 3, 4, 5} // a prefill chunk
+		}
+		if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: id, Rows: rows}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	started := p.progress()
+	started := clock()
+	if _, tokens := p.progress(); tokens != 6 {
+		t.Fatalf("tokens in flight %d, want 6 (1 + a 5-token chunk)", tokens)
+	}
 	if started.Before(before) {
 		t.Fatalf("progress clock %v, want it started at the first dispatch (after %v)", started, before)
 	}
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Rows: creates(3)}); !errors.Is(err, ErrLinkFull) {
 		t.Fatalf("third batch on a link of 2: %v, want ErrLinkFull", err)
 	}
-	if got := p.progress(); !got.Equal(started) && !got.After(started) {
+	if got := clock(); !got.Equal(started) && !got.After(started) {
 		t.Fatalf("progress clock %v went back from %v", got, started)
 	}
 	src := fromResults("a")
 	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 1, Samples: []transport.Sampled{{Seq: 1, Token: 1}}}, src); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.progress(); got.IsZero() || got.Before(started) {
+	if got := clock(); got.IsZero() || got.Before(started) {
 		t.Fatalf("after an answer with one batch still in flight: clock %v, want running from the answer", got)
+	}
+	if _, tokens := p.progress(); tokens != 5 {
+		t.Fatalf("tokens in flight %d after batch 1's answer, want batch 2's 5", tokens)
 	}
 	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 2, Samples: []transport.Sampled{{Seq: 2, Token: 1}}}, src); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.progress(); !got.IsZero() {
+	if got := clock(); !got.IsZero() {
 		t.Fatalf("progress clock %v with nothing in flight, want stopped", got)
 	}
 	<-l.queue // batches 1 and 2 left for stage 0
@@ -337,7 +348,7 @@ func TestRemoteProgressClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.pause("test")
-	if got := p.progress(); !got.IsZero() {
+	if got := clock(); !got.IsZero() {
 		t.Fatalf("progress clock %v after a pause failed every batch, want stopped", got)
 	}
 }

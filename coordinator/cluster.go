@@ -665,7 +665,8 @@ func (l *clusterLoop) turn(e any) {
 		c.handle(l.ctx, e, now)
 	}
 	now = time.Now()
-	c.apply(c.core.Progress(c.pipe.progress(), now))
+	busySince, tokens := c.pipe.progress()
+	c.apply(c.core.Progress(busySince, tokens, now))
 	c.reconcile(l.ctx, now)
 	c.publish()
 }

@@ -82,6 +82,7 @@ type flight struct {
 	stages  []string
 	rows    map[uint64]bool     // sequence → whether its row asked for a sample
 	dropped []transport.Dropped // rows named by BatchFailed reports so far
+	tokens  int                 // the tokens its rows carry (the progress deadline's)
 }
 
 var _ Pipeline = (*remote)(nil)
@@ -186,6 +187,7 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 		b.Rows[i].Logprobs = b.Rows[i].First && (b.Rows[i].Params == nil || !b.Rows[i].Params.NoLogprob)
 		if fl != nil {
 			fl.rows[b.Rows[i].Seq] = fl.rows[b.Rows[i].Seq] || b.Rows[i].Sample
+			fl.tokens += len(b.Rows[i].Tokens)
 		}
 	}
 	b.Placement = l.version
@@ -255,11 +257,15 @@ func (p *remote) answeredLocked() {
 }
 
 // progress returns since when batches have been in flight unanswered
-// (zero: none in flight).
-func (p *remote) progress() time.Time {
+// (zero: none in flight) and how many tokens they carry.
+func (p *remote) progress() (time.Time, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.busySince
+	tokens := 0
+	for _, fl := range p.inflight {
+		tokens += fl.tokens
+	}
+	return p.busySince, tokens
 }
 
 // takeBackstop returns the tombstones dispatched since the last call.

@@ -552,13 +552,23 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "core/progress-deadline-fixed", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
-		Orig: "return max(progressFloor, progressFactor*step)", Repl: "return progressUnknown",
+		Orig: "return max(progressFloor, progressFactor*step+prefillFactor*prefill)", Repl: "return progressUnknown",
 		Why: "the progress deadline is a constant: a slow pipeline is declared stuck while it computes, a fast one hangs for long",
 	},
 	{
 		Name: "core/progress-ignores-measured", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
 		Orig: "t = max(t, s.measured)", Repl: "_ = s.measured",
 		Why: "a stage measured slower than predicted keeps the prediction's deadline: declared stuck while it computes",
+	},
+	{
+		Name: "core/progress-no-tokens", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "progressFactor*step+prefillFactor*prefill)", Repl: "progressFactor*step)",
+		Why: "the progress deadline ignores the prompt tokens in flight: a long chunk of a large model on a CPU is failed before it can finish, on every attempt until the backoff catches up",
+	},
+	{
+		Name: "core/progress-tokens-unscaled", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
+		Orig: "t *= float64(took) / float64(pred)", Repl: "_ = took",
+		Why: "a stage measured slower than its calibration is assumed to prefill at the calibrated speed",
 	},
 	{
 		Name: "core/progress-no-backoff", File: "control/core.go", Pkgs: pkgControl, Run: runControlCore,
