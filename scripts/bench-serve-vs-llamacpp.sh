@@ -13,10 +13,12 @@
 #   FILE must lie under ROOT (the chroot llama.cpp runs in; see
 #   scripts/llamacpp-chroot.sh)
 # env: ROOT (default /work/trixie), THREADS (default 2), ROUNDS (default 3),
-#      REQS (requests per stream, default 6), STREAMS (default "1 4 8")
+#      REQS (requests per stream, default 6), STREAMS (default "1 4 8"),
+#      LLAMA_CPU (hold llama.cpp to one CPU variant, e.g. zen4: AVX-512
+#      without AMX; see scripts/llamacpp-variant.sh)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-[ $# -eq 1 ] || { sed -n 2,17p "$0" >&2; exit 2; }
+[ $# -eq 1 ] || { sed -n 2,19p "$0" >&2; exit 2; }
 root="${ROOT:-/work/trixie}"
 threads="${THREADS:-2}"
 rounds="${ROUNDS:-3}"
@@ -27,10 +29,11 @@ case "$f" in "$root"/*) ;; *) echo "$f is not under ROOT $root" >&2; exit 1 ;; e
 bin="$(mktemp -d)"
 raw="$bin/raw"
 pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$bin"' EXIT
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$bin"; llamacpp_variant_restore' EXIT
+. "$repo/scripts/llamacpp-variant.sh"
 (cd "$repo" && go build -o "$bin/coordinator" ./cmd/coordinator && go build -o "$bin/loadgen" ./cmd/loadgen)
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') ($(nproc) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "llama.cpp: $(chroot "$root" llama-server --version 2>&1 | grep -m1 version: || echo unknown); strata $(git -C "$repo" rev-parse --short HEAD); file $f; threads $threads"
+echo "llama.cpp: $(chroot "$root" llama-server --version 2>&1 | grep -m1 version: || echo unknown), CPU variant ${LLAMA_CPU:-best}; strata $(git -C "$repo" rev-parse --short HEAD); file $f; threads $threads"
 
 waitok() { # $1 = URL: up to 120 s
 	for _ in $(seq 1 480); do curl -sf "$1" >/dev/null 2>&1 && return 0; sleep 0.25; done

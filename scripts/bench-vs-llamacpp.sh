@@ -13,11 +13,15 @@
 # env: ROOT (default /work/trixie), BENCH (default chroot ROOT llama-bench),
 #      THREADS (default "1 2"), ROUNDS (default 3), REPS (llama-bench -r and
 #      strata's repetitions, default 3), VS (a built vs-llamacpp; default: go
-#      build it), RAW (keep each round's figures here as JSON lines).
+#      build it), RAW (keep each round's figures here as JSON lines),
+#      LLAMA_CPU (hold llama.cpp to one CPU variant, e.g. zen4: AVX-512
+#      without AMX; see scripts/llamacpp-variant.sh).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-[ $# -gt 0 ] || { sed -n 2,20p "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,22p "$0" >&2; exit 2; }
 root="${ROOT:-/work/trixie}"
+trap llamacpp_variant_restore EXIT
+. "$repo/scripts/llamacpp-variant.sh"
 bench="${BENCH:-chroot $root llama-bench}"
 threads="${THREADS:-1 2}"
 rounds="${ROUNDS:-3}"
@@ -33,7 +37,7 @@ for f in "$@"; do
 	case "$f" in "$root"/*) ;; *) echo "$f is not under ROOT $root" >&2; exit 1 ;; esac
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//') ($(nproc) CPUs), load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "llama.cpp: $($bench --version 2>&1 | grep -m1 version: || echo unknown); strata $("$vs" version)"
+echo "llama.cpp: $($bench --version 2>&1 | grep -m1 version: || echo unknown), CPU variant ${LLAMA_CPU:-best}; strata $("$vs" version)"
 for round in $(seq 1 "$rounds"); do
 	for f in "$@"; do
 		f="$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"
