@@ -21,12 +21,7 @@ func openShared(t testing.TB, name string) *gguf.File {
 	if _, err := os.Stat(path); err != nil {
 		sharedAbsent(t, path, err)
 	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
-	return f
+	return openGGUF(t, path)
 }
 
 // engine is a one-stage pipeline with a trivial block allocator: the test

@@ -15,7 +15,6 @@ import (
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
-	"github.com/strata-llm/strata/model/gguf"
 	"github.com/strata-llm/strata/model/tokenizer"
 )
 
@@ -198,11 +197,7 @@ func TestDumpVsLlamaCpp(t *testing.T) {
 		path = filepath.Join(dir, "model.gguf")
 		writeDumpModel(t, path)
 	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.Close() })
+	f := openGGUF(t, path)
 	m, err := model.Load(f)
 	if err != nil {
 		t.Fatal(err)

@@ -25,16 +25,23 @@ func sharedAbsent(t testing.TB, path string, err error) {
 	t.Skipf("NOT RUN: needs %s: %v (set STRATA_REQUIRE_SHARED=1 to fail instead)", path, err)
 }
 
-// openModel opens and loads the GGUF file at path for a test, closing it
-// when the test ends.
-func openModel(t testing.TB, path string) *model.Model {
+// openGGUF opens the GGUF file at path for a test, closing it when the test
+// ends.
+func openGGUF(t testing.TB, path string) *gguf.File {
 	t.Helper()
 	f, err := gguf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	m, err := model.Load(f)
+	return f
+}
+
+// openModel opens and loads the GGUF file at path for a test, closing it
+// when the test ends.
+func openModel(t testing.TB, path string) *model.Model {
+	t.Helper()
+	m, err := model.Load(openGGUF(t, path))
 	if err != nil {
 		t.Fatal(err)
 	}
