@@ -60,9 +60,9 @@ func binaries(t *testing.T) (coord, shardBin string) {
 // a port free for TCP and UDP (gossip binds both) a moment ago. The port
 // comes from below the kernel's ephemeral range: a port the kernel picked
 // for "127.0.0.1:0" is one it also hands out as the local port of outgoing
-// connections, and one of the many connections these tests open took such
-// a port between the check and the process binding it ("bind: address
-// already in use", a shard that never joined). Ports are handed out in
+// connections, and a shard's gossip port was taken between the check and
+// the shard binding it ("bind: address already in use", a shard that never
+// joined), most likely by one of the many connections these tests open. Ports are handed out in
 // turn from a random start, so two test binaries running at once rarely
 // try the same one, and a check catches the rest.
 func freeAddr(t *testing.T) string {
@@ -176,7 +176,6 @@ func (p *proc) exited() bool {
 	}
 }
 
-// waitReady polls url until it answers 200 or the deadline passes.
 // waitReady waits up to guard(d) for url to answer 200; it fails at once
 // when one of procs (the processes the readiness needs) has exited.
 func waitReady(t *testing.T, url string, d time.Duration, procs ...*proc) {

@@ -453,6 +453,11 @@ var catalogue = []mutation{
 		Why: "a shard whose control stream is down gets no backstop, so nothing is resent on reconnect",
 	},
 	{
+		Name: "coord/progress-tokens-rows", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "fl.tokens += len(b.Rows[i].Tokens)", Repl: "fl.tokens++",
+		Why: "the tokens in flight count rows, not tokens: a long prefill chunk gets a decode's share of the progress deadline",
+	},
+	{
 		Name: "coord/dispatched-not-live", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
 		Orig: "p.live[r.Seq] = struct{}{}", Repl: "",
 		Why: "dispatched sequences are not known live: reconcile would free them on the shards",
