@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,13 +67,14 @@ func headerTombs(h *pb.BatchHeader) []uint64 {
 // to the backstop.
 func TestRemoteUnknownAndRotation(t *testing.T) {
 	p, l := readyRemote(t, 8)
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1, 2, 3)}); err != nil {
+	led := newDirectPipeline(p)
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1, 2, 3)}); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.unknown([]uint64{1, 2, 3, 99}); !slices.Equal(got, []uint64{99}) {
+	if got := p.unknown([]uint64{1, 2, 3, 99}, led); !slices.Equal(got, []uint64{99}) {
 		t.Fatalf("unknown = %v with 1, 2, 3 live, want [99]", got)
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, Tombstones: tombs(2)}); err != nil {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, Tombstones: tombs(2)}); err != nil {
 		t.Fatal(err)
 	}
 	<-l.queue
@@ -84,12 +84,12 @@ func TestRemoteUnknownAndRotation(t *testing.T) {
 	if got := p.takeBackstop(); !slices.Equal(got, tombs(2)) {
 		t.Fatalf("backstop %v, want 2's tombstone", got)
 	}
-	if n := p.liveCount(); n != 2 {
+	if n := len(led.running(nil)); n != 2 {
 		t.Fatalf("%d live after 2's tombstone, want 2", n)
 	}
 	shard := []uint64{1, 2, 3} // a heartbeat taken before 2's tombstone arrived
 	for i, want := range [][]uint64{nil, nil, {2}, {2}} {
-		if got := p.unknown(shard); !slices.Equal(got, want) {
+		if got := p.unknown(shard, led); !slices.Equal(got, want) {
 			t.Fatalf("after %d rotations: unknown = %v, want %v", i, got, want)
 		}
 		p.rotateEnded()
@@ -101,37 +101,38 @@ func TestRemoteUnknownAndRotation(t *testing.T) {
 // the next batch that goes.
 func TestRemotePendingTombstones(t *testing.T) {
 	p, l := readyRemote(t, 1)
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1, 2, 3, 4)}); err != nil {
+	led := newDirectPipeline(p)
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1, 2, 3, 4)}); err != nil {
 		t.Fatal(err)
 	}
 	<-l.queue
-	p.pause("shard lost")
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, Tombstones: tombs(1)}); err != nil {
+	p.pause("shard lost", led)
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, Tombstones: tombs(1)}); err != nil {
 		t.Fatalf("tombstone-only batch while paused: %v", err)
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 2, Tombstones: tombs(2)}); !errors.Is(err, ErrNotReady) {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 2, Tombstones: tombs(2)}); !errors.Is(err, ErrNotReady) {
 		t.Fatalf("batch while paused: %v, want ErrNotReady", err)
 	}
 	l2 := &link{version: 1, queue: make(chan *pb.BatchHeader, 1)}
 	if !p.resume(l2) {
 		t.Fatal("resume refused")
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Tombstones: tombs(3)}); err != nil {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Tombstones: tombs(3)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 4, Tombstones: tombs(4)}); !errors.Is(err, ErrLinkFull) {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 4, Tombstones: tombs(4)}); !errors.Is(err, ErrLinkFull) {
 		t.Fatalf("batch on a full link: %v, want ErrLinkFull", err)
 	}
 	if h := <-l2.queue; !slices.Equal(headerTombs(h), []uint64{1, 2, 3}) {
 		t.Fatalf("first batch after the pause carries tombstones %v, want [1 2 3]", headerTombs(h))
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if h := <-l2.queue; !slices.Equal(headerTombs(h), []uint64{4}) {
 		t.Fatalf("the batch after the full link carries tombstones %v, want [4]", headerTombs(h))
 	}
-	if n := p.liveCount(); n != 0 {
+	if n := len(led.running(nil)); n != 0 {
 		t.Fatalf("%d live after every tombstone", n)
 	}
 }
@@ -237,44 +238,22 @@ func TestBackstopResendOnReconnect(t *testing.T) {
 	}
 }
 
-// ctlStream is a control stream that delivers msgs, then io.EOF.
-type ctlStream struct {
-	pb.Coordinator_ControlServer // nil: recvControl only receives
-	msgs                         []*pb.ShardToCoordinator
-}
-
-func (s *ctlStream) Recv() (*pb.ShardToCoordinator, error) {
-	if len(s.msgs) == 0 {
-		return nil, io.EOF
-	}
-	m := s.msgs[0]
-	s.msgs = s.msgs[1:]
-	return m, nil
-}
-
 // TestBackstopHeartbeatReplyNamesUnknown: the reply to a shard's heartbeat
 // carries the coordinator's epoch and lease and names the listed sequences
 // it does not know, so the shard frees them (reason reconcile).
 func TestBackstopHeartbeatReplyNamesUnknown(t *testing.T) {
 	c := loopCluster()
 	p, _ := readyRemote(t, 8)
-	c.pipe = p
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1)}); err != nil {
+	led := newDirectPipeline(p)
+	c.pipe, c.ledger = p, led
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 1, Rows: creates(1)}); err != nil {
 		t.Fatal(err)
 	}
-	var loop sync.WaitGroup
-	loop.Go(func() { // the loop's side: takes the events until the stream ends
-		for range c.ev {
-		}
-	})
-	defer loop.Wait()
-	defer close(c.ev)
 	out := newOutbox()
-	stream := &ctlStream{msgs: []*pb.ShardToCoordinator{{Msg: &pb.ShardToCoordinator_Heartbeat{Heartbeat: &pb.Heartbeat{Epoch: 7, LiveSeqs: []uint64{1, 9}}}}}}
-	svc := &coordinatorService{c: c}
-	if err := svc.recvControl(context.Background(), stream, "a", out); err != io.EOF {
-		t.Fatalf("recvControl: %v, want io.EOF", err)
+	if err := c.ctlOpen(&pb.StreamHello{ShardId: "a", Incarnation: 1, Epoch: 7}, out); err != nil {
+		t.Fatal(err)
 	}
+	c.ctlMsg(c.shards["a"], &pb.ShardToCoordinator{Msg: &pb.ShardToCoordinator_Heartbeat{Heartbeat: &pb.Heartbeat{Epoch: 7, LiveSeqs: []uint64{1, 9}}}}, time.Now())
 	msgs, _ := out.take()
 	if len(msgs) != 1 || msgs[0].GetHeartbeatReply() == nil {
 		t.Fatalf("control replies %v, want one heartbeat reply", msgs)
@@ -292,11 +271,12 @@ func TestBackstopHeartbeatReplyNamesUnknown(t *testing.T) {
 // starts it.
 func TestRemoteProgressClock(t *testing.T) {
 	p, l := readyRemote(t, 2)
-	clock := func() time.Time { c, _ := p.progress(); return c }
+	led := newDirectPipeline(p)
+	clock := func() time.Time { c, _ := p.progress(led); return c }
 	if !clock().IsZero() {
 		t.Fatal("progress clock running with nothing in flight")
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7}); err != nil {
 		t.Fatal(err)
 	}
 	<-l.queue
@@ -309,34 +289,34 @@ func TestRemoteProgressClock(t *testing.T) {
 		if id == 2 {
 			rows[0].Tokens = []int32{1, 2, 3, 4, 5} // a prefill chunk
 		}
-		if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: id, Rows: rows}); err != nil {
+		if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: id, Rows: rows}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	started := clock()
-	if _, tokens := p.progress(); tokens != 6 {
+	if _, tokens := p.progress(led); tokens != 6 {
 		t.Fatalf("tokens in flight %d, want 6 (1 + a 5-token chunk)", tokens)
 	}
 	if started.Before(before) {
 		t.Fatalf("progress clock %v, want it started at the first dispatch (after %v)", started, before)
 	}
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Rows: creates(3)}); !errors.Is(err, ErrLinkFull) {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 3, Rows: creates(3)}); !errors.Is(err, ErrLinkFull) {
 		t.Fatalf("third batch on a link of 2: %v, want ErrLinkFull", err)
 	}
 	if got := clock(); !got.Equal(started) && !got.After(started) {
 		t.Fatalf("progress clock %v went back from %v", got, started)
 	}
 	src := fromResults("a")
-	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 1, Samples: []transport.Sampled{{Seq: 1, Token: 1}}}, src); err != nil {
+	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 1, Samples: []transport.Sampled{{Seq: 1, Token: 1}}}, src, led); err != nil {
 		t.Fatal(err)
 	}
 	if got := clock(); got.IsZero() || got.Before(started) {
 		t.Fatalf("after an answer with one batch still in flight: clock %v, want running from the answer", got)
 	}
-	if _, tokens := p.progress(); tokens != 5 {
+	if _, tokens := p.progress(led); tokens != 5 {
 		t.Fatalf("tokens in flight %d after batch 1's answer, want batch 2's 5", tokens)
 	}
-	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 2, Samples: []transport.Sampled{{Seq: 2, Token: 1}}}, src); err != nil {
+	if err := p.takeResult(&transport.BatchResult{Epoch: 7, Placement: 1, ID: 2, Samples: []transport.Sampled{{Seq: 2, Token: 1}}}, src, led); err != nil {
 		t.Fatal(err)
 	}
 	if got := clock(); !got.IsZero() {
@@ -344,10 +324,10 @@ func TestRemoteProgressClock(t *testing.T) {
 	}
 	<-l.queue // batches 1 and 2 left for stage 0
 	<-l.queue
-	if err := p.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 4, Rows: creates(4)}); err != nil {
+	if err := led.Dispatch(&transport.MicroBatch{Epoch: 7, ID: 4, Rows: creates(4)}); err != nil {
 		t.Fatal(err)
 	}
-	p.pause("test")
+	p.pause("test", led)
 	if got := clock(); !got.IsZero() {
 		t.Fatalf("progress clock %v after a pause failed every batch, want stopped", got)
 	}

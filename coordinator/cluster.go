@@ -235,6 +235,10 @@ type Cluster struct {
 	switching bool      // the active placement replaced another: resume sends a switch batch
 	reserved  uint64    // persisted sequence-ID high-water mark
 	rotatedAt time.Time
+	// ledger is the scheduler's record of batches in flight and live
+	// sequences (engineLedger) while an engine runs the loop; nil
+	// otherwise (nothing in flight, nothing live).
+	ledger ledger
 }
 
 // shardState is the loop's I/O record of one registered shard process:
@@ -440,7 +444,6 @@ func (c *Cluster) Run(ctx context.Context) error {
 	node := c.node
 	serveErr := make(chan error, 1) // Serve's one result
 	c.wg.Go(func() { serveErr <- c.srv.Serve(c.ln) })
-	c.wg.Go(func() { c.pipe.forward(ctx) })
 	var events <-chan membership.Event
 	if node != nil {
 		events = node.Events()
@@ -450,7 +453,7 @@ func (c *Cluster) Run(ctx context.Context) error {
 	err := c.loop(&clusterLoop{c: c, ctx: ctx, stop: cancel, members: events, tick: tick.C}, serveErr)
 	close(c.stopped)
 	cancel()
-	if l := c.pipe.pause("coordinator stopping"); l != nil {
+	if l := c.pipe.pause("coordinator stopping", c.ledger); l != nil {
 		l.cancel()
 	}
 	c.srv.Stop() // waits for handlers (WaitForHandlers)
@@ -560,12 +563,23 @@ type (
 		up  bool
 		err error
 	}
-	// evDownstream: a stage failed a whole batch because the stage after
-	// it (or the coordinator's Results) is unreachable.
-	evDownstream struct {
-		version uint64
-		shardID string
-		reason  string
+	// evAnswer: a checked result (Results stream) or failure (stage-0
+	// link) of a batch, for the loop to admit against the ledger.
+	evAnswer struct {
+		result  *transport.BatchResult
+		failure *transport.Failure
+		src     source
+	}
+	// evFailOwn: the stage-0 link's sender could not send batch id.
+	evFailOwn struct {
+		id   uint64
+		code transport.Code
+	}
+	// evLedger: a ledger for a loop no engine runs (the cluster's own
+	// tests); done is closed once it is in place.
+	evLedger struct {
+		led  ledger
+		done chan struct{}
 	}
 )
 
@@ -665,7 +679,7 @@ func (l *clusterLoop) turn(e any) {
 		c.handle(l.ctx, e, now)
 	}
 	now = time.Now()
-	busySince, tokens := c.pipe.progress()
+	busySince, tokens := c.pipe.progress(c.ledger)
 	c.apply(c.core.Progress(busySince, tokens, now))
 	c.reconcile(l.ctx, now)
 	c.publish()
@@ -735,8 +749,28 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 		c.ctlMsg(s, e.msg, now)
 	case evLink:
 		c.linkEvent(e, now)
-	case evDownstream:
-		c.apply(c.core.Downstream(e.version, e.shardID, e.reason, now))
+	case evAnswer:
+		c.answer(e, now)
+	case evFailOwn:
+		c.pipe.failOwn(e.id, e.code, c.ledger)
+	case evLedger:
+		c.ledger = e.led
+		close(e.done)
+	}
+}
+
+// answer admits an answer against the ledger (remote.takeResult,
+// takeFailure), which takes it. A stage that failed a whole batch because
+// the stage after it, or the coordinator's Results, is unreachable tells
+// the core the pipeline beyond it is down.
+func (c *Cluster) answer(e evAnswer, now time.Time) {
+	if e.result != nil {
+		c.pipe.takeResult(e.result, e.src, c.ledger)
+		return
+	}
+	f := e.failure
+	if c.pipe.takeFailure(f, e.src, c.ledger) == nil && e.src.link != nil && len(f.Seqs) == 0 && downstreamDown(f.Code) {
+		c.apply(c.core.Downstream(e.src.link.version, f.Shard, f.Code.String(), now))
 	}
 }
 
@@ -832,6 +866,9 @@ func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time)
 			}
 		}
 		s.hb, s.hbAt = hb, now
+		s.ctl.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{
+			Epoch: c.start.Epoch, LeaseMs: c.cfg.Lease.Milliseconds(), UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs(), c.ledger),
+		}}})
 		c.apply(c.core.Heartbeat(sid, now))
 	case m.GetAck() != nil:
 		id := m.GetAck().GetAckId()
@@ -845,7 +882,9 @@ func (c *Cluster) ctlMsg(s *shardState, m *pb.ShardToCoordinator, now time.Time)
 			c.apply(c.core.LoadFailed(sid, st.GetPlacementVersion(), st.GetError(), now))
 		}
 	case m.GetFailed() != nil:
-		c.pipe.batchFailed(m.GetFailed(), fromControl(sid))
+		if f := c.pipe.checkFailure(m.GetFailed()); f != nil {
+			c.pipe.takeFailure(f, fromControl(sid), c.ledger)
+		}
 	}
 }
 

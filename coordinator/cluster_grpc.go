@@ -116,11 +116,6 @@ func (s *coordinatorService) recvControl(ctx context.Context, stream pb.Coordina
 			c.log.Warn("refused a control message", "shard_id", id, "err", err)
 			continue
 		}
-		if hb := m.GetHeartbeat(); hb != nil {
-			out.push(&pb.CoordinatorToShard{Msg: &pb.CoordinatorToShard_HeartbeatReply{HeartbeatReply: &pb.HeartbeatReply{
-				Epoch: c.start.Epoch, LeaseMs: c.cfg.Lease.Milliseconds(), UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs()),
-			}}})
-		}
 		if !c.post(ctx, evCtlMsg{shardID: id, out: out, msg: m}) {
 			return ctx.Err()
 		}
@@ -250,11 +245,20 @@ func (s *coordinatorService) Results(stream pb.Coordinator_ResultsServer) error 
 		}
 		switch {
 		case m.GetResult() != nil:
-			if c.pipe.deliver(m.GetResult(), from) == nil {
+			// Checked here, admitted on the loop; waiting for the loop to
+			// take each answer is this stream's flow control.
+			if r := c.pipe.checkResult(m.GetResult()); r != nil {
+				if !c.post(stream.Context(), evAnswer{result: r, src: fromResults(from)}) {
+					return stream.Context().Err()
+				}
 				n++
 			}
 		case m.GetFailed() != nil:
-			c.pipe.batchFailed(m.GetFailed(), fromResults(from))
+			if f := c.pipe.checkFailure(m.GetFailed()); f != nil {
+				if !c.post(stream.Context(), evAnswer{failure: f, src: fromResults(from)}) {
+					return stream.Context().Err()
+				}
+			}
 		default:
 			c.refused.Add(transport.CodeBadField)
 		}

@@ -46,7 +46,7 @@ func (c *Cluster) apply(acts []control.Action, attrs ...any) {
 		p := (*Placement)(a.Placement)
 		switch a.Kind {
 		case control.ActPause:
-			if l := c.pipe.pause(a.Reason); l != nil {
+			if l := c.pipe.pause(a.Reason, c.ledger); l != nil {
 				l.cancel()
 				c.log.Warn("pipeline paused", "why", a.Reason)
 			}

@@ -112,7 +112,7 @@ func TestClusterEndToEnd(t *testing.T) {
 	if a.GetFirstLayer() != 0 || a.GetEndLayer() != 4 || !a.GetEmbed() || !a.GetHead() || a.GetNextAddr() != "" || a.GetKvBlocks() == 0 || a.GetModelSha256() != "feedface" {
 		t.Fatalf("assign = %v", a)
 	}
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	if p.Stages() != 1 || p.Blocks() != int(a.GetKvBlocks()) || p.BlockSize() != 16 {
 		t.Fatalf("pipeline shape %d stages %d blocks %d bs, assign %v", p.Stages(), p.Blocks(), p.BlockSize(), a)
 	}
@@ -171,7 +171,7 @@ func TestClusterTombstoneBackstopResend(t *testing.T) {
 	sh.mu.Unlock()
 	sh.join()
 	waitReady(t, c.Cluster)
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: 1, Rows: []transport.Row{{Seq: 3, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestClusterTombstoneBackstopResend(t *testing.T) {
 		t.Fatalf("resent %v, first %v", ts[1], ts[0])
 	}
 	waitUntil(t, "0 unacked", func() bool { return c.UnackedTombstones()[sh.shardID] == 0 })
-	if n := c.pipe.liveCount(); n != 0 {
+	if n := len(p.running(nil)); n != 0 {
 		t.Fatalf("live sequences after the tombstone = %d", n)
 	}
 	// A heartbeat taken before the tombstone arrived does not name the
@@ -224,7 +224,7 @@ func TestClusterStageStreamDropFailsInflight(t *testing.T) {
 	sh.mu.Lock()
 	sh.hold = true
 	sh.mu.Unlock()
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	for id := uint64(1); id <= 2; id++ {
 		if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: id, Rows: []transport.Row{{Seq: id, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}); err != nil {
 			t.Fatal(err)
@@ -275,7 +275,7 @@ func TestClusterShardLossReplaces(t *testing.T) {
 	if aa[0].GetEndLayer() != 2 || !aa[0].GetEmbed() || aa[0].GetNextAddr() != b.ln.Addr().String() || ba[0].GetFirstLayer() != 2 || !ba[0].GetHead() {
 		t.Fatalf("assigns a=%v b=%v", aa[0], ba[0])
 	}
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: 1, Rows: []transport.Row{{Seq: 1, First: true, Tokens: []int32{4}, Blocks: []int32{0}, Sample: true}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -391,10 +391,11 @@ func TestClusterRestartEpochAndPlacement(t *testing.T) {
 	sh := newFakeShard(t, c.GRPCAddr(), "node-a", 7, 1<<20)
 	sh.join()
 	waitReady(t, c.Cluster)
-	if err := c.Pipeline().Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: 1, Rows: []transport.Row{{Seq: 5000, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}); err != nil {
+	p := direct(t, c.Cluster)
+	if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: 1, Rows: []transport.Row{{Seq: 5000, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}); err != nil {
 		t.Fatal(err)
 	}
-	nextResult(t, c.Pipeline())
+	nextResult(t, p)
 	epoch1, first1 := c.Epoch(), c.FirstSeq()
 	c.stop()
 
@@ -429,4 +430,14 @@ func TestClusterRestartEpochAndPlacement(t *testing.T) {
 	if _, err := ctl.Recv(); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("old-epoch control stream: %v, want FailedPrecondition", err)
 	}
+}
+
+// direct returns a DirectPipeline over c's running loop.
+func direct(t *testing.T, c *Cluster) *DirectPipeline {
+	t.Helper()
+	p, err := c.Direct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

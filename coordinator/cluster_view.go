@@ -126,11 +126,19 @@ func (c *Cluster) UnackedTombstones() map[string]int {
 // (strata_batch_failed_total{reason}).
 func (c *Cluster) BatchFailedByReason() map[string]uint64 { return c.pipe.failedByReason() }
 
+// liveSequences returns how many sequences the ledger holds live.
+func (c *Cluster) liveSequences() int {
+	if c.ledger == nil {
+		return 0
+	}
+	return len(c.ledger.running(nil))
+}
+
 // publish stores a fresh snapshot; called by the loop only.
 func (c *Cluster) publish() {
 	v := &ClusterView{
 		ClusterID: c.start.ClusterID, Epoch: c.start.Epoch, Ready: c.pipe.ready(),
-		LiveSequences: c.pipe.liveCount(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
+		LiveSequences: c.liveSequences(), BatchFailed: c.pipe.failedByReason(), WireRefused: c.refused.Snapshot(),
 		MembershipOverruled: c.core.Overruled(), Replans: c.replans, ReplanSkipped: c.core.ReplanSkipped(),
 	}
 	if !v.Ready {

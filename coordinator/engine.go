@@ -121,9 +121,12 @@ type Engine struct {
 	noPipeline error  // why requests are failing (the cluster gave up), or nil
 	nextID     sched.RequestID
 	reqs       map[sched.RequestID]*live
-	genTok     uint64
-	promptTok  uint64
-	lastStep   time.Time
+	// lost: a pause of the cluster's loop took the batches in flight as
+	// lost, for why; they are failed once the turn is followed (turn).
+	lost      string
+	genTok    uint64
+	promptTok uint64
+	lastStep  time.Time
 }
 
 // NewEngine returns a loop over pipe; Run starts it. A DynamicPipeline not
@@ -253,6 +256,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	giveBack := func() {
 		if back != nil {
+			if cl != nil {
+				cl.c.ledger = nil
+			}
 			close(back)
 			back, cl = nil, nil
 		}
@@ -278,6 +284,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-tick.C:
 		case adopt <- request:
 			adopt, cl = nil, <-taken // nil: another engine runs it
+			if cl != nil {
+				// Answers are admitted against the scheduler's record
+				// and handed to it on this goroutine.
+				cl.c.ledger = engineLedger{e}
+			}
 		case ev := <-cl.events():
 			e.turn(cl, ev)
 		case m := <-cl.memberEvents():
@@ -297,9 +308,50 @@ func (e *Engine) Run(ctx context.Context) error {
 // (a pause, a new placement) before the step that follows: that step must
 // not dispatch into a pipeline the turn paused, which would fail the batch
 // and cost its requests a retry though nothing of theirs was lost.
+//
+// Batches a pause failed (engineLedger.lose) are failed after the follow:
+// when the turn also moved to a new placement, the scheduler's Reset has
+// forgotten them (its sequences recomputed, no retry counted), as a switch
+// between placements should; after a loss alone they are lost work.
 func (e *Engine) turn(cl *clusterLoop, ev any) {
 	cl.turn(ev)
 	e.followPending()
+	if e.lost != "" {
+		e.s.FailInFlight(e.lost)
+		e.lost = ""
+	}
+}
+
+// engineLedger is the ledger of the cluster's loop while the engine runs
+// it: the scheduler's record of what each batch in flight carries and
+// which sequences live, the only one.
+type engineLedger struct{ e *Engine }
+
+func (l engineLedger) rows(id uint64, dst []sched.BatchRow) ([]sched.BatchRow, bool) {
+	return l.e.s.InFlightBatch(sched.BatchID(id), dst)
+}
+
+func (l engineLedger) inFlight() (batches, tokens int) {
+	return l.e.s.Stats().InFlight, l.e.s.InFlightTokens()
+}
+
+func (l engineLedger) answer(r *transport.BatchResult) { l.e.complete(r, time.Now()) }
+
+func (l engineLedger) drop(id uint64, seqs []uint64, reason string) {
+	ss := make([]sched.SeqID, len(seqs))
+	for i, s := range seqs {
+		ss[i] = sched.SeqID(s)
+	}
+	l.e.s.BatchFailed(sched.Failure{Batch: sched.BatchID(id), Seqs: ss, Reason: reason})
+}
+
+func (l engineLedger) lose(reason string) { l.e.lost = reason }
+
+func (l engineLedger) running(dst []uint64) []uint64 {
+	for _, s := range l.e.s.RunningSeqs(nil) {
+		dst = append(dst, uint64(s))
+	}
+	return dst
 }
 
 func (e *Engine) add(sub submission, now time.Time) error {

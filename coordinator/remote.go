@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/strata-llm/strata/sched"
 	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/pb"
 )
@@ -29,20 +30,45 @@ var (
 // (a tombstone-only batch waits in the pending list instead).
 const linkQueue = 64
 
+// ledger is the record of the batches in flight that the cluster's loop
+// admits answers against, and of the live sequences reconcile spares: the
+// scheduler's (engineLedger, while an engine runs the loop), the only
+// record of either. The loop hands it every admitted answer. A nil ledger
+// (no engine runs the loop) has nothing in flight and nothing live. Only
+// the goroutine running the loop calls it.
+type ledger interface {
+	// rows appends the rows of batch id to dst while it is in flight.
+	rows(id uint64, dst []sched.BatchRow) ([]sched.BatchRow, bool)
+	// inFlight returns how many batches are in flight and the tokens
+	// their rows carry.
+	inFlight() (batches, tokens int)
+	// answer takes an admitted result of a batch in flight, or its loss
+	// (Lost).
+	answer(r *transport.BatchResult)
+	// drop ends the sequences seqs of batch id: a stage could not compute
+	// their rows (reason).
+	drop(id uint64, seqs []uint64, reason string)
+	// lose takes every batch in flight as lost: the pipeline paused.
+	lose(reason string)
+	// running appends to dst the live sequences: dispatched, and not
+	// tombstoned.
+	running(dst []uint64) []uint64
+}
+
 // remote is the Pipeline over the cluster: Dispatch queues a batch on the
-// stage-0 link's sender, results and failures come back through Results.
-// Every dispatched batch with an ID gets exactly one answer: the inflight
-// map is the gate (an answer removes the entry; a second one finds none).
+// stage-0 link's sender; answers come back to the cluster's loop, which
+// admits each against the ledger and hands it over (takeResult,
+// takeFailure). Every dispatched batch with an ID gets at most one answer:
+// the ledger retires a batch with its answer, and a second one finds it
+// gone.
 //
 // Its mutex guards plain state only; nothing is sent on a channel while it
-// is held, except the non-blocking notifications after Unlock.
+// is held, except non-blocking sends.
 type remote struct {
 	epoch    uint64
-	vocab    int                         // the model's vocabulary; sampled tokens lie in [0, vocab)
-	refused  *transport.Refusals         // the cluster's: messages refused before use
-	results  chan *transport.BatchResult // unbuffered: the forwarder goroutine sends
-	resKick  chan struct{}               // size 1: results queued
-	tombKick chan struct{}               // size 1: backstop tombstones queued for the cluster loop
+	vocab    int                // the model's vocabulary; sampled tokens lie in [0, vocab)
+	refused  *transport.Refusals // the cluster's: messages refused before use
+	tombKick chan struct{}       // size 1: backstop tombstones queued for the cluster loop
 	// changed (size 1) tells the engine that readiness or the placement
 	// moved (DynamicPipeline.Changed): the link came or went here, or the
 	// cluster's published readiness changed (Cluster.publish).
@@ -55,12 +81,11 @@ type remote struct {
 	version   uint64   // the placement version batches are stamped with
 	stageIDs  []string // the current placement's shards, stage order; never mutated (replaced)
 	link      *link    // nil while not ready
-	inflight  map[uint64]*flight
 	// busySince is since when batches have been in flight without an
 	// answer to any of them (zero while none is): the control core's
-	// progress clock (control.Core.Progress).
+	// progress clock (control.Core.Progress). A batch the scheduler
+	// reclaimed got no answer: the clock keeps running for it.
 	busySince time.Time
-	live      map[uint64]struct{} // sequences created by dispatched first rows and not yet tombstoned
 	// ended and endedOld hold sequences tombstoned in the current and the
 	// previous rotation (see rotateEnded): a heartbeat that lists one was
 	// taken before its tombstone arrived, so it is not named unknown (the
@@ -70,19 +95,7 @@ type remote struct {
 	maxSeq   uint64
 	pending  []transport.Tombstone // in-band tombstones waiting for the next batch
 	backstop []transport.Tombstone // for the cluster loop to fan out on control streams
-	queue    []*transport.BatchResult
 	failed   map[transport.Code]uint64 // batches failed (BatchFailed and losses) by code
-}
-
-// flight is a dispatched batch awaiting its answer, and what answers it
-// may name: the batch's rows, sent under placement version, whose stages
-// are stages (the last one returns the result).
-type flight struct {
-	version uint64
-	stages  []string
-	rows    map[uint64]bool     // sequence → whether its row asked for a sample
-	dropped []transport.Dropped // rows named by BatchFailed reports so far
-	tokens  int                 // the tokens its rows carry (the progress deadline's)
 }
 
 var _ Pipeline = (*remote)(nil)
@@ -98,12 +111,8 @@ func newRemote(epoch uint64, vocab int, refused *transport.Refusals) *remote {
 		epoch:    epoch,
 		vocab:    vocab,
 		refused:  refused,
-		results:  make(chan *transport.BatchResult),
-		resKick:  make(chan struct{}, 1),
 		tombKick: make(chan struct{}, 1),
 		changed:  make(chan struct{}, 1),
-		inflight: map[uint64]*flight{},
-		live:     map[uint64]struct{}{},
 		ended:    map[uint64]struct{}{},
 		endedOld: map[uint64]struct{}{},
 		failed:   map[transport.Code]uint64{},
@@ -132,25 +141,23 @@ func (p *remote) BlockSize() int {
 	return p.blockSize
 }
 
-// Results implements Pipeline.
-func (p *remote) Results() <-chan *transport.BatchResult { return p.results }
+// Results implements Pipeline with a channel that never delivers: the
+// cluster's answers reach the engine on the loop it runs, through its
+// ledger (engineLedger.answer).
+func (p *remote) Results() <-chan *transport.BatchResult { return nil }
 
 // Dispatch implements Pipeline without blocking: it records the batch's
-// tombstones for the backstop and its first rows as live sequences, then
-// queues it on the stage-0 link. Tombstones of a batch that cannot go now
-// ride in the next one.
+// tombstones as ended and for the backstop, then queues it on the stage-0
+// link. Tombstones of a batch that cannot go now ride in the next one. The
+// first batch into an idle pipeline starts the progress clock.
 func (p *remote) Dispatch(b *transport.MicroBatch) error {
 	p.mu.Lock()
 	for _, t := range b.Tombstones {
-		delete(p.live, t.Seq)
 		p.ended[t.Seq] = struct{}{}
 	}
 	kickTombs := len(b.Tombstones) > 0
 	p.backstop = append(p.backstop, b.Tombstones...)
 	for _, r := range b.Rows {
-		if r.First {
-			p.live[r.Seq] = struct{}{}
-		}
 		p.maxSeq = max(p.maxSeq, r.Seq)
 	}
 	if len(p.pending) > 0 {
@@ -172,58 +179,35 @@ func (p *remote) Dispatch(b *transport.MicroBatch) error {
 		p.pending = slices.Clone(b.Tombstones[transport.MaxBatchTombstones:])
 		b.Tombstones = b.Tombstones[:transport.MaxBatchTombstones:transport.MaxBatchTombstones]
 	}
-	var fl *flight
-	if b.ID != 0 {
-		fl = &flight{version: l.version, stages: p.stageIDs, rows: make(map[uint64]bool, len(b.Rows))}
-		if len(p.inflight) == 0 {
-			p.busySince = time.Now()
-		}
-		p.inflight[b.ID] = fl
-	}
 	for i := range b.Rows {
 		// A first row asks for logprobs unless its request shows none
 		// (Params.NoLogprob, set by the engine): the last stage then skips
 		// the vocabulary-wide sum behind them.
 		b.Rows[i].Logprobs = b.Rows[i].First && (b.Rows[i].Params == nil || !b.Rows[i].Params.NoLogprob)
-		if fl != nil {
-			fl.rows[b.Rows[i].Seq] = fl.rows[b.Rows[i].Seq] || b.Rows[i].Sample
-			fl.tokens += len(b.Rows[i].Tokens)
-		}
 	}
 	b.Placement = l.version
 	h, err := transport.HeaderToWire(b, pb.HiddenType_HIDDEN_TYPE_F32)
 	if err != nil {
-		if b.ID != 0 {
-			delete(p.inflight, b.ID)
-			p.answeredLocked()
-		}
 		p.pending = slices.Concat(b.Tombstones, p.pending)
 		p.mu.Unlock()
 		p.kick(kickTombs)
 		return fmt.Errorf("coordinator: batch %d: %w", b.ID, err)
 	}
-	p.mu.Unlock()
-	p.kick(kickTombs)
-
 	select {
 	case l.queue <- h:
+		if b.ID != 0 && p.busySince.IsZero() {
+			p.busySince = time.Now()
+		}
+		p.mu.Unlock()
+		p.kick(kickTombs)
 		return nil
 	default:
 	}
-	p.mu.Lock()
-	_, mine := p.inflight[b.ID]
-	delete(p.inflight, b.ID)
-	if mine {
-		p.answeredLocked()
-	}
-	if p.link == l {
-		p.pending = append(b.Tombstones, p.pending...)
-	}
+	p.pending = append(b.Tombstones, p.pending...)
 	p.mu.Unlock()
-	if b.ID == 0 || !mine {
-		// Tombstones wait for the next batch; a batch the loss handler
-		// already failed has its answer.
-		return nil
+	p.kick(kickTombs)
+	if b.ID == 0 {
+		return nil // its tombstones wait for the next batch
 	}
 	return ErrLinkFull
 }
@@ -246,10 +230,13 @@ func (p *remote) kick(tombs bool) {
 	}
 }
 
-// answeredLocked moves the progress clock: an answer came, or batches
-// left the flight (p.mu held).
-func (p *remote) answeredLocked() {
-	if len(p.inflight) == 0 {
+// answered moves the progress clock after led took an answer: to now while
+// batches are still in flight, to zero when none is.
+func (p *remote) answered(led ledger) {
+	n, _ := led.inFlight()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n == 0 {
 		p.busySince = time.Time{}
 	} else {
 		p.busySince = time.Now()
@@ -257,14 +244,15 @@ func (p *remote) answeredLocked() {
 }
 
 // progress returns since when batches have been in flight unanswered
-// (zero: none in flight) and how many tokens they carry.
-func (p *remote) progress() (time.Time, int) {
+// (zero: none in flight) and how many tokens the batches led holds in
+// flight carry.
+func (p *remote) progress(led ledger) (time.Time, int) {
+	tokens := 0
+	if led != nil {
+		_, tokens = led.inFlight()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	tokens := 0
-	for _, fl := range p.inflight {
-		tokens += fl.tokens
-	}
 	return p.busySince, tokens
 }
 
@@ -278,14 +266,22 @@ func (p *remote) takeBackstop() []transport.Tombstone {
 }
 
 // unknown returns the sequences of live that the coordinator does not know:
-// never created by this coordinator, or tombstoned before the last two
-// rotations.
-func (p *remote) unknown(live []uint64) []uint64 {
+// not running in led (never created by this coordinator, or ended), and not
+// tombstoned within the last two rotations.
+func (p *remote) unknown(live []uint64, led ledger) []uint64 {
+	var running map[uint64]struct{}
+	if led != nil {
+		seqs := led.running(nil)
+		running = make(map[uint64]struct{}, len(seqs))
+		for _, s := range seqs {
+			running[s] = struct{}{}
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var out []uint64
 	for _, s := range live {
-		_, ok := p.live[s]
+		_, ok := running[s]
 		_, ended := p.ended[s]
 		_, endedOld := p.endedOld[s]
 		if !ok && !ended && !endedOld {
@@ -304,13 +300,6 @@ func (p *remote) rotateEnded() {
 	defer p.mu.Unlock()
 	p.endedOld, p.ended = p.ended, p.endedOld
 	clear(p.ended)
-}
-
-// liveCount returns how many sequences the coordinator believes live.
-func (p *remote) liveCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.live)
 }
 
 // highestSeq returns the highest sequence ID dispatched.
@@ -333,8 +322,9 @@ func (p *remote) failedByReason() map[string]uint64 {
 
 // setPlacement switches to a new placement version (not ready until
 // resume): every sequence of the old version ends on the shards, so the
-// live set (moved to the ending ones) and the pending in-band tombstones
-// are dropped.
+// pending in-band tombstones are dropped. The pause before it (the core's
+// ActPause) failed every batch in flight, so every batch in flight was
+// sent on the current version.
 func (p *remote) setPlacement(pl *Placement) {
 	p.mu.Lock()
 	p.stages, p.blocks, p.blockSize, p.version = len(pl.Stages), pl.Blocks, pl.BlockSize, pl.Version
@@ -342,13 +332,6 @@ func (p *remote) setPlacement(pl *Placement) {
 	for i, st := range pl.Stages {
 		p.stageIDs[i] = st.ShardID
 	}
-	// The old version's sequences are ending, not unknown: a shard frees
-	// them when it switches (at the new version's first batch), and a
-	// heartbeat taken before that is not answered with a reconcile.
-	for seq := range p.live {
-		p.ended[seq] = struct{}{}
-	}
-	clear(p.live)
 	p.pending = nil
 	p.mu.Unlock()
 	p.notify()
@@ -367,25 +350,25 @@ func (p *remote) resume(l *link) bool {
 	return true
 }
 
-// pause stops dispatching and fails every in-flight batch as lost with
-// reason; it returns the link it detached (nil if none) for the caller to
-// close.
-func (p *remote) pause(reason string) *link {
+// pause stops dispatching and has led take every batch in flight as lost
+// with reason; it returns the link it detached (nil if none) for the
+// caller to close.
+func (p *remote) pause(reason string, led ledger) *link {
+	n := 0
+	if led != nil {
+		n, _ = led.inFlight()
+	}
 	p.mu.Lock()
 	l := p.link
 	p.link = nil
-	n := 0
-	for id := range p.inflight {
-		p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: id, Lost: true, Reason: reason})
-		n++
-	}
-	clear(p.inflight)
 	p.busySince = time.Time{}
 	if n > 0 {
 		p.failed[transport.CodePipelineLost] += uint64(n)
 	}
 	p.mu.Unlock()
-	p.kickResults()
+	if n > 0 {
+		led.lose(reason)
+	}
 	if l != nil {
 		p.notify()
 	}
@@ -428,6 +411,34 @@ func (s source) String() string {
 	return "control stream of " + s.shard
 }
 
+// flight is a batch in flight as an answer about it is admitted: its rows
+// (the ledger's record) and the placement it was sent on, the current one
+// (a pause fails every batch in flight before the placement changes).
+type flight struct {
+	version uint64
+	stages  []string        // the placement's shards, stage order (the last returns the result)
+	rows    map[uint64]bool // sequence → whether its row asked for a sample
+}
+
+// flight returns batch id as led holds it in flight, or nil.
+func (p *remote) flight(led ledger, id uint64) *flight {
+	if led == nil {
+		return nil
+	}
+	rows, ok := led.rows(id, nil)
+	if !ok {
+		return nil
+	}
+	fl := &flight{rows: make(map[uint64]bool, len(rows))}
+	for _, r := range rows {
+		fl.rows[uint64(r.Seq)] = fl.rows[uint64(r.Seq)] || r.Sample
+	}
+	p.mu.Lock()
+	fl.version, fl.stages = p.version, p.stageIDs
+	p.mu.Unlock()
+	return fl
+}
+
 // admits reports whether an answer about fl may come from src: on the
 // link of fl's placement version, from the last stage of fl's placement on
 // Results, or from any of its stages on Control; claimed is the shard the
@@ -442,57 +453,54 @@ func (src source) admits(fl *flight, claimed string) bool {
 	return slices.Contains(fl.stages, src.shard) && (claimed == "" || claimed == src.shard)
 }
 
-// batchFailed takes a BatchFailed from src after checking it: well formed
-// (transport.FailedFromWire: its reason a Code, its epoch this start's), for
-// a batch in flight that src may answer for, naming only that batch's rows.
-// Without seqs the batch is lost; with seqs those rows are noted and
-// reported with the batch's result. It returns the failure it took, or the
-// refusal (counted) of one it did not.
-func (p *remote) batchFailed(w *pb.BatchFailed, src source) (*transport.Failure, error) {
+// checkFailure checks a BatchFailed as it arrives, on the goroutine that
+// read it: well formed (transport.FailedFromWire: its reason a Code, its
+// epoch this start's). It returns the failure, or nil after counting the
+// refusal; the loop then admits it (takeFailure).
+func (p *remote) checkFailure(w *pb.BatchFailed) *transport.Failure {
 	f, err := transport.FailedFromWire(w, p.epoch)
-	if err == nil {
-		err = p.takeFailure(f, src)
-	}
 	if err != nil {
 		p.refused.Count(err)
-		return nil, err
+		return nil
 	}
-	return f, nil
+	return f
 }
 
-func (p *remote) takeFailure(f *transport.Failure, src source) error {
+// takeFailure admits a checked failure from src for a batch led holds in
+// flight that src may answer for, naming only that batch's rows. Without
+// seqs the batch is lost; with seqs those rows are dropped (led.drop). It
+// returns the refusal (counted) of a failure it did not take.
+func (p *remote) takeFailure(f *transport.Failure, src source, led ledger) error {
+	err := p.admitFailure(f, src, led)
+	if err != nil {
+		p.refused.Count(err)
+		return err
+	}
 	p.mu.Lock()
-	fl := p.inflight[f.Batch]
+	p.failed[f.Code]++
+	p.mu.Unlock()
+	if len(f.Seqs) > 0 {
+		led.drop(f.Batch, f.Seqs, rowCode(f.Code).String())
+		return nil
+	}
+	led.answer(&transport.BatchResult{Epoch: p.epoch, ID: f.Batch, Lost: true, Reason: fmt.Sprintf("shard %s: %s", f.Shard, f.Code)})
+	p.answered(led)
+	return nil
+}
+
+func (p *remote) admitFailure(f *transport.Failure, src source, led ledger) error {
+	fl := p.flight(led, f.Batch)
 	switch {
 	case fl == nil:
-		p.mu.Unlock()
 		return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("failure of batch %d, not in flight", f.Batch)}
 	case !src.admits(fl, f.Shard):
-		p.mu.Unlock()
 		return &transport.RefusedError{Code: transport.CodeWrongSender, Detail: fmt.Sprintf("failure of batch %d on the %v, which does not carry it", f.Batch, src)}
 	}
 	for _, s := range f.Seqs {
 		if _, ok := fl.rows[s]; !ok {
-			p.mu.Unlock()
 			return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("failure of batch %d names sequence %d, not one of its rows", f.Batch, s)}
 		}
 	}
-	p.failed[f.Code]++
-	if len(f.Seqs) > 0 {
-		for _, s := range f.Seqs {
-			if !slices.ContainsFunc(fl.dropped, func(d transport.Dropped) bool { return d.Seq == s }) {
-				fl.dropped = append(fl.dropped, transport.Dropped{Seq: s, Reason: rowCode(f.Code), Shard: f.Shard})
-			}
-		}
-		p.mu.Unlock()
-		return nil
-	}
-	delete(p.inflight, f.Batch)
-	p.answeredLocked()
-	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: f.Batch, Lost: true,
-		Reason: fmt.Sprintf("shard %s: %s", f.Shard, f.Code)})
-	p.mu.Unlock()
-	p.kickResults()
 	return nil
 }
 
@@ -506,45 +514,50 @@ func rowCode(c transport.Code) transport.Code {
 	return transport.CodeComputeError
 }
 
-// failOwn fails in-flight batch id whole for code: the coordinator's own
-// verdict (its link refused to send it).
-func (p *remote) failOwn(id uint64, code transport.Code) {
-	p.mu.Lock()
-	if _, ok := p.inflight[id]; !ok {
-		p.mu.Unlock()
+// failOwn fails batch id whole for code, if led holds it in flight: the
+// coordinator's own verdict (its link refused to send it).
+func (p *remote) failOwn(id uint64, code transport.Code, led ledger) {
+	if p.flight(led, id) == nil {
 		return
 	}
-	delete(p.inflight, id)
-	p.answeredLocked()
+	p.mu.Lock()
 	p.failed[code]++
-	p.queue = append(p.queue, &transport.BatchResult{Epoch: p.epoch, ID: id, Lost: true, Reason: "coordinator: " + code.String()})
 	p.mu.Unlock()
-	p.kickResults()
+	led.answer(&transport.BatchResult{Epoch: p.epoch, ID: id, Lost: true, Reason: "coordinator: " + code.String()})
+	p.answered(led)
 }
 
-// deliver takes the last stage's result for a batch still in flight, from
-// the Results stream of shard, after checking it: well formed
-// (transport.ResultFromWire: its epoch, counts, tokens inside the
-// vocabulary), from the last stage of the batch's placement, of that
-// placement version, sampling only rows that asked and dropping only the
-// batch's rows, each once. A result refused is counted and returned; the
-// batch stays in flight (its reclaim deadline fails it if no good answer
-// comes).
-func (p *remote) deliver(w *pb.BatchResult, shard string) error {
+// checkResult checks a result as it arrives on the Results stream, on the
+// handler's goroutine: well formed (transport.ResultFromWire: its epoch,
+// counts, tokens inside the vocabulary). It returns the result, or nil
+// after counting the refusal; the loop then admits it (takeResult).
+func (p *remote) checkResult(w *pb.BatchResult) *transport.BatchResult {
 	r, err := transport.ResultFromWire(w, transport.ResultLimits{Epoch: p.epoch, Vocab: p.vocab})
-	if err == nil {
-		err = p.takeResult(r, fromResults(shard))
-	}
 	if err != nil {
 		p.refused.Count(err)
+		return nil
 	}
-	return err
+	return r
 }
 
-func (p *remote) takeResult(r *transport.BatchResult, src source) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fl := p.inflight[r.ID]
+// takeResult admits a checked result for a batch led holds in flight,
+// from src: the last stage of the batch's placement, of that placement
+// version, sampling only rows that asked and dropping only the batch's
+// rows, each once; led then takes it. A result refused is counted and
+// returned; the batch stays in flight (its reclaim deadline fails it if no
+// good answer comes).
+func (p *remote) takeResult(r *transport.BatchResult, src source, led ledger) error {
+	if err := p.admitResult(r, src, led); err != nil {
+		p.refused.Count(err)
+		return err
+	}
+	led.answer(r)
+	p.answered(led)
+	return nil
+}
+
+func (p *remote) admitResult(r *transport.BatchResult, src source, led ledger) error {
+	fl := p.flight(led, r.ID)
 	switch {
 	case fl == nil || fl.version != r.Placement:
 		return &transport.RefusedError{Code: transport.CodeUnknownBatch, Detail: fmt.Sprintf("result of batch %d (placement %d), not in flight", r.ID, r.Placement)}
@@ -564,47 +577,7 @@ func (p *remote) takeResult(r *transport.BatchResult, src source) error {
 		}
 		seen[d.Seq] = true
 	}
-	delete(p.inflight, r.ID)
-	p.answeredLocked()
-	for _, d := range fl.dropped {
-		if !seen[d.Seq] {
-			r.Dropped = append(r.Dropped, d)
-		}
-	}
-	p.queue = append(p.queue, r)
-	p.kickResults()
 	return nil
-}
-
-func (p *remote) kickResults() {
-	select {
-	case p.resKick <- struct{}{}:
-	default:
-	}
-}
-
-// forward hands queued answers to Results until ctx ends. The queue holds
-// at most one answer per dispatched batch, so it is bounded by the batches
-// the engine keeps in flight.
-func (p *remote) forward(ctx context.Context) {
-	for {
-		p.mu.Lock()
-		q := p.queue
-		p.queue = nil
-		p.mu.Unlock()
-		for _, r := range q {
-			select {
-			case p.results <- r:
-			case <-ctx.Done():
-				return
-			}
-		}
-		select {
-		case <-p.resKick:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // link is the coordinator's stage stream to stage 0 of one placement
@@ -646,9 +619,10 @@ func (c *Cluster) runLink(runCtx, ctx context.Context, l *link) {
 			}
 			if w := rep.GetFailed(); w != nil {
 				var f *transport.Failure
-				transport.Recover(c.log, &c.refused, "stage-0 reply", func() { f, _ = c.pipe.batchFailed(w, fromLink(l)) })
-				if f != nil && len(f.Seqs) == 0 && downstreamDown(f.Code) {
-					c.post(runCtx, evDownstream{version: l.version, shardID: f.Shard, reason: f.Code.String()})
+				transport.Recover(c.log, &c.refused, "stage-0 reply", func() { f = c.pipe.checkFailure(w) })
+				if f != nil && !c.post(runCtx, evAnswer{failure: f, src: fromLink(l)}) {
+					recvErr <- errors.New("cluster stopping")
+					return
 				}
 			}
 		}
@@ -672,7 +646,9 @@ func (c *Cluster) sendLoop(ctx context.Context, l *link, stream pb.Stage_StreamC
 		case h := <-l.queue:
 			err := transport.SendBatch(stream, h, nil)
 			if be, ok := errors.AsType[*transport.BatchError](err); ok {
-				c.pipe.failOwn(be.BatchID, be.Reason)
+				if !c.post(ctx, evFailOwn{id: be.BatchID, code: be.Reason}) {
+					return nil
+				}
 				continue
 			}
 			if err != nil {

@@ -88,7 +88,7 @@ func TestClusterRefusesForgedAnswers(t *testing.T) {
 	last.mu.Lock()
 	last.hold = true
 	last.mu.Unlock()
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	for id := uint64(1); id <= 3; id++ {
 		b := &transport.MicroBatch{Epoch: c.Epoch(), ID: id, Rows: []transport.Row{
 			{Seq: 10 + id, First: true, Tokens: []int32{5, int32(id)}, Blocks: []int32{int32(id)}, Sample: true}}}
@@ -266,7 +266,7 @@ func TestClusterRegistryBounded(t *testing.T) {
 	if err := c.Ready(); err != nil {
 		t.Fatalf("not ready after the registrations: %v", err)
 	}
-	p := c.Pipeline()
+	p := direct(t, c.Cluster)
 	if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: 1, Rows: []transport.Row{{Seq: 1, First: true, Tokens: []int32{4}, Blocks: []int32{0}, Sample: true}}}); err != nil {
 		t.Fatal(err)
 	}

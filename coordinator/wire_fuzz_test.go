@@ -35,6 +35,8 @@ func FuzzShardMessages(f *testing.F) {
 		_ = c.Run(ctx) // closes what NewCluster opened
 	})
 	p := c.pipe
+	led := newDirectPipeline(p)
+	c.ledger = led
 	pl := &Placement{Version: 1, Stages: []Stage{{ShardID: "a-1"}, {ShardID: "b-2"}}, Blocks: 16, BlockSize: 16}
 	p.setPlacement(pl)
 	c.shards["a-1"] = &shardState{rec: ShardRecord{NodeID: "a", ShardID: "a-1"}, ctl: newOutbox()}
@@ -55,13 +57,13 @@ func FuzzShardMessages(f *testing.F) {
 			l = &link{version: 1, shardID: "a-1", queue: make(chan *pb.BatchHeader, linkQueue), cancel: func() {}}
 			p.resume(l)
 		}
-		for p.inflightCount() < 3 {
+		for inflight(led) < 3 {
 			b := &transport.MicroBatch{Epoch: c.Epoch(), ID: nextID, Rows: []transport.Row{
 				{Seq: nextID, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true},
 				{Seq: nextID + 1<<32, First: true, Tokens: []int32{2}, Blocks: []int32{1}},
 			}}
 			nextID++
-			if err := p.Dispatch(b); err != nil {
+			if err := led.Dispatch(b); err != nil {
 				t.Fatalf("dispatch: %v", err)
 			}
 			<-l.queue
@@ -80,8 +82,11 @@ func FuzzShardMessages(f *testing.F) {
 				}
 			}
 			src := []source{fromLink(l), fromResults(shard), fromControl(shard)}[int(id)%3]
-			if f, err := p.batchFailed(w, src); err == nil && (f == nil || !f.Code.Valid()) {
-				t.Fatalf("took failure %+v", f)
+			if f := p.checkFailure(w); f != nil {
+				if !f.Code.Valid() {
+					t.Fatalf("checked failure %+v", f)
+				}
+				c.answer(evAnswer{failure: f, src: src}, now)
 			}
 		case 1, 2: // a result on Results
 			w := &pb.BatchResult{}
@@ -92,8 +97,8 @@ func FuzzShardMessages(f *testing.F) {
 					w.Dropped = []*pb.DroppedRow{{Seq: rowSeq, Reason: text, ShardId: shard}}
 				}
 			}
-			before := p.inflightCount()
-			if err := p.deliver(w, shard); err == nil && p.inflightCount() != before-1 {
+			before := inflight(led)
+			if r := p.checkResult(w); r != nil && p.takeResult(r, fromResults(shard), led) == nil && inflight(led) != before-1 {
 				t.Fatalf("a result taken for no batch in flight: %v", w)
 			}
 		case 3: // Register, checked at the handler, then the loop's
@@ -128,15 +133,14 @@ func FuzzShardMessages(f *testing.F) {
 				t.Fatalf("batch failures counted under %q", r)
 			}
 		}
-		p.mu.Lock()
-		p.queue = nil // the engine's answers: not read here
-		p.mu.Unlock()
+		for len(led.out) > 0 { // the engine's answers: not read here
+			<-led.out
+		}
 	})
 }
 
-// inflightCount returns how many batches await their answer.
-func (p *remote) inflightCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.inflight)
+// inflight returns how many batches await their answer.
+func inflight(led *DirectPipeline) int {
+	n, _ := led.inFlight()
+	return n
 }

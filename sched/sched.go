@@ -325,6 +325,56 @@ func (s *Scheduler) InFlightRow(b BatchID, seq SeqID) (req RequestID, outIdx int
 	return 0, 0, false
 }
 
+// InFlightBatch appends the rows of in-flight batch b to dst, in row
+// order, and returns it; ok is false when b is not in flight (never
+// dispatched, or retired: completed, failed, reclaimed, or forgotten by
+// Reset). It is the record a shell admits an answer about b against: which
+// sequences b carries and which of them may come back sampled. A row whose
+// sequence has ended since stays in the record (its answer is ignored).
+func (s *Scheduler) InFlightBatch(b BatchID, dst []BatchRow) ([]BatchRow, bool) {
+	i := s.findInflight(b)
+	if i < 0 {
+		return dst, false
+	}
+	for _, row := range s.inflight[i].rows {
+		dst = append(dst, BatchRow{Seq: row.seq.id, Tokens: row.n, Sample: row.sample})
+	}
+	return dst, true
+}
+
+// InFlightTokens returns how many tokens the rows of the batches in flight
+// carry (a prefill chunk counts its length, a decode one).
+func (s *Scheduler) InFlightTokens() int {
+	n := 0
+	for _, b := range s.inflight {
+		for _, row := range b.rows {
+			n += row.n
+		}
+	}
+	return n
+}
+
+// FailInFlight takes every batch in flight as lost, as BatchFailed of each
+// would (the pipeline that carried them is gone), and returns how many
+// there were.
+func (s *Scheduler) FailInFlight(reason string) int {
+	n := len(s.inflight)
+	for len(s.inflight) > 0 {
+		s.BatchFailed(Failure{Batch: s.inflight[0].id, Reason: reason})
+	}
+	return n
+}
+
+// RunningSeqs appends the live sequences to dst, oldest first, and returns
+// it: admitted and not ended. A sequence that ended is gone from it at
+// once, while its tombstone waits for the next Step's Output.
+func (s *Scheduler) RunningSeqs(dst []SeqID) []SeqID {
+	for q := s.runHead; q != nil; q = q.next {
+		dst = append(dst, q.id)
+	}
+	return dst
+}
+
 // BatchFailed takes a report of lost work. The sequences named (all of the
 // batch's when f.Seqs is empty, which also retires the batch) are tombstoned
 // with reason Failed and their requests requeued, or failed after

@@ -3,6 +3,7 @@ package sched
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -754,5 +755,66 @@ func TestInFlightRow(t *testing.T) {
 		if _, idx, ok := h.s.InFlightRow(d.ID, r.Seq); !ok || idx != 1 {
 			t.Fatalf("decode row of seq %d: output index %d, %v; want 1 (the second token)", r.Seq, idx, ok)
 		}
+	}
+}
+
+// TestInFlightBatch: the record a shell admits answers against lists the
+// rows each in-flight batch carries (sequence, tokens, whether it samples)
+// and nothing once the batch retired; InFlightTokens sums them;
+// RunningSeqs names the live sequences and drops an ended one at once;
+// FailInFlight fails every batch in flight, each as BatchFailed would.
+func TestInFlightBatch(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Stages = 1; c.MaxBatchTokens = 8 })
+	h.add(1, 6, 3)
+	h.add(2, 5, 3)
+	out := h.step() // batch 1: request 1's prompt and 2 of request 2's
+	if len(out.Batches) != 2 {
+		t.Fatalf("%d batches, want 2 (P+1 in flight)", len(out.Batches))
+	}
+	want := map[BatchID][]BatchRow{}
+	total := 0
+	for _, b := range out.Batches {
+		for _, r := range b.Rows {
+			want[b.ID] = append(want[b.ID], BatchRow{Seq: r.Seq, Tokens: len(r.Tokens), Sample: r.Sample})
+			total += len(r.Tokens)
+		}
+	}
+	for id, rows := range want {
+		got, ok := h.s.InFlightBatch(id, nil)
+		if !ok || !slices.Equal(got, rows) {
+			t.Fatalf("batch %d: rows %+v, %v; want %+v", id, got, ok, rows)
+		}
+	}
+	if got := h.s.InFlightTokens(); got != total || total != 11 {
+		t.Fatalf("tokens in flight %d, want %d (both prompts)", got, total)
+	}
+	if got := h.s.RunningSeqs(nil); len(got) != 2 {
+		t.Fatalf("running %v, want both sequences", got)
+	}
+	b1 := out.Batches[0]
+	h.complete(b1, 7)
+	if rows, ok := h.s.InFlightBatch(b1.ID, nil); ok {
+		t.Fatalf("a completed batch is still in flight: %+v", rows)
+	}
+	left := 0
+	for _, r := range want[out.Batches[1].ID] {
+		left += r.Tokens
+	}
+	if got := h.s.InFlightTokens(); got != left {
+		t.Fatalf("tokens in flight %d after batch %d's result, want the other batch's %d", got, b1.ID, left)
+	}
+	h.abort(1, Aborted)
+	if got := h.s.RunningSeqs(nil); slices.Contains(got, b1.Rows[0].Seq) {
+		t.Fatalf("running %v still names the aborted request's sequence", got)
+	}
+	if n := h.s.FailInFlight("pipeline lost"); n != 1 {
+		t.Fatalf("FailInFlight failed %d batches, want 1", n)
+	}
+	h.check()
+	if st := h.s.Stats(); st.InFlight != 0 || st.Retries != 1 {
+		t.Fatalf("after FailInFlight: %+v, want nothing in flight and request 2 requeued once", st)
+	}
+	if got := h.s.InFlightTokens(); got != 0 {
+		t.Fatalf("tokens in flight %d with no batch in flight", got)
 	}
 }

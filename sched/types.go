@@ -181,6 +181,13 @@ type Result struct {
 	Samples []Sample
 }
 
+// BatchRow is one row of a batch in flight, as InFlightBatch reports it.
+type BatchRow struct {
+	Seq    SeqID
+	Tokens int  // positions the row carries
+	Sample bool // the row asked for a sampled token
+}
+
 // Failure reports lost work: a hop dropped a batch, or rows of it.
 type Failure struct {
 	Batch BatchID

@@ -191,7 +191,11 @@ func startLossy(t *testing.T, seed uint64) *lossyCluster {
 			t.Errorf("cluster: %v", err)
 		}
 	})
-	lc := &lossyCluster{t: t, c: c, pipe: c.Pipeline(), l: l, lease: cc.Lease, next: 1}
+	pipe, err := c.Direct()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := &lossyCluster{t: t, c: c, pipe: pipe, l: l, lease: cc.Lease, next: 1}
 	for range 2 {
 		sc := shard.DefaultConfig()
 		sc.Insecure = true // the cluster here runs plaintext: these tests are about loss, not trust
