@@ -133,3 +133,74 @@ func TestEngineTurnFollows(t *testing.T) {
 		t.Fatalf("right after the turn that made placement 1 the engine is on placement %d: the turn was not followed", eng.version)
 	}
 }
+
+// TestEngineLedger: over a cluster, the scheduler's record is the one
+// answers and reconcile go by. A heartbeat reply names unknown only what
+// the scheduler does not run; /v1/cluster counts what it runs; a pause
+// fails the batch in flight at once, so its request is served again as
+// soon as the link is back, not after the 30 s reclaim deadline; and the
+// last stage's results complete it.
+func TestEngineLedger(t *testing.T) {
+	c := startCluster(t, t.TempDir(), 1, func(cfg *ClusterConfig) { cfg.LossConfirm = 5 * time.Second })
+	sh := newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20)
+	sh.join()
+	waitReady(t, c.Cluster)
+	sh.mu.Lock()
+	sh.hold = true
+	sh.mu.Unlock()
+	ec := DefaultEngineConfig()
+	ec.Epoch, ec.Sched.FirstSeq = c.Epoch(), sched.SeqID(c.FirstSeq())
+	eng, err := NewEngine(ec, c.Pipeline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		eng.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "the engine to run the cluster's loop", c.lent.Load)
+
+	st, err := eng.Submit(ctx, GenParams{Prompt: []int32{1, 2, 3}, MaxTokens: 3, Sample: sample.DefaultParams()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the shard to hold the prompt's batch", func() bool { _, _, _, b := sh.snapshot(); return len(b) == 1 })
+	_, _, _, held := sh.snapshot()
+	seq := held[0].GetRows()[0].GetSeq()
+	sh.heartbeat(seq, 99)
+	waitUntil(t, "a heartbeat reply", func() bool { _, _, rep, _ := sh.snapshot(); return len(rep) > 0 })
+	if _, _, rep, _ := sh.snapshot(); !slices.Equal(rep[0].GetUnknownSeqs(), []uint64{99}) {
+		t.Fatalf("heartbeat reply names %v unknown with sequence %d running, want [99]", rep[0].GetUnknownSeqs(), seq)
+	}
+	if v := c.View(); v.LiveSequences != 1 {
+		t.Fatalf("/v1/cluster live sequences %d, want 1", v.LiveSequences)
+	}
+
+	sh.breakStage() // the link drops: the pause fails the held batch
+	sh.mu.Lock()
+	sh.hold = false
+	sh.mu.Unlock()
+	var got []int32
+	for {
+		toks, end, _, err := st.Next(ctx)
+		for _, tk := range toks {
+			got = append(got, tk.ID)
+		}
+		if err != nil {
+			t.Fatalf("%v: engine %+v, cluster %+v, got %v", err, eng.Stats(), c.View(), got)
+		}
+		if end {
+			break
+		}
+	}
+	if want := []int32{4, 5, 6}; !slices.Equal(got, want) {
+		t.Fatalf("tokens %v, want %v", got, want)
+	}
+	if n := c.BatchFailedByReason()["pipeline_lost"]; n != 1 {
+		t.Fatalf("pipeline_lost %d, want the one held batch", n)
+	}
+}

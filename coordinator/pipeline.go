@@ -18,7 +18,9 @@ type Pipeline interface {
 	Dispatch(b *transport.MicroBatch) error
 	// Results delivers one BatchResult per dispatched batch that got an
 	// answer (none for ID 0); a batch that never gets one is failed by the
-	// scheduler's reclaim deadline.
+	// scheduler's reclaim deadline. A cluster's pipeline returns nil: its
+	// answers reach the engine on the cluster's loop, which the engine runs
+	// (engineLedger).
 	Results() <-chan *transport.BatchResult
 }
 

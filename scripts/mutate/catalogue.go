@@ -39,7 +39,10 @@ const (
 	// tests that turn the cluster's loop by hand, and the engine's and
 	// API's degraded-service tests over a fake pipeline: no shard, no
 	// network but httptest's.
-	runCoordLoss = `^Test(Loss|MembershipIsAHint$|EngineFailsDispatched|WaitingForAPipeline|StreamKeepAlive$)`
+	// runCoordLedger is the engine-over-cluster tests: answers and
+	// reconcile by the scheduler's record.
+	runCoordLedger = `^TestEngine(Ledger|RunsTheClusterLoop|TurnFollows)$`
+	runCoordLoss   = `^Test(Loss|MembershipIsAHint$|EngineFailsDispatched|WaitingForAPipeline|StreamKeepAlive$)`
 )
 
 // The control core's scenario scripts (control/testdata/scenarios): pure,
@@ -453,19 +456,19 @@ var catalogue = []mutation{
 		Why: "a shard whose control stream is down gets no backstop, so nothing is resent on reconnect",
 	},
 	{
-		Name: "coord/progress-tokens-rows", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
-		Orig: "fl.tokens += len(b.Rows[i].Tokens)", Repl: "fl.tokens++",
+		Name: "coord/progress-tokens-rows", File: "sched/sched.go", Pkgs: []string{"./sched"}, Run: "^TestInFlightBatch$",
+		Orig: "n += row.n", Repl: "n += min(row.n, 1)",
 		Why: "the tokens in flight count rows, not tokens: a long prefill chunk gets a decode's share of the progress deadline",
 	},
 	{
-		Name: "coord/dispatched-not-live", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
-		Orig: "p.live[r.Seq] = struct{}{}", Repl: "",
+		Name: "coord/dispatched-not-live", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLedger,
+		Orig: "for _, s := range l.e.s.RunningSeqs(nil) {", Repl: "for _, s := range l.e.s.RunningSeqs(nil)[:0] {",
 		Why: "dispatched sequences are not known live: reconcile would free them on the shards",
 	},
 	{
-		Name: "coord/tombstoned-stays-live", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
-		Orig: "delete(p.live, t.Seq)", Repl: "",
-		Why: "a tombstoned sequence stays known: a shard that missed its tombstone is never reconciled",
+		Name: "coord/tombstoned-not-ending", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "p.ended[t.Seq] = struct{}{}", Repl: "_ = t",
+		Why: "a sequence just tombstoned is named unknown at once: reconcile races its tombstone, and frees what the tombstone would have",
 	},
 	{
 		Name: "coord/rotation-no-grace", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
@@ -606,13 +609,23 @@ var catalogue = []mutation{
 		Why: "the engine steps after a turn of the cluster's loop without following it: the step right after a pause dispatches into the paused pipeline, failing batches and costing requests retries though nothing was lost",
 	},
 	{
+		Name: "engine/pause-keeps-in-flight", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLedger,
+		Orig: "e.s.FailInFlight(e.lost)", Repl: "_ = e.lost",
+		Why: "a pause never fails the scheduler's batches in flight: their requests wait for the 30 s reclaim deadline before they run again",
+	},
+	{
+		Name: "coord/answer-clock-stays", File: "coordinator/remote.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "\tif n == 0 {\n\t\tp.busySince = time.Time{}\n\t} else {\n\t\tp.busySince = time.Now()\n\t}", Repl: "\t_ = n",
+		Why: "an answer does not move the progress clock: a pipeline that answers steadily is declared stuck once the deadline passes from its first batch",
+	},
+	{
 		Name: "engine/no-fit-keeps-dispatched", File: "coordinator/engine.go", Pkgs: pkgCoord, Run: runCoordLoss,
 		Orig: "case errors.Is(err, ErrNoFit):\n\t\te.failAll(", Repl: "case false:\n\t\te.failAll(",
 		Why: "when nothing left can hold the model, the requests in flight wait silently instead of ending with a 503",
 	},
 	{
-		Name: "coord/reply-names-nothing", File: "coordinator/cluster_grpc.go", Pkgs: pkgCoord, Run: runCoordBackstop,
-		Orig: "UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs()),", Repl: "UnknownSeqs: nil,",
+		Name: "coord/reply-names-nothing", File: "coordinator/cluster.go", Pkgs: pkgCoord, Run: runCoordBackstop,
+		Orig: "UnknownSeqs: c.pipe.unknown(hb.GetLiveSeqs(), c.ledger),", Repl: "UnknownSeqs: nil,",
 		Why: "heartbeat replies never name the sequences the coordinator no longer knows",
 	},
 
