@@ -66,7 +66,7 @@ type ledger interface {
 // is held, except non-blocking sends.
 type remote struct {
 	epoch    uint64
-	vocab    int                // the model's vocabulary; sampled tokens lie in [0, vocab)
+	vocab    int                 // the model's vocabulary; sampled tokens lie in [0, vocab)
 	refused  *transport.Refusals // the cluster's: messages refused before use
 	tombKick chan struct{}       // size 1: backstop tombstones queued for the cluster loop
 	// changed (size 1) tells the engine that readiness or the placement
@@ -93,8 +93,8 @@ type remote struct {
 	ended    map[uint64]struct{}
 	endedOld map[uint64]struct{}
 	maxSeq   uint64
-	pending  []transport.Tombstone // in-band tombstones waiting for the next batch
-	backstop []transport.Tombstone // for the cluster loop to fan out on control streams
+	pending  []transport.Tombstone     // in-band tombstones waiting for the next batch
+	backstop []transport.Tombstone     // for the cluster loop to fan out on control streams
 	failed   map[transport.Code]uint64 // batches failed (BatchFailed and losses) by code
 }
 
