@@ -656,10 +656,18 @@ func (c *Cluster) loop(l *clusterLoop, serveErr <-chan error) error {
 
 // turn handles one wake-up of the loop (an event of c.ev, a membership
 // event, evTombKick or evTick), then asks the core what the clock and the
-// progress clock move, and publishes the view. Only the goroutine running
-// the loop calls it.
+// progress clock move, and publishes the view. A batch's result, the one
+// event per batch, only moves the progress clock: what the clock alone
+// decides and the view wait for the next tick (100 ms) or event. Only the
+// goroutine running the loop calls it.
 func (l *clusterLoop) turn(e any) {
 	c := l.c
+	if a, ok := e.(evAnswer); ok && a.result != nil {
+		c.pipe.takeResult(a.result, a.src, c.ledger)
+		busySince, tokens := c.pipe.progress(c.ledger)
+		c.apply(c.core.Progress(busySince, tokens, time.Now()))
+		return
+	}
 	now := time.Now()
 	switch e := e.(type) {
 	case membership.Event:
