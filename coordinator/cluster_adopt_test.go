@@ -23,31 +23,6 @@ func TestEngineRunsTheClusterLoop(t *testing.T) {
 	c := startCluster(t, t.TempDir(), 1, nil)
 	newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20).join()
 	waitReady(t, c.Cluster)
-	engine := func() (*Engine, func()) {
-		ec := DefaultEngineConfig()
-		ec.Epoch, ec.Sched.FirstSeq = c.Epoch(), sched.SeqID(c.FirstSeq())
-		eng, err := NewEngine(ec, c.Pipeline())
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			eng.Run(ctx)
-		}()
-		stop := func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Fatal("Engine.Run did not return within 10s")
-			}
-		}
-		t.Cleanup(stop)
-		waitUntil(t, "the engine to run the cluster's loop", c.lent.Load)
-		return eng, stop
-	}
 	shards := func(n int) func() bool {
 		return func() bool {
 			v := c.View()
@@ -55,25 +30,16 @@ func TestEngineRunsTheClusterLoop(t *testing.T) {
 		}
 	}
 
-	eng, stop := engine()
+	eng, stop := runEngine(t, c.Cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := eng.Submit(ctx, GenParams{Prompt: []int32{1, 2, 3}, MaxTokens: 4, Sample: sample.DefaultParams()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []int32
-	for {
-		toks, done, _, err := st.Next(ctx)
-		for _, tk := range toks {
-			got = append(got, tk.ID)
-		}
-		if err != nil {
-			t.Fatalf("%v: engine %+v, cluster %+v, got %v", err, eng.Stats(), c.View(), got)
-		}
-		if done {
-			break
-		}
+	got, err := streamTokens(ctx, st)
+	if err != nil {
+		t.Fatalf("%v: engine %+v, cluster %+v, got %v", err, eng.Stats(), c.View(), got)
 	}
 	if want := []int32{4, 5, 6, 7}; !slices.Equal(got, want) { // the fake's sample: the last token + 1
 		t.Fatalf("tokens %v, want %v", got, want)
@@ -86,7 +52,7 @@ func TestEngineRunsTheClusterLoop(t *testing.T) {
 	newFakeShard(t, c.GRPCAddr(), "node-c", 1, 1<<20).join()
 	waitUntil(t, "node-c registered and connected on Run's loop", shards(3))
 
-	_, stop = engine()
+	_, stop = runEngine(t, c.Cluster)
 	c.stop() // fails the test unless Run returns within 10 s
 	stop()
 }
@@ -148,21 +114,9 @@ func TestEngineLedger(t *testing.T) {
 	sh.mu.Lock()
 	sh.hold = true
 	sh.mu.Unlock()
-	ec := DefaultEngineConfig()
-	ec.Epoch, ec.Sched.FirstSeq = c.Epoch(), sched.SeqID(c.FirstSeq())
-	eng, err := NewEngine(ec, c.Pipeline())
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, _ := runEngine(t, c.Cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		eng.Run(ctx)
-	}()
-	defer func() { cancel(); <-done }()
-	waitUntil(t, "the engine to run the cluster's loop", c.lent.Load)
 
 	st, err := eng.Submit(ctx, GenParams{Prompt: []int32{1, 2, 3}, MaxTokens: 3, Sample: sample.DefaultParams()})
 	if err != nil {
@@ -184,23 +138,57 @@ func TestEngineLedger(t *testing.T) {
 	sh.mu.Lock()
 	sh.hold = false
 	sh.mu.Unlock()
-	var got []int32
-	for {
-		toks, end, _, err := st.Next(ctx)
-		for _, tk := range toks {
-			got = append(got, tk.ID)
-		}
-		if err != nil {
-			t.Fatalf("%v: engine %+v, cluster %+v, got %v", err, eng.Stats(), c.View(), got)
-		}
-		if end {
-			break
-		}
+	got, err := streamTokens(ctx, st)
+	if err != nil {
+		t.Fatalf("%v: engine %+v, cluster %+v, got %v", err, eng.Stats(), c.View(), got)
 	}
 	if want := []int32{4, 5, 6}; !slices.Equal(got, want) {
 		t.Fatalf("tokens %v, want %v", got, want)
 	}
 	if n := c.BatchFailedByReason()["pipeline_lost"]; n != 1 {
 		t.Fatalf("pipeline_lost %d, want the one held batch", n)
+	}
+}
+
+// runEngine starts an engine over c's pipeline and waits until it runs the
+// cluster's loop; stop (also a cleanup) ends it.
+func runEngine(t *testing.T, c *Cluster) (eng *Engine, stop func()) {
+	t.Helper()
+	ec := DefaultEngineConfig()
+	ec.Epoch, ec.Sched.FirstSeq = c.Epoch(), sched.SeqID(c.FirstSeq())
+	eng, err := NewEngine(ec, c.Pipeline())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		eng.Run(ctx)
+	}()
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Engine.Run did not return within 10s")
+		}
+	}
+	t.Cleanup(stop)
+	waitUntil(t, "the engine to run the cluster's loop", c.lent.Load)
+	return eng, stop
+}
+
+// streamTokens reads st to its end and returns its tokens.
+func streamTokens(ctx context.Context, st *Stream) ([]int32, error) {
+	var got []int32
+	for {
+		toks, done, _, err := st.Next(ctx)
+		for _, tk := range toks {
+			got = append(got, tk.ID)
+		}
+		if err != nil || done {
+			return got, err
+		}
 	}
 }
