@@ -39,8 +39,12 @@ func newDirectPipeline(p *remote) *DirectPipeline {
 }
 
 // Direct puts a new DirectPipeline in the cluster's loop in place of any
-// ledger, and returns it. It fails when the loop is not running.
+// ledger, and returns it. It fails when the loop is not running, or an
+// engine runs it (whose answers it would take).
 func (c *Cluster) Direct() (*DirectPipeline, error) {
+	if c.lent.Load() {
+		return nil, errors.New("coordinator: an engine runs the cluster's loop")
+	}
 	l := newDirectPipeline(c.pipe)
 	done := make(chan struct{})
 	if !c.post(context.Background(), evLedger{led: l, done: done}) {
