@@ -563,8 +563,10 @@ type (
 		up  bool
 		err error
 	}
-	// evAnswer: a checked result (Results stream) or failure (stage-0
-	// link) of a batch, for the loop to admit against the ledger.
+	// evAnswer: a checked result or failure of a batch and where it came
+	// from (the Results stream, the stage-0 link), for the loop to admit
+	// against the ledger. A control stream's failures are admitted where
+	// the loop handles its message (ctlMsg).
 	evAnswer struct {
 		result  *transport.BatchResult
 		failure *transport.Failure
