@@ -107,13 +107,7 @@ func TestEngineTurnFollows(t *testing.T) {
 // soon as the link is back, not after the 30 s reclaim deadline; and the
 // last stage's results complete it.
 func TestEngineLedger(t *testing.T) {
-	c := startCluster(t, t.TempDir(), 1, func(cfg *ClusterConfig) { cfg.LossConfirm = 5 * time.Second })
-	sh := newFakeShard(t, c.GRPCAddr(), "node-a", 1, 1<<20)
-	sh.join()
-	waitReady(t, c.Cluster)
-	sh.mu.Lock()
-	sh.hold = true
-	sh.mu.Unlock()
+	c, sh := holdingCluster(t)
 	eng, _ := runEngine(t, c.Cluster)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

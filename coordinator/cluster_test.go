@@ -217,13 +217,7 @@ func TestClusterTombstoneBackstopResend(t *testing.T) {
 }
 
 func TestClusterStageStreamDropFailsInflight(t *testing.T) {
-	c := startCluster(t, t.TempDir(), 1, func(cfg *ClusterConfig) { cfg.LossConfirm = 5 * time.Second })
-	sh := newFakeShard(t, c.GRPCAddr(), "node-a", 7, 1<<20)
-	sh.join()
-	waitReady(t, c.Cluster)
-	sh.mu.Lock()
-	sh.hold = true
-	sh.mu.Unlock()
+	c, sh := holdingCluster(t)
 	p := direct(t, c.Cluster)
 	for id := uint64(1); id <= 2; id++ {
 		if err := p.Dispatch(&transport.MicroBatch{Epoch: c.Epoch(), ID: id, Rows: []transport.Row{{Seq: id, First: true, Tokens: []int32{1}, Blocks: []int32{0}, Sample: true}}}); err != nil {
@@ -440,4 +434,18 @@ func direct(t *testing.T, c *Cluster) *DirectPipeline {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// holdingCluster is a cluster of one fake shard, ready, that holds every
+// batch it receives unanswered; a stage-stream loss is declared after 5 s.
+func holdingCluster(t *testing.T) (*testCluster, *fakeShard) {
+	t.Helper()
+	c := startCluster(t, t.TempDir(), 1, func(cfg *ClusterConfig) { cfg.LossConfirm = 5 * time.Second })
+	sh := newFakeShard(t, c.GRPCAddr(), "node-a", 7, 1<<20)
+	sh.join()
+	waitReady(t, c.Cluster)
+	sh.mu.Lock()
+	sh.hold = true
+	sh.mu.Unlock()
+	return c, sh
 }
