@@ -769,15 +769,12 @@ func (c *Cluster) handle(ctx context.Context, e any, now time.Time) {
 	}
 }
 
-// answer admits an answer against the ledger (remote.takeResult,
-// takeFailure), which takes it. A stage that failed a whole batch because
-// the stage after it, or the coordinator's Results, is unreachable tells
-// the core the pipeline beyond it is down.
+// answer admits a failure against the ledger (remote.takeFailure), which
+// takes it (results are admitted in turn, before any other work). A stage
+// that failed a whole batch because the stage after it, or the
+// coordinator's Results, is unreachable tells the core the pipeline beyond
+// it is down.
 func (c *Cluster) answer(e evAnswer, now time.Time) {
-	if e.result != nil {
-		c.pipe.takeResult(e.result, e.src, c.ledger)
-		return
-	}
 	f := e.failure
 	if c.pipe.takeFailure(f, e.src, c.ledger) == nil && e.src.link != nil && len(f.Seqs) == 0 && downstreamDown(f.Code) {
 		c.apply(c.core.Downstream(e.src.link.version, f.Shard, f.Code.String(), now))
