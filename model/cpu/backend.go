@@ -207,10 +207,14 @@ func (b *Backend) runTile(worker, tile int) {
 	_ = data[hi*j.wrow-1]
 	_ = j.xb[j.rows*j.stride-1]
 	_ = j.out[(j.rows-1)*N+hi-1]
+	maxR := ts.maxR
+	if j.rows == 1 && ts.vecR > 0 {
+		maxR = ts.vecR
+	}
 	for c0 := 0; c0 < j.rows; c0 += ts.maxC {
 		C := min(ts.maxC, j.rows-c0)
-		for o := lo; o < hi; o += ts.maxR {
-			R := min(ts.maxR, hi-o)
+		for o := lo; o < hi; o += maxR {
+			R := min(maxR, hi-o)
 			ts.k[R-1][C-1](n, &data[o*j.wrow], j.wrow, &j.xb[c0*j.stride], j.stride, &j.out[c0*N+o], 4*N)
 		}
 	}

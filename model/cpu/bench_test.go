@@ -36,7 +36,7 @@ func loadBench(b *testing.B, typ ggml.Type) *model.Model {
 // decode step at position 128 (tg), as llama-bench reports them; tok/s is
 // the figure to compare.
 func BenchmarkForward(b *testing.B) {
-	for _, typ := range []ggml.Type{ggml.F32, ggml.Q8_0, ggml.Q4_0} {
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
 		for _, threads := range []int{1, 2} {
 			b.Run(fmt.Sprintf("%v/threads=%d/pp128", typ, threads), func(b *testing.B) {
 				m := loadBench(b, typ)

@@ -247,44 +247,52 @@ func TestQuantDotAccuracyMore(t *testing.T) {
 	}
 }
 
-// TestMatMulInvariantMore: MatMul of the added types gives every output the
-// bits of the one-row dot product, whether the activation rows come one at
-// a time or together, on one worker or two.
+// TestMatMulInvariantMore: MatMul gives every output the bits of the
+// one-row dot product, whether the activation rows come one at a time (a
+// matrix-vector product, which runs one weight row a tile: tileSet.vecR) or
+// together, on one worker or two, with the kernels this CPU picks and with
+// its AVX2 ones.
 func TestMatMulInvariantMore(t *testing.T) {
 	r := rand.New(rand.NewPCG(55, 56))
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
 	defer p2.Close()
-	for _, typ := range newTypes {
-		K, N, R := 96, 37, 9
-		if typ.BlockSize() == 256 {
-			K = 512
-		}
-		var data []byte
-		for range N {
-			data = append(data, weightsOf(t, r, typ, K, r.IntN(2) == 0)...)
-		}
-		w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
-		x := randVec(r, R*K)
-		f, _ := VecDotFor(typ)
-		want := make([]float32, R*N)
-		for i := range R {
-			xb := make([]byte, mustRowBytes(t, typ.VecDotType(), K))
-			ConvertActivation(typ, x[i*K:(i+1)*K], xb)
-			for o := range N {
-				want[i*N+o] = f(K, w.Row(o), xb)
+	types := append([]ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0}, newTypes...)
+	for _, avx2 := range []bool{false, true} {
+		saved := avx2Only
+		avx2Only = avx2
+		for _, typ := range types {
+			K, N, R := 96, 37, 9
+			if typ.BlockSize() == 256 {
+				K = 512
+			}
+			var data []byte
+			for range N {
+				data = append(data, weightsOf(t, r, typ, K, r.IntN(2) == 0 && f16Fields[typ] != nil)...)
+			}
+			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+			x := randVec(r, R*K)
+			f, _ := VecDotFor(typ)
+			want := make([]float32, R*N)
+			for i := range R {
+				xb := make([]byte, mustRowBytes(t, typ.VecDotType(), K))
+				ConvertActivation(typ, x[i*K:(i+1)*K], xb)
+				for o := range N {
+					withPortable(func() { want[i*N+o] = f(K, w.Row(o), xb) })
+				}
+			}
+			all := make([]float32, R*N)
+			NewBackend(p2).MatMul(w, x, R, all)
+			one := make([]float32, R*N)
+			be := NewBackend(p1)
+			for i := range R {
+				be.MatMul(w, x[i*K:(i+1)*K], 1, one[i*N:(i+1)*N])
+			}
+			if !slices.Equal(all, want) || !slices.Equal(one, want) {
+				t.Errorf("%s (%s): MatMul outputs differ from the one-row dot products", typ, ISA(typ))
 			}
 		}
-		all := make([]float32, R*N)
-		NewBackend(p2).MatMul(w, x, R, all)
-		one := make([]float32, R*N)
-		be := NewBackend(p1)
-		for i := range R {
-			be.MatMul(w, x[i*K:(i+1)*K], 1, one[i*N:(i+1)*N])
-		}
-		if !slices.Equal(all, want) || !slices.Equal(one, want) {
-			t.Errorf("%s: MatMul outputs differ from the one-row dot products", typ)
-		}
+		avx2Only = saved
 	}
 }
 
