@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
 )
 
@@ -125,7 +126,7 @@ func decode(t testing.TB, typ ggml.Type, n int, b []byte) []float32 {
 }
 
 // TestFloatDotOrder checks the f32, f16 and bf16 kernels bit for bit against
-// the documented order, for n = 0..67.
+// the documented order (one FMA per element), for n = 0..67.
 func TestFloatDotOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(13, 14))
 	mul := func(a, b, c float32) float32 { return c + float32(a*b) }
@@ -142,10 +143,10 @@ func TestFloatDotOrder(t *testing.T) {
 			for _, typ := range []ggml.Type{ggml.F16, ggml.BF16} {
 				wa, wb := encode(t, typ, a), encode(t, typ, b)
 				da, db := decode(t, typ, n, wa), decode(t, typ, n, wb)
-				want := dotF32Spec(da, db, mul)
-				if typ == ggml.F16 { // products exact: the FMA gives the same
-					if fw := dotF32Spec(da, db, fmaBig); fw != want {
-						t.Fatalf("n=%d: f16 FMA %x != mul+add %x", n, fw, want)
+				want := dotF32Spec(da, db, fmaBig)
+				if typ == ggml.F16 { // products exact: a rounded product then an add gives the same
+					if mw := dotF32Spec(da, db, mul); mw != want {
+						t.Fatalf("n=%d: f16 mul+add %x != FMA %x", n, mw, want)
 					}
 				}
 				f, err := VecDotFor(typ)
@@ -157,6 +158,62 @@ func TestFloatDotOrder(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestBF16DotIsFMA: a bf16 product is added with one rounding, in the
+// portable kernel, the SIMD dot and MatMul's tiles alike, where a rounded
+// product then an add would differ: a product of half float32's smallest
+// subnormal added to that subnormal (a tie, rounded to even: 2^-148, where
+// rounding the product first gives 0 and the sum 2^-149), and a product
+// that overflows float32 added to a large negative sum (2^126, not +Inf).
+func TestBF16DotIsFMA(t *testing.T) {
+	const n = 40 // lane 0 holds elements 0, 16 and 32; the rest are zero
+	for _, tc := range []struct {
+		w, x [3]float32
+		want float32
+	}{
+		{[3]float32{0x1p-74, 0x1p-75, 0}, [3]float32{0x1p-75, 0x1p-75, 0}, 0x1p-148},
+		{[3]float32{-0x1.8p64, 0x1p64, 0}, [3]float32{0x1p63, 0x1p64, 0}, 0x1p126},
+	} {
+		w, x := make([]float32, n), make([]float32, n)
+		for i := range 3 {
+			w[16*i], x[16*i] = tc.w[i], tc.x[i]
+		}
+		wb, xb := encode(t, ggml.BF16, w), encode(t, ggml.BF16, x)
+		f, err := VecDotFor(ggml.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var portable float32
+		withPortable(func() { portable = f(n, wb, xb) })
+		if got := f(n, wb, xb); got != tc.want || portable != tc.want {
+			t.Errorf("bf16 dot %g·%g: %s %g, portable %g, want %g", tc.w, tc.x, ISA(ggml.BF16), got, portable, tc.want)
+		}
+		pool := NewPool(1)
+		be := NewBackend(pool)
+		const N = 5 // rows, each the same weights: one-row and batched tiles
+		rows := make([]byte, 0, N*len(wb))
+		for range N {
+			rows = append(rows, wb...)
+		}
+		wt := &model.Weight{Name: "w", Type: ggml.BF16, Rows: N, Cols: n, Data: rows}
+		be.Prepare(wt)
+		for _, B := range []int{1, 3} {
+			xs := make([]float32, 0, B*n)
+			for range B {
+				xs = append(xs, x...)
+			}
+			out := make([]float32, B*N)
+			be.MatMul(wt, xs, B, out)
+			for i, got := range out {
+				if got != tc.want {
+					t.Errorf("bf16 MatMul (%s) of %d rows: out[%d] = %g, want %g", ISA(ggml.BF16), B, i, got, tc.want)
+					break
+				}
+			}
+		}
+		pool.Close()
 	}
 }
 

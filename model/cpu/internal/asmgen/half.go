@@ -92,9 +92,9 @@ func (t *tile) halfLoop(unroll int, prefetch bool, wload func(m Mem, k reg.Opmas
 func f16xAVX512(t *tile) { t.halfLoop(matVecUnroll(t), prefetchTile(t), cvtF16, fmaMasked) }
 
 // bf16xAVX512 is bf16AVX512 with float32 activations: dotBF16's order,
-// each weight widened (bf16 << 16) and each product rounded before its add;
-// unrolled and prefetching as f16xAVX512.
-func bf16xAVX512(t *tile) { t.halfLoop(matVecUnroll(t), prefetchTile(t), widenBF16, mulAdd) }
+// each weight widened (bf16 << 16) and one FMA per element; unrolled and
+// prefetching as f16xAVX512.
+func bf16xAVX512(t *tile) { t.halfLoop(matVecUnroll(t), prefetchTile(t), widenBF16, fmaMasked) }
 
 // prefetchTile reports whether halfLoop prefetches the next tile's rows: for
 // a matrix-vector tile of several rows only. Their R interleaved streams
@@ -134,17 +134,6 @@ func widenBF16(m Mem, k reg.OpmaskVirtual) reg.VecVirtual {
 	}
 	VPSLLD(Imm(16), z, z)
 	return z
-}
-
-// mulAdd adds the products w*x, each rounded, to acc (the lanes of k).
-func mulAdd(w, x, acc reg.VecVirtual, k reg.OpmaskVirtual) {
-	p := ZMM()
-	VMULPS(w, x, p)
-	if k == nil {
-		VADDPS(p, acc, acc)
-	} else {
-		VADDPS(p, acc, k, acc)
-	}
 }
 
 // roundLoop emits the loop of func(n int, src, dst *float32) over 16

@@ -819,8 +819,8 @@ func f16AVX512(t *tile) {
 	}, fmaMasked)
 }
 
-// bf16AVX512 widens both rows (bf16 << 16) and rounds each product before
-// the add, as dotBF16 does.
+// bf16AVX512 widens both rows (bf16 << 16) and adds each product with one
+// FMA, as dotBF16 does.
 func bf16AVX512(t *tile) {
 	t.floatLoop(2, func(m Mem, k reg.OpmaskVirtual) reg.VecVirtual {
 		z := ZMM()
@@ -831,15 +831,7 @@ func bf16AVX512(t *tile) {
 		}
 		VPSLLD(Imm(16), z, z)
 		return z
-	}, func(w, x, acc reg.VecVirtual, k reg.OpmaskVirtual) {
-		p := ZMM()
-		VMULPS(w, x, p)
-		if k == nil {
-			VADDPS(p, acc, acc)
-		} else {
-			VADDPS(p, acc, k, acc)
-		}
-	})
+	}, fmaMasked)
 }
 
 const (
@@ -1358,8 +1350,8 @@ func q40AVX2(t *tile) {
 func f16AVX2(t *tile) { halfAVX2(t, false) }
 
 // bf16AVX2 is dotBF16's order with AVX2, f16AVX2's loop: each bf16 widened
-// exactly (zero-extended and shifted left 16), and each product rounded
-// before its add, as dotBF16 and bf16AVX512 do.
+// exactly (zero-extended and shifted left 16) and each product added with
+// one FMA, as dotBF16 and bf16AVX512 do.
 func bf16AVX2(t *tile) { halfAVX2(t, true) }
 
 // halfAVX2 is f16AVX2, or bf16AVX2 with bf16.
@@ -1372,15 +1364,8 @@ func halfAVX2(t *tile, bf16 bool) {
 			VCVTPH2PS(m, y)
 		}
 	}
-	// madd leaves w*x+a in x (rounded once, or the product first for bf16).
-	madd := func(a, w, x reg.VecVirtual) {
-		if bf16 {
-			VMULPS(w, x, x)
-			VADDPS(a, x, x)
-		} else {
-			VFMADD213PS(a, w, x)
-		}
-	}
+	// madd leaves w*x+a in x, rounded once.
+	madd := func(a, w, x reg.VecVirtual) { VFMADD213PS(a, w, x) }
 	type pair struct{ lo, hi reg.VecVirtual }
 	acc := make([][]pair, t.R)
 	for r := range acc {
@@ -1406,18 +1391,6 @@ func halfAVX2(t *tile, bf16 bool) {
 		load(t.w(r, 0), wlo)
 		load(t.w(r, 16), whi)
 		for c := range xv {
-			if bf16 {
-				for h, w := range []reg.VecVirtual{wlo, whi} {
-					a, x := acc[r][c].lo, xv[c].lo
-					if h == 1 {
-						a, x = acc[r][c].hi, xv[c].hi
-					}
-					p := YMM()
-					VMULPS(w, x, p)
-					VADDPS(p, a, a)
-				}
-				continue
-			}
 			VFMADD231PS(wlo, xv[c].lo, acc[r][c].lo)
 			VFMADD231PS(whi, xv[c].hi, acc[r][c].hi)
 		}
