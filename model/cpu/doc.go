@@ -33,10 +33,13 @@
 // fma, so SIMD kernels can reproduce it. Matrix products use R×C tile
 // kernels (up to 4 weight rows × 4 activation rows per call) or panel
 // kernels (16 weight rows × up to 8 activation rows) that reduce each
-// output exactly as the single-row kernel does. BF16 runs no VDPBF16PS,
+// output exactly as the single-row kernel does; a product with one
+// activation row (generation) runs one weight row a tile where the tile
+// set says so (tileSet.vecR), one sequential stream for the hardware
+// prefetcher. BF16 runs no VDPBF16PS,
 // though Zen 4 and Sapphire Rapids have it: that instruction treats
 // subnormal inputs as zero, flushes subnormal results and adds each lane's
 // odd product before its even one, so it cannot give the bits of the
 // portable kernel (and of the AVX2 and AVX-512 ones that widen bf16 to
-// float32 exactly and round each product, then each sum) on every input.
+// float32 exactly and add each product with one FMA) on every input.
 package cpu
