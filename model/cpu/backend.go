@@ -207,9 +207,12 @@ func (b *Backend) runTile(worker, tile int) {
 	_ = data[hi*j.wrow-1]
 	_ = j.xb[j.rows*j.stride-1]
 	_ = j.out[(j.rows-1)*N+hi-1]
+	// A matrix-vector product (one activation row) runs one weight row a
+	// tile: one sequential stream, which the hardware prefetcher follows
+	// better than maxR interleaved ones (see prefetchTile in asmgen).
 	maxR := ts.maxR
-	if j.rows == 1 && ts.vecR > 0 {
-		maxR = ts.vecR
+	if j.rows == 1 {
+		maxR = 1
 	}
 	for c0 := 0; c0 < j.rows; c0 += ts.maxC {
 		C := min(ts.maxC, j.rows-c0)

@@ -34,10 +34,10 @@
 // kernels (up to 4 weight rows × 4 activation rows per call) or panel
 // kernels (16 weight rows × up to 8 activation rows) that reduce each
 // output exactly as the single-row kernel does; a product with one
-// activation row (generation) runs one weight row a tile where the tile
-// set says so (tileSet.vecR), one sequential stream for the hardware
-// prefetcher. BF16 runs no VDPBF16PS,
-// though Zen 4 and Sapphire Rapids have it: that instruction treats
+// activation row (generation) runs one weight row a tile
+// (Backend.runTile), one sequential stream for the hardware prefetcher.
+// BF16 runs no VDPBF16PS, though Zen 4 and Sapphire Rapids have it: that
+// instruction treats
 // subnormal inputs as zero, flushes subnormal results and adds each lane's
 // odd product before its even one, so it cannot give the bits of the
 // portable kernel (and of the AVX2 and AVX-512 ones that widen bf16 to

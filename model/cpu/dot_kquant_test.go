@@ -249,7 +249,7 @@ func TestQuantDotAccuracyMore(t *testing.T) {
 
 // TestMatMulInvariantMore: MatMul gives every output the bits of the
 // one-row dot product, whether the activation rows come one at a time (a
-// matrix-vector product, which runs one weight row a tile: tileSet.vecR) or
+// matrix-vector product, which runs one weight row a tile: Backend.runTile) or
 // together, on one worker or two, with the kernels this CPU picks and with
 // its AVX2 ones.
 func TestMatMulInvariantMore(t *testing.T) {
@@ -258,8 +258,8 @@ func TestMatMulInvariantMore(t *testing.T) {
 	defer p1.Close()
 	defer p2.Close()
 	types := append([]ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0}, newTypes...)
+	defer func(saved bool) { avx2Only = saved }(avx2Only)
 	for _, avx2 := range []bool{false, true} {
-		saved := avx2Only
 		avx2Only = avx2
 		for _, typ := range types {
 			K, N, R := 96, 37, 9
@@ -292,7 +292,6 @@ func TestMatMulInvariantMore(t *testing.T) {
 				t.Errorf("%s (%s): MatMul outputs differ from the one-row dot products", typ, ISA(typ))
 			}
 		}
-		avx2Only = saved
 	}
 }
 

@@ -57,12 +57,7 @@ type tileSet struct {
 	name       string
 	unit       int // elements per unit of n
 	maxR, maxC int
-	// vecR, when set, bounds the weight rows of a tile in a
-	// matrix-vector product (one activation row) instead of maxR: one
-	// row at a time is one sequential stream, which the hardware
-	// prefetcher follows better than maxR interleaved ones.
-	vecR int
-	k    [maxTile][maxTile]tileFunc
+	k          [maxTile][maxTile]tileFunc
 	// one is the 1×1 kernel called directly, so that its result stays on
 	// the stack (a call through k cannot be proven not to keep &out); nil
 	// for a set of matrix kernels only (f32x).

@@ -197,7 +197,7 @@ var q51PanelsAVX2 = panelSet{name: "q51AVX2", k: [maxPanelC]panelFunc{
 // AVX2 ones on an AVX-512 machine.
 var avx2Only bool
 
-var f32AVX2 = tileSet{one: f32AVX21, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var f32AVX2 = tileSet{one: f32AVX21, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f32AVX2_1x1, f32AVX2_1x2},
 	{f32AVX2_2x1, f32AVX2_2x2},
 }}
@@ -208,7 +208,7 @@ func f32AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f32AVX512 = tileSet{one: f32AVX5121, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var f32AVX512 = tileSet{one: f32AVX5121, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
 	{f32AVX512_1x1, f32AVX512_1x2, f32AVX512_1x3, f32AVX512_1x4},
 	{f32AVX512_2x1, f32AVX512_2x2, f32AVX512_2x3, f32AVX512_2x4},
 	{f32AVX512_3x1, f32AVX512_3x2, f32AVX512_3x3, f32AVX512_3x4},
@@ -232,14 +232,14 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 // f16xAVX512 and bf16xAVX512 are the matrix kernels of f16 and bf16
 // weights: their activation rows are float32, rounded to the weights'
 // dot-product type first (roundActivation).
-var f16xAVX512 = tileSet{name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, vecR: 1, f32x: true, k: [maxTile][maxTile]tileFunc{
+var f16xAVX512 = tileSet{name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX512_1x1, f16xAVX512_1x2, f16xAVX512_1x3, f16xAVX512_1x4},
 	{f16xAVX512_2x1, f16xAVX512_2x2, f16xAVX512_2x3, f16xAVX512_2x4},
 	{f16xAVX512_3x1, f16xAVX512_3x2, f16xAVX512_3x3, f16xAVX512_3x4},
 	{f16xAVX512_4x1, f16xAVX512_4x2, f16xAVX512_4x3, f16xAVX512_4x4},
 }}
 
-var bf16xAVX512 = tileSet{name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, vecR: 1, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX512 = tileSet{name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX512_1x1, bf16xAVX512_1x2, bf16xAVX512_1x3, bf16xAVX512_1x4},
 	{bf16xAVX512_2x1, bf16xAVX512_2x2, bf16xAVX512_2x3, bf16xAVX512_2x4},
 	{bf16xAVX512_3x1, bf16xAVX512_3x2, bf16xAVX512_3x3, bf16xAVX512_3x4},
@@ -296,17 +296,17 @@ func bf16AVX5121(n int, w, x *byte) float32 {
 	return out
 }
 
-var q80AVX2 = tileSet{one: q80AVX21, name: "q80AVX2", unit: 32, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var q80AVX2 = tileSet{one: q80AVX21, name: "q80AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{q80AVX2_1x1, q80AVX2_1x2},
 	{q80AVX2_2x1, q80AVX2_2x2},
 }}
 
-var q40AVX2 = tileSet{one: q40AVX21, name: "q40AVX2", unit: 32, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var q40AVX2 = tileSet{one: q40AVX21, name: "q40AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{q40AVX2_1x1, q40AVX2_1x2},
 	{q40AVX2_2x1, q40AVX2_2x2},
 }}
 
-var q50AVX2 = tileSet{one: q50AVX21, name: "q50AVX2", unit: 32, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var q50AVX2 = tileSet{one: q50AVX21, name: "q50AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{q50AVX2_1x1, q50AVX2_1x2},
 	{q50AVX2_2x1, q50AVX2_2x2},
 }}
@@ -329,7 +329,7 @@ func q40AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f16AVX2_1x1, f16AVX2_1x2},
 	{f16AVX2_2x1, f16AVX2_2x2},
 }}
@@ -340,7 +340,7 @@ func f16AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{bf16AVX2_1x1, bf16AVX2_1x2},
 	{bf16AVX2_2x1, bf16AVX2_2x2},
 }}
@@ -351,7 +351,7 @@ func bf16AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var iq4NLAVX2 = tileSet{one: iq4NLAVX21, name: "iq4NLAVX2", unit: 32, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var iq4NLAVX2 = tileSet{one: iq4NLAVX21, name: "iq4NLAVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{iq4NLAVX2_1x1, iq4NLAVX2_1x2},
 	{iq4NLAVX2_2x1, iq4NLAVX2_2x2},
 }}
@@ -362,7 +362,7 @@ func iq4NLAVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var q51AVX2 = tileSet{one: q51AVX21, name: "q51AVX2", unit: 32, maxR: 2, maxC: 2, vecR: 1, k: [maxTile][maxTile]tileFunc{
+var q51AVX2 = tileSet{one: q51AVX21, name: "q51AVX2", unit: 32, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{q51AVX2_1x1, q51AVX2_1x2},
 	{q51AVX2_2x1, q51AVX2_2x2},
 }}

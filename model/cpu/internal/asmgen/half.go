@@ -86,7 +86,7 @@ func (t *tile) halfLoop(unroll int, prefetch bool, wload func(m Mem, k reg.Opmas
 // weight converted with VCVTPH2PS and one FMA per element. A matrix-vector
 // tile (C = 1) streams its weights from memory: it runs two steps an
 // iteration, and one of several rows prefetches the next tile's rows. A
-// one-row tile, which MatMul runs for a single activation row (tileSet.vecR),
+// one-row tile, which MatMul runs for a single activation row (Backend.runTile),
 // is one sequential stream that the hardware prefetcher follows better
 // than software prefetches (measured: see prefetchTile).
 func f16xAVX512(t *tile) { t.halfLoop(matVecUnroll(t), prefetchTile(t), cvtF16, fmaMasked) }
