@@ -3,8 +3,11 @@
 package cpu
 
 import (
+	"os"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/cpu"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
@@ -61,5 +64,46 @@ func TestSetKernels(t *testing.T) {
 		if isa := ISA(ggml.Q2_K); haveF16C && tc.isaSuffix != "" && !strings.HasSuffix(isa, tc.isaSuffix) {
 			t.Errorf("%q: Q2_K runs %s", tc.v, isa)
 		}
+	}
+}
+
+// TestSetAhead checks the values of STRATA_PREFETCH, and that the default
+// follows the vendor CPUID names.
+func TestSetAhead(t *testing.T) {
+	defer func(saved bool) { aheadOn = saved }(aheadOn)
+	for _, tc := range []struct {
+		v     string
+		want  bool
+		wrong string
+	}{
+		{v: "on", want: true},
+		{v: " OFF ", want: false},
+		{v: "auto", want: intelCPU()},
+		{v: "", want: intelCPU()},
+		{v: "yes", wrong: `STRATA_PREFETCH="yes": want on, off or auto`},
+	} {
+		for _, before := range []bool{false, true} {
+			aheadOn = before
+			err := setAhead(tc.v)
+			if tc.wrong != "" {
+				if err == nil || err.Error() != tc.wrong {
+					t.Errorf("%q: error %v, want %q", tc.v, err, tc.wrong)
+				}
+				if aheadOn != before {
+					t.Errorf("%q changed the setting", tc.v)
+				}
+				continue
+			}
+			if err != nil || aheadOn != tc.want {
+				t.Errorf("%q: aheadOn %v, error %v; want %v", tc.v, aheadOn, err, tc.want)
+			}
+		}
+	}
+	vendor, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		t.Skip("no /proc/cpuinfo to compare CPUID's vendor with")
+	}
+	if got, want := intelCPU(), cpu.X86.HasAVX && strings.Contains(string(vendor), "GenuineIntel"); got != want {
+		t.Errorf("intelCPU() = %v; /proc/cpuinfo says Intel with AVX: %v", got, want)
 	}
 }

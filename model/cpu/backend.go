@@ -210,9 +210,17 @@ func (b *Backend) runTile(worker, tile int) {
 	// A matrix-vector product (one activation row) runs one weight row a
 	// tile: one sequential stream, which the hardware prefetcher follows
 	// better than maxR interleaved ones (see prefetchTile in asmgen).
+	// Where aheadOn, that stream runs the kernel that prefetches a page
+	// ahead of it (aheadEnv).
 	maxR := ts.maxR
 	if j.rows == 1 {
 		maxR = 1
+		if aheadOn && ts.ahead != nil {
+			for o := lo; o < hi; o++ {
+				ts.ahead(n, &data[o*j.wrow], j.wrow, &j.xb[0], j.stride, &j.out[o], 4*N)
+			}
+			return
+		}
 	}
 	for c0 := 0; c0 < j.rows; c0 += ts.maxC {
 		C := min(ts.maxC, j.rows-c0)
@@ -239,6 +247,9 @@ func (b *Backend) runPanels(worker, lo, hi int) {
 	for c0 := 0; c0 < j.rows; c0 += maxPanelC {
 		C := min(maxPanelC, j.rows-c0)
 		k := j.ps.k[C-1]
+		if j.rows == 1 && aheadOn && j.ps.ahead != nil {
+			k = j.ps.ahead // a matrix-vector product's one stream (aheadEnv)
+		}
 		for o := lo; o < hi; o += panelRows {
 			w := &j.packed[o/panelRows*pb]
 			x := &j.xb[c0*j.stride]

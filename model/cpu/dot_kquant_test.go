@@ -250,7 +250,8 @@ func TestQuantDotAccuracyMore(t *testing.T) {
 // TestMatMulInvariantMore: MatMul gives every output the bits of the
 // one-row dot product, whether the activation rows come one at a time (a
 // matrix-vector product, which runs one weight row a tile: Backend.runTile) or
-// together, on one worker or two, with the kernels this CPU picks and with
+// together, on one worker or two, with the kernels this CPU picks (with and
+// without the matrix-vector kernels that prefetch ahead: aheadEnv) and with
 // its AVX2 ones.
 func TestMatMulInvariantMore(t *testing.T) {
 	r := rand.New(rand.NewPCG(55, 56))
@@ -258,9 +259,9 @@ func TestMatMulInvariantMore(t *testing.T) {
 	defer p1.Close()
 	defer p2.Close()
 	types := append([]ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0}, newTypes...)
-	defer func(saved bool) { avx2Only = saved }(avx2Only)
-	for _, avx2 := range []bool{false, true} {
-		avx2Only = avx2
+	defer func(avx2, ahead bool) { avx2Only, aheadOn = avx2, ahead }(avx2Only, aheadOn)
+	for _, set := range []struct{ avx2, ahead bool }{{false, false}, {false, true}, {true, false}} {
+		avx2Only, aheadOn = set.avx2, set.ahead
 		for _, typ := range types {
 			K, N, R := 96, 37, 9
 			if typ.BlockSize() == 256 {
@@ -289,7 +290,7 @@ func TestMatMulInvariantMore(t *testing.T) {
 				be.MatMul(w, x[i*K:(i+1)*K], 1, one[i*N:(i+1)*N])
 			}
 			if !slices.Equal(all, want) || !slices.Equal(one, want) {
-				t.Errorf("%s (%s): MatMul outputs differ from the one-row dot products", typ, ISA(typ))
+				t.Errorf("%s (%s, ahead %v): MatMul outputs differ from the one-row dot products", typ, ISA(typ), aheadOn)
 			}
 		}
 	}

@@ -23,6 +23,44 @@ func init() {
 	if err := setKernels(os.Getenv(cpuEnv)); err != nil {
 		fmt.Fprintf(os.Stderr, "strata: %v; running the fastest kernels\n", err)
 	}
+	if err := setAhead(os.Getenv(aheadEnv)); err != nil {
+		fmt.Fprintf(os.Stderr, "strata: %v; prefetching as this CPU's vendor wants\n", err)
+	}
+}
+
+// aheadEnv is the environment variable that says whether matrix-vector
+// products (one activation row: generation) run the kernels that prefetch
+// their weights a page ahead (tileSet.ahead, panelSet.ahead): "on", "off",
+// or unset, empty or "auto" for this CPU's default, on for Intel and off
+// for the others. Intel's hardware prefetchers stop at each 4 KiB page, so
+// a one-row weight stream stalls there: on a 2-core Xeon (Emerald Rapids)
+// the prefetching kernels ran generation 30–40 % faster for F16 and BF16
+// and 75 % for Q4_0 (README, Performance). On AMD's Zen 5 one-row tiles ran
+// faster without software prefetches (session figures in asmgen's
+// prefetchTile), so there they stay off until measured otherwise. Every
+// setting gives the same bits: a prefetch changes no result.
+const aheadEnv = "STRATA_PREFETCH"
+
+// aheadOn is whether matrix-vector products run the prefetching kernels.
+var aheadOn = intelCPU()
+
+// MatVecAhead reports whether matrix-vector products run the kernels that
+// prefetch their weights a page ahead (aheadEnv), where a type has them.
+func MatVecAhead() bool { return aheadOn && !portableOnly && !avx2Only }
+
+// setAhead applies a value of aheadEnv.
+func setAhead(v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "auto":
+		aheadOn = intelCPU()
+	case "on":
+		aheadOn = true
+	case "off":
+		aheadOn = false
+	default:
+		return fmt.Errorf("%s=%q: want on, off or auto", aheadEnv, v)
+	}
+	return nil
 }
 
 // setKernels applies a value of cpuEnv.
@@ -58,6 +96,9 @@ type tileSet struct {
 	unit       int // elements per unit of n
 	maxR, maxC int
 	k          [maxTile][maxTile]tileFunc
+	// ahead is the 1×1 kernel again, prefetching its weights a page ahead:
+	// matrix-vector products run it where aheadOn (nil: none).
+	ahead tileFunc
 	// one is the 1×1 kernel called directly, so that its result stays on
 	// the stack (a call through k cannot be proven not to keep &out); nil
 	// for a set of matrix kernels only (f32x).
@@ -121,6 +162,9 @@ const maxPanelC = 8
 type panelSet struct {
 	name string
 	k    [maxPanelC]panelFunc
+	// ahead is k[0] prefetching its weights a page ahead: matrix-vector
+	// products run it where aheadOn (nil: none).
+	ahead panelFunc
 }
 
 // panelsFor returns the kernels for repacked weights of type t, or nil when

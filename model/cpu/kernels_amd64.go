@@ -20,6 +20,16 @@ var (
 	haveF16C = haveAVX2 && cpu.X86.HasF16C
 )
 
+// intelCPU reports whether CPUID names the vendor GenuineIntel. It runs
+// cpuVendor, which ends with VZEROUPPER, only on a CPU with AVX.
+func intelCPU() bool {
+	if !cpu.X86.HasAVX {
+		return false
+	}
+	b, d, c := cpuVendor()
+	return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e // "Genu" "ineI" "ntel"
+}
+
 // archTiles returns the fastest kernels this CPU runs for weights of type t,
 // or nil.
 func archTiles(t ggml.Type) *tileSet {
@@ -121,47 +131,47 @@ func archPanels(t ggml.Type) *panelSet {
 	return nil
 }
 
-var q80Panels = panelSet{name: "q80VNNI", k: [maxPanelC]panelFunc{
+var q80Panels = panelSet{name: "q80VNNI", ahead: q80LanePanel_1Ahead, k: [maxPanelC]panelFunc{
 	q80LanePanel_1, q80LanePanel_2, q80LanePanel_3, q80LanePanel_4, q80LanePanel_5, q80LanePanel_6, q80LanePanel_7, q80LanePanel_8,
 }}
 
-var q40Panels = panelSet{name: "q40VNNI", k: [maxPanelC]panelFunc{
+var q40Panels = panelSet{name: "q40VNNI", ahead: q40Panel_1Ahead, k: [maxPanelC]panelFunc{
 	q40Panel_1, q40Panel_2, q40Panel_3, q40Panel_4, q40Panel_5, q40Panel_6, q40Panel_7, q40Panel_8,
 }}
 
-var q50Panels = panelSet{name: "q50VNNI", k: [maxPanelC]panelFunc{
+var q50Panels = panelSet{name: "q50VNNI", ahead: q50Panel_1Ahead, k: [maxPanelC]panelFunc{
 	q50Panel_1, q50Panel_2, q50Panel_3, q50Panel_4, q50Panel_5, q50Panel_6, q50Panel_7, q50Panel_8,
 }}
 
-var q4KPanels = panelSet{name: "q4KVNNI", k: [maxPanelC]panelFunc{
+var q4KPanels = panelSet{name: "q4KVNNI", ahead: q4KPanel_1Ahead, k: [maxPanelC]panelFunc{
 	q4KPanel_1, q4KPanel_2, q4KPanel_3, q4KPanel_4, q4KPanel_5, q4KPanel_6, q4KPanel_7, q4KPanel_8,
 }}
 
-var q5KPanels = panelSet{name: "q5KVNNI", k: [maxPanelC]panelFunc{
+var q5KPanels = panelSet{name: "q5KVNNI", ahead: q5KPanel_1Ahead, k: [maxPanelC]panelFunc{
 	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
 }}
 
-var q51Panels = panelSet{name: "q51VNNI", k: [maxPanelC]panelFunc{
+var q51Panels = panelSet{name: "q51VNNI", ahead: q51Panel_1Ahead, k: [maxPanelC]panelFunc{
 	q51Panel_1, q51Panel_2, q51Panel_3, q51Panel_4, q51Panel_5, q51Panel_6, q51Panel_7, q51Panel_8,
 }}
 
-var q2KPanels = panelSet{name: "q2KVNNI", k: [maxPanelC]panelFunc{
+var q2KPanels = panelSet{name: "q2KVNNI", ahead: q2KPanel_1Ahead, k: [maxPanelC]panelFunc{
 	q2KPanel_1, q2KPanel_2, q2KPanel_3, q2KPanel_4, q2KPanel_5, q2KPanel_6, q2KPanel_7, q2KPanel_8,
 }}
 
-var q3KPanels = panelSet{name: "q3KVNNI", k: [maxPanelC]panelFunc{
+var q3KPanels = panelSet{name: "q3KVNNI", ahead: q3KPanel_1Ahead, k: [maxPanelC]panelFunc{
 	q3KPanel_1, q3KPanel_2, q3KPanel_3, q3KPanel_4, q3KPanel_5, q3KPanel_6, q3KPanel_7, q3KPanel_8,
 }}
 
-var iq4XSPanels = panelSet{name: "iq4XSVNNI", k: [maxPanelC]panelFunc{
+var iq4XSPanels = panelSet{name: "iq4XSVNNI", ahead: iq4XSPanel_1Ahead, k: [maxPanelC]panelFunc{
 	iq4XSPanel_1, iq4XSPanel_2, iq4XSPanel_3, iq4XSPanel_4, iq4XSPanel_5, iq4XSPanel_6, iq4XSPanel_7, iq4XSPanel_8,
 }}
 
-var iq4NLPanels = panelSet{name: "iq4NLVNNI", k: [maxPanelC]panelFunc{
+var iq4NLPanels = panelSet{name: "iq4NLVNNI", ahead: iq4NLPanel_1Ahead, k: [maxPanelC]panelFunc{
 	iq4NLPanel_1, iq4NLPanel_2, iq4NLPanel_3, iq4NLPanel_4, iq4NLPanel_5, iq4NLPanel_6, iq4NLPanel_7, iq4NLPanel_8,
 }}
 
-var q6KPanels = panelSet{name: "q6KVNNI", k: [maxPanelC]panelFunc{
+var q6KPanels = panelSet{name: "q6KVNNI", ahead: q6KPanel_1Ahead, k: [maxPanelC]panelFunc{
 	q6KPanel_1, q6KPanel_2, q6KPanel_3, q6KPanel_4, q6KPanel_5, q6KPanel_6, q6KPanel_7, q6KPanel_8,
 }}
 
@@ -208,7 +218,7 @@ func f32AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f32AVX512 = tileSet{one: f32AVX5121, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+var f32AVX512 = tileSet{one: f32AVX5121, ahead: f32AVX512_1x1Ahead, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
 	{f32AVX512_1x1, f32AVX512_1x2, f32AVX512_1x3, f32AVX512_1x4},
 	{f32AVX512_2x1, f32AVX512_2x2, f32AVX512_2x3, f32AVX512_2x4},
 	{f32AVX512_3x1, f32AVX512_3x2, f32AVX512_3x3, f32AVX512_3x4},
@@ -232,14 +242,14 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 // f16xAVX512 and bf16xAVX512 are the matrix kernels of f16 and bf16
 // weights: their activation rows are float32, rounded to the weights'
 // dot-product type first (roundActivation).
-var f16xAVX512 = tileSet{name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+var f16xAVX512 = tileSet{ahead: f16xAVX512_1x1Ahead, name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX512_1x1, f16xAVX512_1x2, f16xAVX512_1x3, f16xAVX512_1x4},
 	{f16xAVX512_2x1, f16xAVX512_2x2, f16xAVX512_2x3, f16xAVX512_2x4},
 	{f16xAVX512_3x1, f16xAVX512_3x2, f16xAVX512_3x3, f16xAVX512_3x4},
 	{f16xAVX512_4x1, f16xAVX512_4x2, f16xAVX512_4x3, f16xAVX512_4x4},
 }}
 
-var bf16xAVX512 = tileSet{name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX512 = tileSet{ahead: bf16xAVX512_1x1Ahead, name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX512_1x1, bf16xAVX512_1x2, bf16xAVX512_1x3, bf16xAVX512_1x4},
 	{bf16xAVX512_2x1, bf16xAVX512_2x2, bf16xAVX512_2x3, bf16xAVX512_2x4},
 	{bf16xAVX512_3x1, bf16xAVX512_3x2, bf16xAVX512_3x3, bf16xAVX512_3x4},

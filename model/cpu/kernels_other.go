@@ -15,6 +15,8 @@ func roundActivation(ggml.Type, []float32, []float32) { panic("unreachable") }
 // archPanels returns nil: other architectures run the portable kernels.
 func archPanels(ggml.Type) *panelSet { return nil }
 
+func intelCPU() bool { return false }
+
 // archWsum returns nil: other architectures run the portable loop.
 
 const (

@@ -1373,3 +1373,76 @@ func scoreF16AVX2(hd int, k *byte, q *byte) float32
 //
 //go:noescape
 func scoreF16Tail(n int, k *byte, q *byte, sum float64) float32
+
+// f32AVX512_1x1Ahead is f32AVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func f32AVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX512_1x1Ahead is f16xAVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func f16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX512_1x1Ahead is bf16xAVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func bf16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// q80LanePanel_1Ahead is q80LanePanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q80LanePanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40Panel_1Ahead is q40Panel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q40Panel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanel_1Ahead is iq4NLPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func iq4NLPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50Panel_1Ahead is q50Panel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q50Panel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51Panel_1Ahead is q51Panel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q51Panel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanel_1Ahead is q4KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q4KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanel_1Ahead is q5KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q5KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanel_1Ahead is q6KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q6KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanel_1Ahead is q2KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q2KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanel_1Ahead is q3KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q3KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanel_1Ahead is iq4XSPanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func iq4XSPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order; it needs AVX (VZEROUPPER).
+func cpuVendor() (ebx uint32, edx uint32, ecx uint32)

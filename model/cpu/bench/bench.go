@@ -297,6 +297,9 @@ func isas(m *model.Model) string {
 		}
 		names = append(names, name)
 	}
+	if cpu.MatVecAhead() {
+		return strings.Join(names, "+") + " (ahead)"
+	}
 	return strings.Join(names, "+")
 }
 

@@ -54,6 +54,11 @@ func (t *tile) halfLoop(unroll int, prefetch bool, wload func(m Mem, k reg.Opmas
 		Label("loopu")
 		CMPQ(t.n, Imm(uint64(16*unroll)))
 		JL(LabelRef("loop"))
+		if t.ahead > 0 {
+			for d := 0; d < 32*unroll; d += 64 {
+				PREFETCHT0(t.w(0, t.ahead+d))
+			}
+		}
 		if prefetch {
 			for r := 0; r < t.R; r++ {
 				for d := 0; d < 32*unroll; d += 64 {

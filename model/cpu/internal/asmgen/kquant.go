@@ -118,9 +118,7 @@ func bcastConst(v uint32) reg.VecVirtual {
 // panelHead emits a K-quant panel kernel's entry: its TEXT, the super-block
 // count, the panel pointer, the activation rows and C zeroed accumulators.
 func panelHead(name, what string, C int) (nb, wp reg.GPVirtual, px *panelRowsX, acc []reg.VecVirtual) {
-	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, what, C))
+	panelText(name, what, C, "")
 	nb = param("nb")
 	wp = param("w")
 	px = newPanelRowsX(C)
@@ -181,6 +179,7 @@ func q4KPanel(C int, five bool) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, size)
 	d := rowScales(wp, 0, px, C)
 	for s := range 8 {
 		var v [8]reg.VecVirtual
@@ -266,6 +265,7 @@ func q6KPanel(C int) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, q6KPanelBytes)
 	d := rowScales(wp, 0, px, C)
 	// sel is VPTERNLOGD's bitwise m0f ? src : dst, dst = the register
 	// operand: the low nibble of each byte from src, the high from dst.
@@ -357,6 +357,7 @@ func iq4XSPanel(C int) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, iq4XSPanelBytes)
 	d := rowScales(wp, 0, px, C)
 	for s := range 8 {
 		var v [8]reg.VecVirtual // v[2j] elements 4j.., v[2j+1] 16+4j..
@@ -440,6 +441,7 @@ func q23KPanel(C int, three bool) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, size)
 	isum := make([]reg.VecVirtual, C)
 	for c := range isum {
 		isum[c] = ZMM()

@@ -140,9 +140,7 @@ const xQ80Lanes = 68
 // Eight accumulators per activation row leave room for two rows at a time:
 // the kernel streams the panel once per pair of rows (it stays in cache).
 func q80LanePanel(C int) {
-	TEXT(fmt.Sprintf("q80LanePanel_%d", C), NOSPLIT, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("q80LanePanel_%d computes a 16-row panel of Q8_0 weights against %d activation rows in ggml's eight-lane order.", C, C))
+	panelText("q80LanePanel", "Q8_0", C, " in ggml's eight-lane order")
 	for c0 := 0; c0 < C; c0 += 2 {
 		cc := min(2, C-c0)
 		nb := param("nb")
@@ -171,6 +169,7 @@ func q80LanePanel(C int) {
 		Label(loop)
 		TESTQ(nb, nb)
 		JZ(LabelRef(done))
+		prefetchAhead(wp, 32+8*64)
 		wd := ZMM()
 		VCVTPH2PS(Mem{Base: wp}, wd)
 		dd := make([]reg.VecVirtual, cc)

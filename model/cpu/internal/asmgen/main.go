@@ -181,7 +181,52 @@ func main() {
 	f16AccAVX2()
 	scoreAVX2()
 	scoreTail()
+	// The matrix-vector kernels again, prefetching a page ahead of their
+	// weights (matVecAhead): the 1×1 float tiles, then the C = 1 panels.
+	for _, k := range []struct {
+		name string
+		gen  func(t *tile)
+	}{{"f32AVX512", f32AVX512}, {"f16xAVX512", f16xAVX512}, {"bf16xAVX512", bf16xAVX512}} {
+		name := k.name + "_1x1Ahead"
+		TEXT(name, NOSPLIT, signature)
+		Pragma("noescape")
+		Doc(fmt.Sprintf("%s is %s_1x1 with a software prefetch %d bytes ahead of its weights.", name, k.name, matVecAhead))
+		t := newTile(1, 1)
+		t.ahead = matVecAhead
+		k.gen(t)
+		ret()
+	}
+	ahead = matVecAhead
+	q80LanePanel(1)
+	panelKernel("q40Panel", "Q4_0", 1, true, false)
+	panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
+	q50Panel(1, false)
+	q50Panel(1, true)
+	q4KPanel(1, false)
+	q4KPanel(1, true)
+	q6KPanel(1)
+	q23KPanel(1, false)
+	q23KPanel(1, true)
+	iq4XSPanel(1)
+	ahead = 0
+	cpuVendor()
 	Generate()
+}
+
+// cpuVendor emits func cpuVendor() (ebx, edx, ecx uint32): CPUID leaf 0's
+// vendor string, "GenuineIntel" as "Genu", "ineI", "ntel". It ends with
+// ret's VZEROUPPER like every function here, so callers run it only on a
+// CPU with AVX (intelCPU).
+func cpuVendor() {
+	TEXT("cpuVendor", NOSPLIT, "func() (ebx, edx, ecx uint32)")
+	Doc("cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order; it needs AVX (VZEROUPPER).")
+	XORL(reg.EAX, reg.EAX)
+	XORL(reg.ECX, reg.ECX)
+	CPUID()
+	Store(reg.EBX, ReturnIndex(0))
+	Store(reg.EDX, ReturnIndex(1))
+	Store(reg.ECX, ReturnIndex(2))
+	ret()
 }
 
 // ret ends a function: VZEROUPPER, then RET. Every function of this
@@ -516,6 +561,7 @@ func quantQ80() {
 // tile holds the pointers and strides of one kernel call.
 type tile struct {
 	R, C   int
+	ahead  int // bytes ahead of the weights a 1×1 tile prefetches (0: none; see matVecAhead)
 	n      reg.GPVirtual
 	wp, ws reg.GPVirtual
 	ws3    reg.GPVirtual
@@ -678,6 +724,11 @@ func (t *tile) floatLoop(esz int, load func(m Mem, k reg.OpmaskVirtual) reg.VecV
 	Label("loop")
 	CMPQ(t.n, Imm(16))
 	JL(LabelRef("tail"))
+	if t.ahead > 0 {
+		for d := 0; d < 16*esz; d += 64 {
+			PREFETCHT0(t.w(0, t.ahead+d))
+		}
+	}
 	body(nil)
 	t.advance(16*esz, 16*esz, 16)
 	JMP(LabelRef("loop"))
@@ -1176,14 +1227,53 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 	})
 }
 
+// matVecAhead is how far ahead of its weights, in bytes, a matrix-vector
+// kernel (one activation row) prefetches in its Ahead variant: a page, so
+// that the weight stream does not stall where it crosses into the next
+// 4 KiB page, as Intel's hardware prefetchers stop there. On a 2-core
+// Intel Xeon (Emerald Rapids) 2048 to 8192 bytes gave the same speeds,
+// 1024 less, 512 little (BenchmarkForward BF16 and F16 tg, one thread,
+// 35 tok/s without, 52–55 from 2048 on); AMD's Zen 5 ran one-row tiles
+// faster without prefetches (see prefetchTile), so the Go side picks the
+// Ahead variants by vendor (kernels_amd64.go, matVecAheadOn).
+const matVecAhead = 4096
+
+// ahead is the prefetch distance of the panel kernels being emitted: 0, or
+// matVecAhead while main emits the Ahead variants of the C = 1 panels.
+var ahead int
+
+// panelText starts panel kernel name_C (name_CAhead when ahead is set),
+// whose doc says it computes what weights against C activation rows, with
+// more (" in ggml's eight-lane order", say) after that.
+func panelText(name, what string, C int, more string) {
+	fn := fmt.Sprintf("%s_%d", name, C)
+	doc := fmt.Sprintf("%s computes a 16-row panel of %s weights against %d activation rows%s.", fn, what, C, more)
+	if ahead > 0 {
+		doc = fmt.Sprintf("%sAhead is %s with a software prefetch %d bytes ahead of its weights.", fn, fn, ahead)
+		fn += "Ahead"
+	}
+	TEXT(fn, NOSPLIT, panelSignature)
+	Pragma("noescape")
+	Doc(doc)
+}
+
+// prefetchAhead prefetches, when ahead is set, the lines of the bytes of
+// weights at wp+ahead that one iteration of a panel loop reads at wp.
+func prefetchAhead(wp reg.GPVirtual, bytes int) {
+	if ahead == 0 {
+		return
+	}
+	for d := 0; d < bytes; d += 64 {
+		PREFETCHT0(Mem{Base: wp, Disp: ahead + d})
+	}
+}
+
 // panelKernel emits name_C for Q8_0 or, with q4, for Q4_0's nibbles; with
 // lut as well, for IQ4_NL, whose nibbles (Q4_0's panels) are looked up in
 // the levels plus 128 (iq4Table) and whose activations' correction is -128
 // times their sum, as Q8_0's.
 func panelKernel(name, what string, C int, q4, lut bool) {
-	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows.", name, C, what, C))
+	panelText(name, what, C, "")
 	nb := param("nb")
 	wp := param("w")
 	xp := param("x")
@@ -1230,6 +1320,7 @@ func panelKernel(name, what string, C int, q4, lut bool) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, blockBytes)
 	dd := ZMM()
 	VCVTPH2PS(Mem{Base: wp}, dd)
 	s := make([]reg.VecVirtual, C)

@@ -44,9 +44,7 @@ func q50Panel(C int, one bool) {
 		name, what, size, off = "q51Panel", "Q5_1", q51PanelBytes, 32
 		xsize, xq = 40, 8
 	}
-	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows in ggml's eight-lane order.", name, C, what, C))
+	panelText(name, what, C, " in ggml's eight-lane order")
 	group := 3 // Q5_0: 24 accumulators; Q5_1's mins take three more registers
 	if one {
 		group = 2
@@ -91,6 +89,7 @@ func q50Panel(C int, one bool) {
 		Label(loop)
 		TESTQ(nb, nb)
 		JZ(LabelRef(done))
+		prefetchAhead(wp, size)
 		wd := ZMM()
 		VCVTPH2PS(Mem{Base: wp}, wd)
 		dd := make([]reg.VecVirtual, cc)
