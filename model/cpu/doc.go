@@ -35,7 +35,10 @@
 // kernels (16 weight rows × up to 8 activation rows) that reduce each
 // output exactly as the single-row kernel does; a product with one
 // activation row (generation) runs one weight row a tile
-// (Backend.runTile), one sequential stream for the hardware prefetcher.
+// (Backend.runTile), one sequential stream for the hardware prefetcher,
+// and on Intel CPUs, whose prefetchers stop at each 4 KiB page, kernels
+// that prefetch a page ahead of that stream in software (aheadEnv,
+// STRATA_PREFETCH).
 // BF16 runs no VDPBF16PS, though Zen 4 and Sapphire Rapids have it: that
 // instruction treats
 // subnormal inputs as zero, flushes subnormal results and adds each lane's
