@@ -167,9 +167,13 @@ func TestMakeBeforeBreakReplan(t *testing.T) {
 	}
 	t.Logf("%d of %d streams ran across the switch; largest inter-token gap %v, across the switch %v",
 		straddled, len(got), maxGap.Round(time.Millisecond), switchGap.Round(time.Millisecond))
-	c.waitDrained(t)
-	if st := node.Stats(); st.BlocksUsed != 0 || st.Sequences != 0 || !st.InvariantOK {
-		t.Errorf("the new shard is not drained: %+v", st)
+	// The added shard is not among the cluster's own nodes: wait for it too.
+	// Its last tombstones may still be on their way when the allocator and
+	// the first shard are empty (seen once under -race: 3 sequences left
+	// for a moment after the allocator had freed them).
+	c.waitDrained(t, node)
+	if st := node.Stats(); !st.InvariantOK {
+		t.Errorf("the new shard's invariants are broken: %+v", st)
 	}
 	// Every sequence ended by a tombstone or by the switch (reason epoch):
 	// none was left for a lease or a reconcile to free.

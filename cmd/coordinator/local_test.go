@@ -121,20 +121,27 @@ func (c *cluster) generate(ctx context.Context, prompt []int32, n int, p sample.
 }
 
 // waitDrained waits until every stage and the allocator hold nothing.
-func (c *cluster) waitDrained(t *testing.T) {
+func (c *cluster) waitDrained(t *testing.T, extra ...*shard.Node) {
 	t.Helper()
 	deadline := time.Now().Add(guard(5 * time.Second))
+	stats := func() []shard.Stats {
+		out := c.shardStats()
+		for _, n := range extra {
+			out = append(out, n.Stats())
+		}
+		return out
+	}
 	for {
 		st := c.eng.Stats()
 		ok := st.Running == 0 && st.Waiting == 0 && st.KV.Used == 0 && st.KV.Sequences == 0
-		for _, s := range c.shardStats() {
+		for _, s := range stats() {
 			ok = ok && s.BlocksUsed == 0 && s.Sequences == 0
 		}
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not drained: engine %+v, shards %+v", st, c.shardStats())
+			t.Fatalf("not drained: engine %+v, shards %+v", st, stats())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
