@@ -312,7 +312,9 @@ func runJob(ctx context.Context, tree string, j job, timeout time.Duration) outc
 	o := outcome{job: j}
 	args := []string{"test", "-short", "-count=1", "-vet=off", "-timeout", timeout.String()}
 	if j.m != nil {
-		args = append(args, "-overlay", j.m.overlay)
+		// One failing test kills the mutation: the tests after it need
+		// not run (CAUGHT BY then names the first catcher only).
+		args = append(args, "-overlay", j.m.overlay, "-failfast")
 	}
 	if j.run != "" {
 		args = append(args, "-run", j.run)
