@@ -18,7 +18,8 @@
 // the one copy and there is nothing to restore. (One copy per worker,
 // mutated in place, would compile the repository's packages once per copy:
 // the build cache keys them by directory.) Tests run with -short, -count=1
-// and -vet=off: the mutations are judged by the tests alone. Before any
+// and -vet=off (a mutation's also with -failfast: its first failing test
+// kills it): the mutations are judged by the tests alone. Before any
 // mutation, every package and filter of the catalogue must pass unmutated:
 // otherwise a failing test would count as a kill.
 package main
