@@ -35,7 +35,7 @@ func init() {
 // for the others. Intel's hardware prefetchers stop at each 4 KiB page, so
 // a one-row weight stream stalls there: on a 2-core Xeon (Emerald Rapids)
 // the prefetching kernels ran generation 30–40 % faster for F16 and BF16
-// and 75 % for Q4_0 (README, Performance). On AMD's Zen 5 one-row tiles ran
+// and about 60 % for Q4_0 (README, Performance). On AMD's Zen 5 one-row tiles ran
 // faster without software prefetches (session figures in asmgen's
 // prefetchTile), so there they stay off until measured otherwise. Every
 // setting gives the same bits: a prefetch changes no result.
