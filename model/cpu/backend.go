@@ -212,21 +212,20 @@ func (b *Backend) runTile(worker, tile int) {
 	// better than maxR interleaved ones (see prefetchTile in asmgen).
 	// Where aheadOn, that stream runs the kernel that prefetches a page
 	// ahead of it (aheadEnv).
-	maxR := ts.maxR
+	maxR, k := ts.maxR, &ts.k
 	if j.rows == 1 {
 		maxR = 1
 		if aheadOn && ts.ahead != nil {
-			for o := lo; o < hi; o++ {
-				ts.ahead(n, &data[o*j.wrow], j.wrow, &j.xb[0], j.stride, &j.out[o], 4*N)
-			}
-			return
+			vec := ts.k
+			vec[0][0] = ts.ahead
+			k = &vec
 		}
 	}
 	for c0 := 0; c0 < j.rows; c0 += ts.maxC {
 		C := min(ts.maxC, j.rows-c0)
 		for o := lo; o < hi; o += maxR {
 			R := min(maxR, hi-o)
-			ts.k[R-1][C-1](n, &data[o*j.wrow], j.wrow, &j.xb[c0*j.stride], j.stride, &j.out[c0*N+o], 4*N)
+			k[R-1][C-1](n, &data[o*j.wrow], j.wrow, &j.xb[c0*j.stride], j.stride, &j.out[c0*N+o], 4*N)
 		}
 	}
 }

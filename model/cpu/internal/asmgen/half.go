@@ -54,11 +54,7 @@ func (t *tile) halfLoop(unroll int, prefetch bool, wload func(m Mem, k reg.Opmas
 		Label("loopu")
 		CMPQ(t.n, Imm(uint64(16*unroll)))
 		JL(LabelRef("loop"))
-		if t.ahead > 0 {
-			for d := 0; d < 32*unroll; d += 64 {
-				PREFETCHT0(t.w(0, t.ahead+d))
-			}
-		}
+		prefetchAhead(t.wp, 32*unroll)
 		if prefetch {
 			for r := 0; r < t.R; r++ {
 				for d := 0; d < 32*unroll; d += 64 {

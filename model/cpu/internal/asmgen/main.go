@@ -183,6 +183,7 @@ func main() {
 	scoreTail()
 	// The matrix-vector kernels again, prefetching a page ahead of their
 	// weights (matVecAhead): the 1×1 float tiles, then the C = 1 panels.
+	ahead = matVecAhead
 	for _, k := range []struct {
 		name string
 		gen  func(t *tile)
@@ -191,12 +192,9 @@ func main() {
 		TEXT(name, NOSPLIT, signature)
 		Pragma("noescape")
 		Doc(fmt.Sprintf("%s is %s_1x1 with a software prefetch %d bytes ahead of its weights.", name, k.name, matVecAhead))
-		t := newTile(1, 1)
-		t.ahead = matVecAhead
-		k.gen(t)
+		k.gen(newTile(1, 1))
 		ret()
 	}
-	ahead = matVecAhead
 	q80LanePanel(1)
 	panelKernel("q40Panel", "Q4_0", 1, true, false)
 	panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
@@ -561,7 +559,6 @@ func quantQ80() {
 // tile holds the pointers and strides of one kernel call.
 type tile struct {
 	R, C   int
-	ahead  int // bytes ahead of the weights a 1×1 tile prefetches (0: none; see matVecAhead)
 	n      reg.GPVirtual
 	wp, ws reg.GPVirtual
 	ws3    reg.GPVirtual
@@ -724,11 +721,7 @@ func (t *tile) floatLoop(esz int, load func(m Mem, k reg.OpmaskVirtual) reg.VecV
 	Label("loop")
 	CMPQ(t.n, Imm(16))
 	JL(LabelRef("tail"))
-	if t.ahead > 0 {
-		for d := 0; d < 16*esz; d += 64 {
-			PREFETCHT0(t.w(0, t.ahead+d))
-		}
-	}
+	prefetchAhead(t.wp, 16*esz)
 	body(nil)
 	t.advance(16*esz, 16*esz, 16)
 	JMP(LabelRef("loop"))
@@ -1235,11 +1228,12 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 // 1024 less, 512 little (BenchmarkForward BF16 and F16 tg, one thread,
 // 35 tok/s without, 52–55 from 2048 on); AMD's Zen 5 ran one-row tiles
 // faster without prefetches (see prefetchTile), so the Go side picks the
-// Ahead variants by vendor (kernels_amd64.go, matVecAheadOn).
+// Ahead variants by vendor (aheadOn and aheadEnv in package cpu).
 const matVecAhead = 4096
 
-// ahead is the prefetch distance of the panel kernels being emitted: 0, or
-// matVecAhead while main emits the Ahead variants of the C = 1 panels.
+// ahead is the prefetch distance of the kernels being emitted: 0, or
+// matVecAhead while main emits the Ahead variants of the 1×1 float tiles
+// and the C = 1 panels.
 var ahead int
 
 // panelText starts panel kernel name_C (name_CAhead when ahead is set),
@@ -1258,7 +1252,8 @@ func panelText(name, what string, C int, more string) {
 }
 
 // prefetchAhead prefetches, when ahead is set, the lines of the bytes of
-// weights at wp+ahead that one iteration of a panel loop reads at wp.
+// weights at wp+ahead that one iteration of a loop reads at wp (a panel,
+// or a 1×1 tile's one weight row).
 func prefetchAhead(wp reg.GPVirtual, bytes int) {
 	if ahead == 0 {
 		return
