@@ -48,9 +48,14 @@ type KV interface {
 	// over positions lo..pos of the stage-local layer (0 <= lo <= pos), each
 	// score scaled by scale. The result depends only on q, lo, pos, scale
 	// and the keys and values stored at lo..pos. scratch has at least
-	// pos+1-lo elements. It may be called concurrently for different outputs.
+	// pos+1-lo elements; with AttendScratch or more too, Attend need not
+	// allocate. It may be called concurrently for different outputs.
 	Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32)
 }
+
+// AttendScratch is the least scratch a KV's Attend is given: the SIMD
+// attention keeps a chunk's scores and weights there.
+const AttendScratch = 512
 
 // SoftCapKV is a KV that also attends with soft-capped scores, for models
 // with Config.AttnSoftCap (Gemma 2).
@@ -299,7 +304,7 @@ func (s *Stage) attendToken(w, t int) {
 	if s.window > 0 {
 		lo = max(0, pos-s.window+1)
 	}
-	n := pos + 1 - lo
+	n := max(pos+1-lo, AttendScratch)
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}

@@ -170,7 +170,7 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d", lo, pos))
 	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, scale, 0, q, out)
+		c.attendSIMD(layer, blocks, lo, pos, scale, 0, q, out, scratch)
 		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, scale, 0, q, out, scratch)
@@ -186,7 +186,7 @@ func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d capped at %g", lo, pos, capped))
 	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, scale, capped, q, out)
+		c.attendSIMD(layer, blocks, lo, pos, scale, capped, q, out, scratch)
 		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, scale, capped, q, out, scratch)
@@ -328,9 +328,12 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o
 }
 
 // softmaxChunk is the keys whose scores and softmax weights attendSIMD
-// holds at a time, in stack arrays; the value kernels find the second head's
+// holds at a time, in its scratch; the value kernels find the second head's
 // weights softmaxChunk elements after the first's.
 const softmaxChunk = 64
+
+// The scratch model.Stage gives Attend holds attendSIMD's chunks.
+var _ [model.AttendScratch - 6*softmaxChunk]struct{}
 
 // attendSIMD is Attend with the SIMD kernels, bit for bit the portable
 // loops, two heads at a time so that the value kernel has eight independent
@@ -352,7 +355,11 @@ const softmaxChunk = 64
 // order (the scalar pass carries M and S from chunk to chunk, the value
 // kernels fold one key at a time) and each key's score is the same
 // whichever kernel scores it.
-func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out []float32) {
+//
+// The scores and weights of a chunk live in scratch when it holds
+// model.AttendScratch elements (the kernels take their addresses, which
+// would move arrays of this frame to the heap at every call).
+func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -374,8 +381,16 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 			acc16 = make([]uint16, 2*hd)
 		}
 	}
-	var sc, ms, vs [2][softmaxChunk]float32
-	var fresh [2][softmaxChunk]bool
+	if len(scratch) < 6*softmaxChunk {
+		scratch = make([]float32, 6*softmaxChunk)
+	}
+	// sc, ms and vs hold each head's scores, then its keys' weights, for
+	// one chunk: [head][key].
+	chunks := func(i int) [2][]float32 {
+		c := scratch[2*i*softmaxChunk : 2*(i+1)*softmaxChunk]
+		return [2][]float32{c[:softmaxChunk], c[softmaxChunk:]}
+	}
+	sc, ms, vs := chunks(0), chunks(1), chunks(2)
 	for h0 := 0; h0 < cfg.Heads; h0 += 2 {
 		H := min(2, cfg.Heads-h0)
 		o := out[h0*hd : (h0+H)*hd]
@@ -438,7 +453,7 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 					}
 					k += seg
 				}
-				e := ms[hh][:m]
+				e, f := ms[hh][:m], vs[hh][:m] // f[k] = 1 marks a new maximum until the weights are set
 				for k, x := range s {
 					if capped > 0 {
 						x = capScore(x, kc, capped)
@@ -446,20 +461,18 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 						x *= scale
 					}
 					if x > M[hh] {
-						e[k], fresh[hh][k] = M[hh]-x, true
+						e[k], f[k] = M[hh]-x, 1
 						M[hh] = x
 					} else {
-						e[k], fresh[hh][k] = x-M[hh], false
+						e[k], f[k] = x-M[hh], 0
 					}
 				}
 				expSub(e, e, 0)
 				for k := range e {
-					if fresh[hh][k] {
-						vs[hh][k] = 1
-					} else {
-						vs[hh][k], e[k] = e[k], 1
+					if f[k] == 0 {
+						f[k], e[k] = e[k], 1
 					}
-					S[hh] = fma32(S[hh], e[k], vs[hh][k])
+					S[hh] = fma32(S[hh], e[k], f[k])
 				}
 			}
 			for k := 0; k < m; {
