@@ -9,7 +9,8 @@ import (
 )
 
 // TestDecodeAllocatesNothing: a decode step (one token of a sequence whose
-// prompt is cached) allocates nothing once the stage's buffers have grown,
+// prompt is cached), alone or beside a prompt chunk of another sequence,
+// allocates nothing once the stage's buffers have grown,
 // on every architecture's path (soft-capped and sliding attention, experts)
 // and both KV types: serving runs it for every stream and token, and
 // garbage made there is collected on the same cores.
@@ -27,7 +28,7 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					e := newEngine(t, m, threads, 16, kvType)
+					e := newEngine(t, m, threads, 64, kvType)
 					const prompt, steps = 90, 30 // past every spec's window, and past a softmax chunk
 					toks := make([]int32, prompt)
 					for i := range toks {
@@ -48,6 +49,24 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 					})
 					if allocs != 0 {
 						t.Errorf("a decode step allocates %.1f times", allocs)
+					}
+
+					// Continuous batching: a decode beside a chunk of a
+					// second sequence's prompt, the chunk advancing.
+					blocks2 := e.blocksFor(nil, 16*steps)
+					pos2 := 0
+					rows = []model.Row{{Seq: 1, Tokens: []int32{5}, Blocks: blocks, Logits: true}, {Seq: 2, Tokens: toks[:16], Blocks: blocks2}}
+					pos = prompt
+					allocs = testing.AllocsPerRun(steps-1, func() {
+						rows[0].Pos, rows[1].Pos, rows[1].First = pos, pos2, pos2 == 0
+						rows[1].Logits = pos2+16 == 16*steps
+						if _, err := e.stage.Forward(rows, nil); err != nil {
+							t.Fatal(err)
+						}
+						pos, pos2 = pos+1, pos2+16
+					})
+					if allocs != 0 {
+						t.Errorf("a decode and a prompt chunk allocate %.1f times a batch", allocs)
 					}
 				})
 			}
