@@ -199,10 +199,6 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
 }}
 
-var q51PanelsAVX2 = panelSet{name: "q51AVX2", k: [maxPanelC]panelFunc{
-	q51PanelAVX2_1, q51PanelAVX2_2, q51PanelAVX2_3, q51PanelAVX2_4, q51PanelAVX2_5, q51PanelAVX2_6, q51PanelAVX2_7, q51PanelAVX2_8,
-}}
-
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
 // AVX2 ones on an AVX-512 machine.
 var avx2Only bool

@@ -1189,11 +1189,6 @@ func q3KPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51PanelAVX2_1 computes a 16-row panel of Q5_1 weights against 1 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
 // q2KPanelAVX2_2 computes a 16-row panel of Q2_K weights against 2 activation rows with AVX2.
 //
 //go:noescape
@@ -1208,11 +1203,6 @@ func q3KPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
-// q51PanelAVX2_2 computes a 16-row panel of Q5_1 weights against 2 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_3 computes a 16-row panel of Q2_K weights against 3 activation rows with AVX2.
 //
@@ -1229,11 +1219,6 @@ func q3KPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51PanelAVX2_3 computes a 16-row panel of Q5_1 weights against 3 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
 // q2KPanelAVX2_4 computes a 16-row panel of Q2_K weights against 4 activation rows with AVX2.
 //
 //go:noescape
@@ -1248,11 +1233,6 @@ func q3KPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
-// q51PanelAVX2_4 computes a 16-row panel of Q5_1 weights against 4 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_5 computes a 16-row panel of Q2_K weights against 5 activation rows with AVX2.
 //
@@ -1269,11 +1249,6 @@ func q3KPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51PanelAVX2_5 computes a 16-row panel of Q5_1 weights against 5 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
 // q2KPanelAVX2_6 computes a 16-row panel of Q2_K weights against 6 activation rows with AVX2.
 //
 //go:noescape
@@ -1288,11 +1263,6 @@ func q3KPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
-// q51PanelAVX2_6 computes a 16-row panel of Q5_1 weights against 6 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q2KPanelAVX2_7 computes a 16-row panel of Q2_K weights against 7 activation rows with AVX2.
 //
@@ -1309,11 +1279,6 @@ func q3KPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// q51PanelAVX2_7 computes a 16-row panel of Q5_1 weights against 7 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
 // q2KPanelAVX2_8 computes a 16-row panel of Q2_K weights against 8 activation rows with AVX2.
 //
 //go:noescape
@@ -1328,11 +1293,6 @@ func q3KPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
-
-// q51PanelAVX2_8 computes a 16-row panel of Q5_1 weights against 8 activation rows with AVX2.
-//
-//go:noescape
-func q51PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q51AVX2_1x1 computes a 1×1 tile of Q5_1 dot products with AVX2 and FMA.
 //

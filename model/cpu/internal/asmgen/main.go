@@ -167,7 +167,6 @@ func main() {
 		q23KPanelAVX2(C, false)
 		q23KPanelAVX2(C, true)
 		iq4XSPanelAVX2(C)
-		q51PanelAVX2(C)
 	}
 	for r := 1; r <= 2; r++ {
 		for c := 1; c <= 2; c++ {
