@@ -15,7 +15,9 @@
 #      strata's repetitions, default 3), VS (a built vs-llamacpp; default: go
 #      build it), RAW (keep each round's figures here as JSON lines),
 #      LLAMA_CPU (hold llama.cpp to one CPU variant, e.g. zen4: AVX-512
-#      without AMX; see scripts/llamacpp-variant.sh).
+#      without AMX; see scripts/llamacpp-variant.sh), DEPTH (context cached
+#      before tg64: llama-bench -d and `vs-llamacpp bench --depth`, default
+#      0; the e2e column is measured only at 0).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 [ $# -gt 0 ] || { sed -n 2,22p "$0" >&2; exit 2; }
@@ -26,6 +28,7 @@ bench="${BENCH:-chroot $root llama-bench}"
 threads="${THREADS:-1 2}"
 rounds="${ROUNDS:-3}"
 reps="${REPS:-3}"
+depth="${DEPTH:-0}"
 raw="${RAW:-$(mktemp)}"
 vs="${VS:-}"
 if [ -z "$vs" ]; then
@@ -46,14 +49,14 @@ for round in $(seq 1 "$rounds"); do
 			order="llama strata"; [ $((round % 2)) -eq 0 ] && order="strata llama"
 			for who in $order; do
 				if [ "$who" = llama ]; then
-					$bench -m "/${f#"$root"/}" -p 128 -n 64 -r "$reps" -t "$t" -o jsonl 2>/dev/null |
+					$bench -m "/${f#"$root"/}" -p 128 -n 64 -d "$depth" -r "$reps" -t "$t" -o jsonl 2>/dev/null |
 						python3 -c 'import json,sys
 rows=[json.loads(l) for l in sys.stdin if l.strip()]
 pp=[r["avg_ts"] for r in rows if r["n_prompt"]>0 and r["n_gen"]==0]
 tg=[r["avg_ts"] for r in rows if r["n_gen"]>0 and r["n_prompt"]==0]
 print(json.dumps({"who":"llama","file":sys.argv[1],"threads":int(sys.argv[2]),"pp128":pp[0],"tg64":tg[0],"cpu_info":rows[0].get("cpu_info",""),"build":rows[0].get("build_commit","")}))' "$f" "$t" >>"$raw"
 				else
-					"$vs" bench --model "$f" --threads "$t" --reps "$reps" |
+					"$vs" bench --model "$f" --threads "$t" --reps "$reps" --depth "$depth" |
 						python3 -c 'import json,sys
 d=json.load(sys.stdin); d.update({"who":"strata","file":sys.argv[1],"threads":int(sys.argv[2])}); print(json.dumps(d))' "$f" "$t" >>"$raw"
 				fi
@@ -78,8 +81,12 @@ for k in keys:
     kern = next(r["kernels"] for r in rows if r["who"] == "strata" and (r["file"], r["threads"]) == k)
     lp, sp = med("llama", k, "pp128"), med("strata", k, "pp128")
     lt, st = med("llama", k, "tg64"), med("strata", k, "tg64")
-    se = med("strata", k, "e2e")
-    print(f"| {os.path.basename(k[0])} | {k[1]} | {kern} | {lp:.1f} | {sp:.1f} | {sp/lp:.2f}× | {lt:.1f} | {st:.1f} | {st/lt:.2f}× | {se:.1f} | {se/lt:.2f}× |")
+    if any("e2e" in r for r in rows if r["who"] == "strata"):
+        se = med("strata", k, "e2e")
+        e2e = f"{se:.1f} | {se/lt:.2f}×"
+    else:
+        e2e = "– | –"  # DEPTH > 0
+    print(f"| {os.path.basename(k[0])} | {k[1]} | {kern} | {lp:.1f} | {sp:.1f} | {sp/lp:.2f}× | {lt:.1f} | {st:.1f} | {st/lt:.2f}× | {e2e} |")
 n = len({(r["file"], r["threads"], r["who"]) for r in rows})
 print(f"\nmedians of {len(rows)//max(n,1)} alternated rounds; raw figures: {sys.argv[1]}")
 PY

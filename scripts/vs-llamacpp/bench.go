@@ -23,15 +23,22 @@ func benchFile(ctx context.Context, args []string) error {
 	path := fs.String("model", "", "GGUF file")
 	threads := fs.Int("threads", 2, "worker threads")
 	reps := fs.Int("reps", 3, "repetitions (the median is reported)")
+	depth := fs.Int("depth", 0, "context cached before tg64 (llama-bench's -d); the e2e row is measured only at 0")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *path == "" {
 		return errors.New("bench: --model is required")
 	}
-	r, err := bench.Run(ctx, bench.Config{Path: *path, Threads: *threads, Reps: *reps, KVType: ggml.F16})
+	r, err := bench.Run(ctx, bench.Config{Path: *path, Threads: *threads, Reps: *reps, KVType: ggml.F16, Depth: *depth})
 	if err != nil {
 		return err
+	}
+	if *depth > 0 {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{
+			"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG, "depth": *depth,
+			"cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(),
+		})
 	}
 	gc := coordinator.DefaultGenerateConfig()
 	gc.Model, gc.Threads, gc.MaxTokens, gc.IgnoreEOS = *path, *threads, 65, true // the first token comes from prefill

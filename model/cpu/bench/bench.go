@@ -55,9 +55,13 @@ type Config struct {
 	// Path is a file holding the model of Spec, written by
 	// model.WriteRandomFile; empty generates it into a temporary file.
 	Path    string
-	Threads int   // workers (runtime.NumCPU() when <= 0)
-	Prompt  int   // pp tokens; 128 when 0
-	Gen     int   // tg steps; 64 when 0
+	Threads int // workers (runtime.NumCPU() when <= 0)
+	Prompt  int // pp tokens; 128 when 0
+	Gen     int // tg steps; 64 when 0
+	// Depth is the context already cached when pp and tg start
+	// (llama-bench's -d): that many tokens are prefilled first, untimed, in
+	// chunks of Prompt, and both attend to them; 0 starts at position 0.
+	Depth   int
 	Batches []int // sequence counts of batched decode; none when empty
 	// BatchPrompt is the prompt each sequence of a batched decode is
 	// prefilled with (not timed) before Gen steps are timed; 0 means Prompt.
@@ -141,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		maxSeqs = max(maxSeqs, s)
 	}
 	const bs = cpu.DefaultBlockSize
-	perSeq := (max(cfg.Prompt, cfg.BatchPrompt+cfg.Gen, cfg.Gen) + bs) / bs
+	perSeq := (max(cfg.Depth+cfg.Prompt, cfg.BatchPrompt+cfg.Gen, cfg.Depth+cfg.Gen) + bs) / bs
 	kv, err := cpu.NewKV(cpu.KVConfig{Layers: m.Layers, Blocks: perSeq * maxSeqs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: cfg.KVType})
 	if err != nil {
 		return Result{}, fmt.Errorf("bench: %w", err)
@@ -168,10 +172,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return t
 	}
 
-	// pp: one batch of Prompt tokens at position 0.
+	// Depth tokens of context, untimed, for pp and tg to attend to.
+	depth := tokens(cfg.Depth, 3)
+	for p := 0; p < cfg.Depth; p += cfg.Prompt {
+		chunk := depth[p:min(p+cfg.Prompt, cfg.Depth)]
+		if _, err := st.Forward([]model.Row{{Seq: 1, Pos: p, First: p == 0, Tokens: chunk, Blocks: tables[0]}}, nil); err != nil {
+			return res, err
+		}
+	}
+
+	// pp: one batch of Prompt tokens at position Depth.
 	prompt := tokens(cfg.Prompt, 0)
 	pp, err := median(ctx, cfg.Reps, func() error {
-		_, err := st.Forward([]model.Row{{Seq: 1, First: true, Tokens: prompt, Blocks: tables[0], Logits: true}}, nil)
+		_, err := st.Forward([]model.Row{{Seq: 1, Pos: cfg.Depth, First: cfg.Depth == 0, Tokens: prompt, Blocks: tables[0], Logits: true}}, nil)
 		return err
 	})
 	if err != nil {
@@ -179,12 +192,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.PP = float64(cfg.Prompt) / pp.Seconds()
 
-	// tg: Gen steps of one token from position 0.
+	// tg: Gen steps of one token from position Depth (each rep rewrites
+	// the same positions).
 	gen := tokens(cfg.Gen, 1)
 	rows := make([]model.Row, maxSeqs)
 	tg, err := median(ctx, cfg.Reps, func() error {
 		for i := range gen {
-			rows[0] = model.Row{Seq: 1, Pos: i, First: i == 0, Tokens: gen[i : i+1 : i+1], Blocks: tables[0], Logits: true}
+			pos := cfg.Depth + i
+			rows[0] = model.Row{Seq: 1, Pos: pos, First: pos == 0, Tokens: gen[i : i+1 : i+1], Blocks: tables[0], Logits: true}
 			if _, err := st.Forward(rows[:1], nil); err != nil {
 				return err
 			}

@@ -24,6 +24,20 @@ func TestRunSmall(t *testing.T) {
 	}
 }
 
+// TestRunDepth: with Depth, pp and tg run after that much context, in a
+// table Run sizes for it (a short one is a bad batch), prefilled in chunks
+// of Prompt (40 = 16 + 16 + 8).
+func TestRunDepth(t *testing.T) {
+	spec := model.RandomSpec{Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 1}
+	res, err := Run(context.Background(), Config{Spec: spec, Threads: 2, Prompt: 16, Gen: 4, Depth: 40, Reps: 1, KVType: ggml.F16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PP <= 0 || res.TG <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+}
+
 // BenchmarkReference prints issue 7's table for the 110 M shape: go test
 // -run XXX -bench Reference ./model/cpu/bench/ -benchtime 1x.
 func BenchmarkReference(b *testing.B) {
