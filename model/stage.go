@@ -46,11 +46,14 @@ type KV interface {
 	Store(layer int, blocks []int32, pos int, k, v []float32)
 	// Attend writes to out (Heads*HeadDim) causal attention of q (Heads*HeadDim)
 	// over positions lo..pos of the stage-local layer (0 <= lo <= pos), each
-	// score scaled by scale. The result depends only on q, lo, pos, scale
-	// and the keys and values stored at lo..pos. scratch has at least
-	// pos+1-lo elements; with AttendScratch or more too, Attend need not
-	// allocate. It may be called concurrently for different outputs.
-	Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32)
+	// score scaled by scale, for query heads h0..h1-1 (0 <= h0 < h1 <=
+	// Heads; out's other heads are not written). A head's result depends
+	// only on its query, lo, pos, scale and the keys and values stored at
+	// lo..pos: not on which other heads the call computes. scratch has at
+	// least pos+1-lo elements; with AttendScratch or more too, Attend need
+	// not allocate. It may be called concurrently for different outputs, or
+	// for different heads of one output.
+	Attend(layer int, blocks []int32, lo, pos, h0, h1 int, scale float32, q, out, scratch []float32)
 }
 
 // AttendScratch is the least scratch a KV's Attend is given: the SIMD
@@ -64,7 +67,7 @@ type SoftCapKV interface {
 	// AttendSoftCap is Attend with each scaled score s replaced by
 	// capped*tanh(s/capped) before the softmax, the division done as a
 	// multiplication by scale/capped (ggml's flash attention).
-	AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32)
+	AttendSoftCap(layer int, blocks []int32, lo, pos, h0, h1 int, scale, capped float32, q, out, scratch []float32)
 }
 
 // ErrBadBatch wraps every error about a batch's shape or contents.
@@ -99,6 +102,7 @@ type Stage struct {
 	ll            int // stage-local layer
 	rope          bool
 	window        int       // positions the layer attends to (0: all)
+	headGroups    int       // attention items per token (attention)
 	softCapLogits []float32 // the logits the softCap step caps
 	norm          []float32 // weights of the norm in progress
 	steps         struct {
@@ -126,7 +130,7 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 	s.steps.postNorm = s.postNormToken
 	s.steps.softCap = s.softCapToken
 	s.steps.qkv = s.qkvToken
-	s.steps.attend = s.attendToken
+	s.steps.attend = s.attendItem
 	s.steps.swiGLU = s.swiGLUToken
 	s.steps.route, s.steps.gather, s.steps.expertGLU, s.steps.sharedGLU, s.steps.combine = s.routeToken, s.gatherRow, s.expertGLURow, s.sharedGLUToken, s.combineToken
 	for _, L := range m.LayerWeights[first:last] {
@@ -298,8 +302,28 @@ func (s *Stage) qkvToken(_, t int) {
 	}
 }
 
-func (s *Stage) attendToken(w, t int) {
-	QD := s.m.QDim()
+// attention runs the attention of the batch's T tokens over the workers.
+// A token is one item when the batch has enough of them to share out, or
+// one worker does it all; with fewer (a decode step has one per sequence)
+// each token's heads are cut into groups of whole head pairs, items of
+// their own, so that a decode's attention, which grows with its context,
+// runs on every worker. A head's result does not depend on its group
+// (KV.Attend).
+func (s *Stage) attention(T int) {
+	w := s.be.Workers()
+	s.headGroups = 1
+	if w > 1 && T < 4*w {
+		s.headGroups = min((s.m.Heads+1)/2, (4*w+T-1)/T)
+	}
+	s.be.Parallel(T*s.headGroups, s.steps.attend)
+}
+
+// attendItem is item i of attention: token i/headGroups, its head pairs
+// of group i%headGroups.
+func (s *Stage) attendItem(w, i int) {
+	QD, pairs := s.m.QDim(), (s.m.Heads+1)/2
+	t, g := i/s.headGroups, i%s.headGroups
+	h0, h1 := 2*(g*pairs/s.headGroups), min(s.m.Heads, 2*((g+1)*pairs/s.headGroups))
 	pos, lo := s.pos[t], 0
 	if s.window > 0 {
 		lo = max(0, pos-s.window+1)
@@ -310,10 +334,10 @@ func (s *Stage) attendToken(w, t int) {
 	}
 	blocks, q, out := s.rows[s.rowOf[t]].Blocks, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD]
 	if s.capKV != nil {
-		s.capKV.AttendSoftCap(s.ll, blocks, lo, pos, s.attnScale, s.m.AttnSoftCap, q, out, s.attnScratch[w][:n])
+		s.capKV.AttendSoftCap(s.ll, blocks, lo, pos, h0, h1, s.attnScale, s.m.AttnSoftCap, q, out, s.attnScratch[w][:n])
 		return
 	}
-	s.kv.Attend(s.ll, blocks, lo, pos, s.attnScale, q, out, s.attnScratch[w][:n])
+	s.kv.Attend(s.ll, blocks, lo, pos, h0, h1, s.attnScale, q, out, s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {
@@ -431,7 +455,7 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 		s.kv.Store(s.ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
 	}
 	att := s.att[:T*QD]
-	s.be.Parallel(T, s.steps.attend)
+	s.attention(T)
 	out := s.out[:T*E]
 	s.be.MatMul(L.O, att, T, out)
 	if L.PostAttnNorm != nil {

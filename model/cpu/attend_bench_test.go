@@ -39,7 +39,7 @@ func BenchmarkAttend(b *testing.B) {
 					q[i] = float32(math.Sin(float64(7 * i)))
 				}
 				for b.Loop() {
-					kv.Attend(0, blocks, 0, pos, 1/float32(math.Sqrt(float64(hd))), q, out, scratch)
+					kv.Attend(0, blocks, 0, pos, 0, heads, 1/float32(math.Sqrt(float64(hd))), q, out, scratch)
 				}
 			})
 		}

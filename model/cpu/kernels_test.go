@@ -222,11 +222,39 @@ func testAttendEqualsPortable(t *testing.T) {
 						}
 						got := make([]float32, cfg.Heads*hd)
 						want := make([]float32, cfg.Heads*hd)
-						c.Attend(1, blocks, lo, pos, scale, q, got, make([]float32, pos+1-lo))
-						withPortable(func() { c.Attend(1, blocks, lo, pos, scale, q, want, make([]float32, pos+1-lo)) })
+						c.Attend(1, blocks, lo, pos, 0, cfg.Heads, scale, q, got, make([]float32, pos+1-lo))
+						withPortable(func() { c.Attend(1, blocks, lo, pos, 0, cfg.Heads, scale, q, want, make([]float32, pos+1-lo)) })
 						for i := range got {
 							if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 								t.Fatalf("%s hd=%d bs=%d pos=%d lo=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, lo, i, got[i], want[i])
+							}
+						}
+						// A head alone, and the heads from 1 on (pairs
+						// formed the other way): the same bits as all at
+						// once, on both paths.
+						for _, portable := range []bool{false, true} {
+							split := make([]float32, cfg.Heads*hd)
+							run := func() {
+								for h := range cfg.Heads {
+									c.Attend(1, blocks, lo, pos, h, h+1, scale, q, split, make([]float32, pos+1-lo))
+								}
+							}
+							rest := make([]float32, cfg.Heads*hd)
+							if portable {
+								withPortable(run)
+							} else {
+								run()
+								if cfg.Heads > 1 {
+									c.Attend(1, blocks, lo, pos, 1, cfg.Heads, scale, q, rest, make([]float32, pos+1-lo))
+								}
+							}
+							for i := range split {
+								if math.Float32bits(split[i]) != math.Float32bits(want[i]) {
+									t.Fatalf("%s hd=%d bs=%d pos=%d lo=%d: head by head (portable %v), out[%d] = %g, all heads %g", typ, hd, bs, pos, lo, portable, i, split[i], want[i])
+								}
+								if i >= hd && !portable && cfg.Heads > 1 && math.Float32bits(rest[i]) != math.Float32bits(want[i]) {
+									t.Fatalf("%s hd=%d bs=%d pos=%d lo=%d: heads 1.., out[%d] = %g, all heads %g", typ, hd, bs, pos, lo, i, rest[i], want[i])
+								}
 							}
 						}
 					}
@@ -282,8 +310,8 @@ func TestAttendWindowReadsOnlyItsKeys(t *testing.T) {
 							got := make([]float32, cfg.Heads*hd)
 							want := make([]float32, cfg.Heads*hd)
 							run := func() {
-								c.Attend(0, a, lo, pos, 0.125, q, got, make([]float32, pos+1-lo))
-								c.Attend(0, b, 0, pos-lo, 0.125, q, want, make([]float32, pos+1-lo))
+								c.Attend(0, a, lo, pos, 0, cfg.Heads, 0.125, q, got, make([]float32, pos+1-lo))
+								c.Attend(0, b, 0, pos-lo, 0, cfg.Heads, 0.125, q, want, make([]float32, pos+1-lo))
 							}
 							if portable {
 								withPortable(run)

@@ -165,15 +165,15 @@ func f32ToF16(dst []uint16, src []float32) {
 // Everything depends only on lo, pos, scale and the keys and values stored
 // at lo..pos, never on the batch, the chunking or the thread count; keys
 // before lo are not read (a sliding window's start, a function of pos).
-func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32) {
-	if lo < 0 || lo > pos {
-		panic(fmt.Sprintf("cpu: attention over positions %d..%d", lo, pos))
+func (c *KV) Attend(layer int, blocks []int32, lo, pos, h0, h1 int, scale float32, q, out, scratch []float32) {
+	if lo < 0 || lo > pos || h0 < 0 || h0 >= h1 || h1 > c.cfg.Heads {
+		panic(fmt.Sprintf("cpu: attention over positions %d..%d, heads %d..%d of %d", lo, pos, h0, h1, c.cfg.Heads))
 	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, scale, 0, q, out, scratch)
+		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, 0, q, out, scratch)
 		return
 	}
-	c.attendPortable(layer, blocks, lo, pos, scale, 0, q, out, scratch)
+	c.attendPortable(layer, blocks, lo, pos, h0, h1, scale, 0, q, out, scratch)
 }
 
 // AttendSoftCap implements model.SoftCapKV: Attend with Gemma 2's attention
@@ -181,20 +181,20 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, ou
 // ggml's flash attention computes it (the tanh in float64, rounded). Both
 // paths cap each score with the same scalar expression (capScore), so the
 // SIMD one equals the portable loops bit for bit as it does without a cap.
-func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
-	if lo < 0 || lo > pos || !(capped > 0) {
-		panic(fmt.Sprintf("cpu: attention over positions %d..%d capped at %g", lo, pos, capped))
+func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos, h0, h1 int, scale, capped float32, q, out, scratch []float32) {
+	if lo < 0 || lo > pos || h0 < 0 || h0 >= h1 || h1 > c.cfg.Heads || !(capped > 0) {
+		panic(fmt.Sprintf("cpu: attention over positions %d..%d, heads %d..%d of %d, capped at %g", lo, pos, h0, h1, c.cfg.Heads, capped))
 	}
 	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, scale, capped, q, out, scratch)
+		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, capped, q, out, scratch)
 		return
 	}
-	c.attendPortable(layer, blocks, lo, pos, scale, capped, q, out, scratch)
+	c.attendPortable(layer, blocks, lo, pos, h0, h1, scale, capped, q, out, scratch)
 }
 
 // attendPortable is Attend without the SIMD kernels, its scores soft-capped
 // when capped > 0 (AttendSoftCap).
-func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
+func (c *KV) attendPortable(layer int, blocks []int32, lo, pos, h0, h1 int, scale, capped float32, q, out, scratch []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -206,7 +206,7 @@ func (c *KV) attendPortable(layer int, blocks []int32, lo, pos int, scale, cappe
 	if cfg.Type == ggml.F16 {
 		ts = nil // the scores take attnDotF16's order, not the matrix kernels'
 	}
-	for h := 0; h < cfg.Heads; h++ {
+	for h := h0; h < h1; h++ {
 		kvh := h / group
 		qh := q[h*hd : (h+1)*hd]
 		o := out[h*hd : (h+1)*hd]
@@ -359,7 +359,7 @@ var _ [model.AttendScratch - 6*softmaxChunk]struct{}
 // The scores and weights of a chunk live in scratch when it holds
 // model.AttendScratch elements (the kernels take their addresses, which
 // would move arrays of this frame to the heap at every call).
-func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped float32, q, out, scratch []float32) {
+func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale, capped float32, q, out, scratch []float32) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -391,8 +391,8 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos int, scale, capped fl
 		return [2][]float32{c[:softmaxChunk], c[softmaxChunk:]}
 	}
 	sc, ms, vs := chunks(0), chunks(1), chunks(2)
-	for h0 := 0; h0 < cfg.Heads; h0 += 2 {
-		H := min(2, cfg.Heads-h0)
+	for h0 := hlo; h0 < hhi; h0 += 2 {
+		H := min(2, hhi-h0)
 		o := out[h0*hd : (h0+H)*hd]
 		var qb [2][]byte
 		var hoff [2]int

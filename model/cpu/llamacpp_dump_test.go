@@ -97,9 +97,11 @@ func (k *recKV) Store(layer int, blocks []int32, pos int, kk, v []float32) {
 	k.r.put("Kcur-rope-"+strconv.Itoa(layer), pos, kk)
 }
 
-func (k *recKV) Attend(layer int, blocks []int32, lo, pos int, scale float32, q, out, scratch []float32) {
-	k.r.put("Qcur-rope-"+strconv.Itoa(layer), pos, q)
-	k.KV.Attend(layer, blocks, lo, pos, scale, q, out, scratch)
+func (k *recKV) Attend(layer int, blocks []int32, lo, pos, h0, h1 int, scale float32, q, out, scratch []float32) {
+	if h0 == 0 { // the first of the token's head groups: q is the whole query
+		k.r.put("Qcur-rope-"+strconv.Itoa(layer), pos, q)
+	}
+	k.KV.Attend(layer, blocks, lo, pos, h0, h1, scale, q, out, scratch)
 }
 
 // writeDumpModel writes TestDumpVsLlamaCpp's random file: STRATA_DUMP_ARCH's
