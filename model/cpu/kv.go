@@ -472,6 +472,10 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 					if f[k] == 0 {
 						f[k], e[k] = e[k], 1
 					}
+					if e[k] == 1 { // fma(S, 1, f) is S + f, one rounding: most keys
+						S[hh] += f[k]
+						continue
+					}
 					S[hh] = fma32(S[hh], e[k], f[k])
 				}
 			}
