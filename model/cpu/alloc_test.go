@@ -20,14 +20,7 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 			for _, threads := range []int{1, 2} {
 				t.Run(fmt.Sprintf("%s/%v/threads=%d", specName(spec), kvType, threads), func(t *testing.T) {
 					spec.Type = ggml.Q8_0
-					f, err := model.RandomFile(spec)
-					if err != nil {
-						t.Fatal(err)
-					}
-					m, err := model.Load(f)
-					if err != nil {
-						t.Fatal(err)
-					}
+					m := randomModel(t, spec)
 					e := newEngine(t, m, threads, 64, kvType)
 					const prompt, steps = 90, 30 // past every spec's window, and past a softmax chunk
 					toks := make([]int32, prompt)

@@ -532,14 +532,7 @@ func TestArchsLogitsBatchInvariant(t *testing.T) {
 		for _, typ := range []ggml.Type{ggml.F32, ggml.Q8_0} {
 			t.Run(specName(spec)+"/"+typ.String(), func(t *testing.T) {
 				spec.Type = typ
-				f, err := model.RandomFile(spec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				m, err := model.Load(f)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := randomModel(t, spec)
 				rng := rand.New(rand.NewPCG(3, spec.Seed))
 				prompt := randTokens(rng, 30, m.Vocab)
 				ones := make([]int, len(prompt))
@@ -596,14 +589,7 @@ func TestArchsPipelineSplitIdentical(t *testing.T) {
 				spec.Layers = 3
 				cutSets = [][]int{{1}, {2}, {1, 2}}
 			}
-			f, err := model.RandomFile(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := model.Load(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := randomModel(t, spec)
 			prompt := randTokens(rand.New(rand.NewPCG(4, spec.Seed)), 20, m.Vocab)
 			rows := []model.Row{{Seq: 1, First: true, Tokens: prompt, Blocks: []int32{0, 1}, Logits: true}}
 			whole := newEngine(t, m, 2, 8, ggml.F16)

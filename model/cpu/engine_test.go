@@ -34,6 +34,20 @@ type engine struct {
 	next  int32
 }
 
+// randomModel writes spec's random file in memory and loads it.
+func randomModel(t testing.TB, spec model.RandomSpec) *model.Model {
+	t.Helper()
+	f, err := model.RandomFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func newEngine(t testing.TB, m *model.Model, threads, blocks int, kvType ggml.Type) *engine {
 	t.Helper()
 	pool := cpu.NewPool(threads)

@@ -72,14 +72,7 @@ func TestLogitsBatchInvariant(t *testing.T) {
 	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0} {
 		t.Run(typ.String(), func(t *testing.T) {
 			spec := model.RandomSpec{Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: typ, Seed: 7}
-			f, err := model.RandomFile(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := model.Load(f)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := randomModel(t, spec)
 			rng := rand.New(rand.NewPCG(1, 2))
 			prompt := randTokens(rng, 40, m.Vocab)
 			// Reference: alone, one token at a time, one thread.
@@ -136,14 +129,7 @@ func TestLogitsBatchInvariant(t *testing.T) {
 // TestPrefillKVEqualsDecodeKV checks that keys and values written by one
 // prefill equal those written token by token.
 func TestPrefillKVEqualsDecodeKV(t *testing.T) {
-	f, err := model.RandomFile(model.RandomSpec{Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := randomModel(t, model.RandomSpec{Layers: 2, Embd: 64, Heads: 4, HeadsKV: 2, FF: 96, Vocab: 300, Context: 256, Type: ggml.Q8_0, Seed: 3})
 	rng := rand.New(rand.NewPCG(5, 6))
 	prompt := randTokens(rng, 37, m.Vocab)
 	a, b := newEngine(t, m, 2, 16, ggml.F16), newEngine(t, m, 1, 16, ggml.F16)

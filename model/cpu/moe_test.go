@@ -39,14 +39,7 @@ func TestMoEStreamsEachExpertOnce(t *testing.T) {
 }
 
 func testMoEStreamsEachExpertOnce(t *testing.T, spec model.RandomSpec) {
-	f, err := model.RandomFile(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Load(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := randomModel(t, spec)
 	pool := cpu.NewPool(2)
 	t.Cleanup(pool.Close)
 	kv, err := cpu.NewKV(cpu.KVConfig{Layers: m.Layers, Blocks: 16, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: ggml.F16})
