@@ -23,7 +23,7 @@ func benchFile(ctx context.Context, args []string) error {
 	path := fs.String("model", "", "GGUF file")
 	threads := fs.Int("threads", 2, "worker threads")
 	reps := fs.Int("reps", 3, "repetitions (the median is reported)")
-	depth := fs.Int("depth", 0, "context cached before tg64 (llama-bench's -d); the e2e row is measured only at 0")
+	depth := fs.Int("depth", 0, "tokens of context cached before pp128 and tg64 (llama-bench's -d); the e2e row is measured only at 0")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

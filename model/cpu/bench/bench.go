@@ -111,6 +111,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if cfg.BatchPrompt <= 0 {
 		cfg.BatchPrompt = cfg.Prompt
 	}
+	if cfg.Depth < 0 {
+		return Result{}, fmt.Errorf("bench: depth %d: want 0 or more tokens of context", cfg.Depth)
+	}
 	var f *gguf.File
 	var err error
 	if cfg.Path != "" {

@@ -36,6 +36,9 @@ func TestRunDepth(t *testing.T) {
 	if res.PP <= 0 || res.TG <= 0 {
 		t.Fatalf("result %+v", res)
 	}
+	if _, err := Run(context.Background(), Config{Spec: spec, Threads: 1, Depth: -1, KVType: ggml.F16}); err == nil || !strings.Contains(err.Error(), "depth -1") {
+		t.Fatalf("a negative depth: %v", err)
+	}
 }
 
 // BenchmarkReference prints issue 7's table for the 110 M shape: go test
