@@ -52,7 +52,6 @@ func TestDecodeAllocatesNothing(t *testing.T) {
 					pos = prompt
 					allocs = testing.AllocsPerRun(steps-1, func() {
 						rows[0].Pos, rows[1].Pos, rows[1].First = pos, pos2, pos2 == 0
-						rows[1].Logits = pos2+16 == 16*steps
 						if _, err := e.stage.Forward(rows, nil); err != nil {
 							t.Fatal(err)
 						}

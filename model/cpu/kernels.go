@@ -37,8 +37,10 @@ func init() {
 // the prefetching kernels ran generation 30–40 % faster for F16 and BF16
 // and about 60 % for Q4_0 (README, Performance). On AMD's Zen 5 one-row tiles ran
 // faster without software prefetches (session figures in asmgen's
-// prefetchTile), so there they stay off until measured otherwise. Every
-// setting gives the same bits: a prefetch changes no result.
+// prefetchTile), and these kernels, measured there with this variable
+// (README, Zen 5 "after a long context"), gained for F32 and F16 and lost
+// for Q8_0 and Q4_0 within the runs' spread: off on AMD. Every setting
+// gives the same bits: a prefetch changes no result.
 const aheadEnv = "STRATA_PREFETCH"
 
 // aheadOn is whether matrix-vector products run the prefetching kernels.

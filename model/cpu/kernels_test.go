@@ -229,9 +229,9 @@ func testAttendEqualsPortable(t *testing.T) {
 								t.Fatalf("%s hd=%d bs=%d pos=%d lo=%d: out[%d] = %g, portable %g", typ, hd, bs, pos, lo, i, got[i], want[i])
 							}
 						}
-						// A head alone, and the heads from 1 on (pairs
-						// formed the other way): the same bits as all at
-						// once, on both paths.
+						// Each head alone (both paths), and the heads from 1
+						// on (SIMD: pairs formed the other way): the same
+						// bits as all heads at once.
 						for _, portable := range []bool{false, true} {
 							split := make([]float32, cfg.Heads*hd)
 							run := func() {

@@ -1225,9 +1225,9 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 // 4 KiB page, as Intel's hardware prefetchers stop there. On a 2-core
 // Intel Xeon (Emerald Rapids) 2048 to 8192 bytes gave the same speeds,
 // 1024 less, 512 little (BenchmarkForward BF16 and F16 tg, one thread,
-// 35 tok/s without, 52–55 from 2048 on); AMD's Zen 5 ran one-row tiles
-// faster without prefetches (see prefetchTile), so the Go side picks the
-// Ahead variants by vendor (aheadOn and aheadEnv in package cpu).
+// 35 tok/s without, 52–55 from 2048 on); on AMD's Zen 5 they gained
+// nothing outside the noise (README, Zen 5 section), so the Go side
+// picks the Ahead variants by vendor (aheadOn and aheadEnv in package cpu).
 const matVecAhead = 4096
 
 // ahead is the prefetch distance of the kernels being emitted: 0, or
