@@ -14,6 +14,14 @@ type Row struct {
 	Tokens []int32 // token IDs; at least one
 	Blocks []int32 // block table covering positions [0, Pos+len(Tokens))
 	Logits bool    // on the last stage: return logits for the row's last token
+
+	// The sliding groups' block tables (KVGroups), on a stage that groups
+	// its KV (Stage.GroupKV): entries [SlideFrom, len(Blocks)) of each
+	// sliding group's table, group g's at Slides[(g-1)*w:g*w] for w =
+	// len(Blocks)-SlideFrom. Entries before SlideFrom have been released:
+	// no position the row reads in a sliding layer lies in them.
+	SlideFrom int
+	Slides    []int32
 }
 
 // Backend computes the heavy products of a forward pass.
@@ -97,11 +105,17 @@ type Stage struct {
 	// The batch and layer in progress, read by the per-token steps below;
 	// their method values are made once in NewStage so that a forward pass
 	// allocates nothing.
-	rows          []Row
-	L             *Layer
-	ll            int // stage-local layer
-	rope          bool
-	window        int       // positions the layer attends to (0: all)
+	rows   []Row
+	L      *Layer
+	ll     int // stage-local layer
+	slot   int // its slot in the KV pool: ll, or its place in its group (GroupKV)
+	group  int // its KV group: 0, or its sliding group (GroupKV)
+	rope   bool
+	window int // positions the layer attends to (0: all)
+
+	// kvGroups is the model's KV groups once GroupKV has switched the
+	// stage to them (Groups 0 before: every layer in Blocks at slot ll).
+	kvGroups      KVGroups
 	headGroups    int       // attention items per token (attention)
 	softCapLogits []float32 // the logits the softCap step caps
 	norm          []float32 // weights of the norm in progress
@@ -154,6 +168,26 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 		}
 	}
 	return s, nil
+}
+
+// GroupKV switches the stage to grouped KV (KVGroups): layer l keeps its
+// keys and values at slot KVGroups().Slot(first, l) of its group's block
+// table, and the KV store must have been built with that many layer slots
+// (KVGroups().Slots(first, last)) instead of one per layer. Rows then carry
+// their sliding groups' tables (Row.Slides) when the model has any. Call
+// it before the first Forward.
+func (s *Stage) GroupKV() { s.kvGroups = s.m.KVGroups() }
+
+// table is the block table layer s.ll reads and writes for row r, and the
+// position its first entry stands for: a sliding group's table starts at
+// r.SlideFrom, so its positions are shifted by SlideFrom blocks (the
+// keys' order, all Attend depends on, is the same).
+func (s *Stage) table(r *Row) ([]int32, int) {
+	if s.group == 0 {
+		return r.Blocks, 0
+	}
+	w := len(r.Blocks) - r.SlideFrom
+	return r.Slides[(s.group-1)*w : s.group*w], r.SlideFrom * s.kv.BlockSize()
 }
 
 // Preparer is a Backend that converts weights to a layout of its own
@@ -332,12 +366,14 @@ func (s *Stage) attendItem(w, i int) {
 	if cap(s.attnScratch[w]) < n {
 		s.attnScratch[w] = make([]float32, n+n/2)
 	}
-	blocks, q, out := s.rows[s.rowOf[t]].Blocks, s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD]
+	blocks, shift := s.table(&s.rows[s.rowOf[t]])
+	lo, pos = lo-shift, pos-shift
+	q, out := s.q[t*QD:(t+1)*QD], s.att[t*QD:(t+1)*QD]
 	if s.capKV != nil {
-		s.capKV.AttendSoftCap(s.ll, blocks, lo, pos, h0, h1, s.attnScale, s.m.AttnSoftCap, q, out, s.attnScratch[w][:n])
+		s.capKV.AttendSoftCap(s.slot, blocks, lo, pos, h0, h1, s.attnScale, s.m.AttnSoftCap, q, out, s.attnScratch[w][:n])
 		return
 	}
-	s.kv.Attend(s.ll, blocks, lo, pos, h0, h1, s.attnScale, q, out, s.attnScratch[w][:n])
+	s.kv.Attend(s.slot, blocks, lo, pos, h0, h1, s.attnScale, q, out, s.attnScratch[w][:n])
 }
 
 func (s *Stage) swiGLUToken(_, t int) {
@@ -377,6 +413,9 @@ func (s *Stage) check(rows []Row, in []float32) (int, error) {
 				return 0, fmt.Errorf("%w: row %d (sequence %d) block %d is %d, pool has %d", ErrBadBatch, i, r.Seq, j, b, s.kv.Blocks())
 			}
 		}
+		if err := s.checkSlides(r, end); err != nil {
+			return 0, fmt.Errorf("%w: row %d (sequence %d) %v", ErrBadBatch, i, r.Seq, err)
+		}
 		if s.First() {
 			for _, tok := range r.Tokens {
 				if tok < 0 || int(tok) >= m.Vocab {
@@ -390,6 +429,39 @@ func (s *Stage) check(rows []Row, in []float32) (int, error) {
 		return 0, fmt.Errorf("%w: %d hidden values for %d tokens of width %d", ErrBadBatch, len(in), T, m.Embd)
 	}
 	return T, nil
+}
+
+// checkSlides validates r's sliding tables: none unless the stage groups
+// its KV and the model has sliding groups; else one per sliding group,
+// covering the blocks from SlideFrom to those the row reaches (end), with
+// SlideFrom no later than the block of the first position the row reads
+// in a sliding layer.
+func (s *Stage) checkSlides(r *Row, end int) error {
+	groups := max(1, s.kvGroups.Groups)
+	if groups == 1 {
+		if len(r.Slides) > 0 || r.SlideFrom != 0 {
+			return fmt.Errorf("carries sliding tables, and the stage has none")
+		}
+		return nil
+	}
+	bs := s.kv.BlockSize()
+	lo := max(0, r.Pos-s.m.SlidingWindow+1)
+	if r.SlideFrom < 0 || r.SlideFrom > lo/bs {
+		return fmt.Errorf("slides from block %d, and reads position %d", r.SlideFrom, lo)
+	}
+	w := len(r.Blocks) - r.SlideFrom
+	if len(r.Slides) != (groups-1)*w {
+		return fmt.Errorf("has %d sliding entries, %d groups of %d expected", len(r.Slides), groups-1, w)
+	}
+	need := (end+bs-1)/bs - r.SlideFrom
+	for g := range groups - 1 {
+		for j, b := range r.Slides[g*w : g*w+need] {
+			if b < 0 || int(b) >= s.kv.Blocks() {
+				return fmt.Errorf("sliding group %d block %d is %d, pool has %d", g+1, r.SlideFrom+j, b, s.kv.Blocks())
+			}
+		}
+	}
+	return nil
 }
 
 func (s *Stage) grow(T int) {
@@ -438,6 +510,10 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	x, h := s.x[:T*E], s.h[:T*E]
 	q, k, v := s.q[:T*QD], s.k[:T*KVD], s.v[:T*KVD]
 	s.L, s.ll = L, l-s.first
+	s.slot, s.group = s.ll, 0
+	if s.kvGroups.Groups > 1 {
+		s.slot, s.group = s.kvGroups.Slot(s.first, l), s.kvGroups.Group(l)
+	}
 	s.rope = m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
 	s.window = m.Window(l)
 
@@ -452,7 +528,8 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	}
 	s.be.Parallel(T, s.steps.qkv)
 	for t := 0; t < T; t++ {
-		s.kv.Store(s.ll, rows[s.rowOf[t]].Blocks, s.pos[t], k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
+		blocks, shift := s.table(&rows[s.rowOf[t]])
+		s.kv.Store(s.slot, blocks, s.pos[t]-shift, k[t*KVD:(t+1)*KVD], v[t*KVD:(t+1)*KVD])
 	}
 	att := s.att[:T*QD]
 	s.attention(T)
