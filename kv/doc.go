@@ -9,19 +9,32 @@
 // sized by the caller to the smallest stage's capacity. Each live sequence has
 // a block table: block i holds positions [i*BlockSize, (i+1)*BlockSize).
 //
-//   - Allocate creates a sequence's table and Extend grows it. Both are all or
-//     nothing: they check capacity first and return ErrOutOfBlocks without
+// A sliding-window model (Gemma 2 and 3) has Config.Groups > 1: its layers
+// are cut into groups, and each sequence has one table per group, all of one
+// length and all drawn from the one pool (docs/sliding-window-kv.md). Table 0
+// is the global group's; the others are sliding groups', whose layers read
+// only a window of recent positions, so their leading entries can be given
+// back as the window moves. With one group (every other model) there is one
+// table and nothing below differs from it.
+//
+//   - Allocate creates a sequence's tables and Extend grows them. Both are all
+//     or nothing: they check capacity first and return ErrOutOfBlocks without
 //     changing anything when the pool is short.
-//   - End is the only door through which blocks leave a table. It drops one
-//     reference from every block of the sequence; a block whose last reference
-//     goes is parked in the prefix cache when its content is known, and put on
-//     the free list otherwise. Ending an unknown sequence, or a reference count
-//     going below zero, is a broken invariant and panics with the block and
-//     sequence IDs.
-//   - Table returns a handle on a live sequence's table, for an owner that
-//     reads it on every step (Len, AppendBlocks) without the lookup by
-//     sequence ID. The handle is valid until End of that sequence; the
-//     allocator then recycles it, so the owner drops it at End.
+//   - Slide gives back the sliding tables' entries below a sequence's window:
+//     the caller passes the lowest position any later row reads in a sliding
+//     layer. It never touches the global table, and the window only moves
+//     forward.
+//   - End is the only other door through which blocks leave a table. It drops
+//     one reference from every live entry of the sequence's tables; a block
+//     whose last reference goes is parked in the prefix cache when its content
+//     is known, and put on the free list otherwise. Ending an unknown sequence,
+//     or a reference count going below zero, is a broken invariant and panics
+//     with the block and sequence IDs.
+//   - Table returns a handle on a live sequence's tables, for an owner that
+//     reads them on every step (Len, AppendBlocks, First, AppendSliding)
+//     without the lookup by sequence ID. The handle is valid until End of
+//     that sequence; the allocator then recycles it, so the owner drops it at
+//     End.
 //   - Prefix caching: Commit tells the allocator which leading tokens of a
 //     sequence now have their K/V written on every stage. Each full block among
 //     them is content-hashed together with its parent's hash and indexed. A
@@ -31,6 +44,7 @@
 //     is needed. Only committed blocks are shared, so a block is never reused
 //     before its content exists everywhere. A match compares the tokens and the
 //     parent hash, so a wrong reuse needs a 64-bit collision of the chain hash.
+//     It is not built for sliding tables: Validate refuses it with groups.
 //
 // The allocator is a plain data structure: it runs no goroutines, reads no
 // clock, does no I/O and keeps no package state. It is not safe for
@@ -39,8 +53,9 @@
 // to the caller.
 //
 // CheckInvariants verifies that every block is in exactly one of the used,
-// cached and free sets, that reference counts equal the number of live tables
-// naming each block, and that the free list, the LRU and the hash index agree.
+// cached and free sets, that reference counts equal the number of live table
+// entries naming each block, that a sequence's tables have one length, and
+// that the free list, the LRU and the hash index agree.
 // It costs O(blocks + table entries) and allocates nothing, cheap enough to
 // run after every event in tests and periodically in production.
 package kv

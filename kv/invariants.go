@@ -6,9 +6,13 @@ import "fmt"
 // nil. It checks that:
 //
 //   - each live table belongs to the sequence it is filed under, and no
-//     recycled table is live;
-//   - each block's reference count equals the number of live tables naming
-//     it, and no table names a block twice;
+//     recycled table is live or holds entries;
+//   - a sequence has Groups tables; each sliding one is as long as the global
+//     one, its first live entry is within that length, and its entries before
+//     it are marked released (with one group, first is 0);
+//   - each block's reference count equals the number of live entries naming
+//     it (the global table's, and the sliding tables' from first on), and no
+//     sequence names a block twice, in one table or across its tables;
 //   - Used equals the number of blocks with references, and every block is in
 //     exactly one of the used set, the LRU and the free list;
 //   - the free list holds no block twice and no cached block; the LRU's links
@@ -22,6 +26,7 @@ func (a *Allocator) CheckInvariants() error {
 	clear(mark)
 
 	// References from live tables.
+	groups := a.cfg.groups()
 	for seq, t := range a.tables {
 		if t.seq != seq || !t.live {
 			return fmt.Errorf("kv: sequence %d's table belongs to sequence %d (live %v)", seq, t.seq, t.live)
@@ -29,32 +34,62 @@ func (a *Allocator) CheckInvariants() error {
 		if t.nhashed > len(t.blocks) {
 			return fmt.Errorf("kv: sequence %d: %d hashed blocks but table has %d", seq, t.nhashed, len(t.blocks))
 		}
-		for i, id := range t.blocks {
-			if id < 0 || int(id) >= n {
-				return fmt.Errorf("kv: sequence %d: block %d is %d, outside the pool of %d", seq, i, id, n)
-			}
-			mark[id]++
+		if t.Groups() != groups {
+			return fmt.Errorf("kv: sequence %d has %d tables, want %d", seq, t.Groups(), groups)
 		}
-		// No block twice in one table: a second pass finds it counted.
-		for _, id := range t.blocks {
-			if mark[id] < 0 {
-				return fmt.Errorf("kv: sequence %d names block %d twice", seq, id)
-			}
-			mark[id] = -mark[id]
+		if t.first < 0 || t.first > len(t.blocks) || (groups == 1 && t.first != 0) {
+			return fmt.Errorf("kv: sequence %d: first live sliding entry is %d, table has %d (groups %d)", seq, t.first, len(t.blocks), groups)
 		}
-		for _, id := range t.blocks {
-			mark[id] = -mark[id]
+		for g, s := range t.sliding {
+			if len(s) != len(t.blocks) {
+				return fmt.Errorf("kv: sequence %d: sliding table %d has %d entries, global table %d", seq, g+1, len(s), len(t.blocks))
+			}
+			for i, id := range s[:t.first] {
+				if id != released {
+					return fmt.Errorf("kv: sequence %d: sliding table %d entry %d is block %d, below first %d", seq, g+1, i, id, t.first)
+				}
+			}
+		}
+		for g := range groups {
+			for i, id := range t.liveEntries(g) {
+				if id < 0 || int(id) >= n {
+					return fmt.Errorf("kv: sequence %d: table %d block %d is %d, outside the pool of %d", seq, g, i, id, n)
+				}
+				mark[id]++
+			}
+		}
+		// No block twice in one sequence: a second pass finds it counted.
+		for g := range groups {
+			for _, id := range t.liveEntries(g) {
+				if mark[id] < 0 {
+					return fmt.Errorf("kv: sequence %d names block %d twice", seq, id)
+				}
+				mark[id] = -mark[id]
+			}
+		}
+		for g := range groups {
+			for _, id := range t.liveEntries(g) {
+				mark[id] = -mark[id]
+			}
 		}
 	}
 	for _, t := range a.spare {
 		if t.live {
 			return fmt.Errorf("kv: recycled table of sequence %d is still live", t.seq)
 		}
+		if len(t.blocks) != 0 || t.first != 0 {
+			return fmt.Errorf("kv: recycled table of sequence %d keeps %d blocks, first %d", t.seq, len(t.blocks), t.first)
+		}
+		for g, s := range t.sliding {
+			if len(s) != 0 {
+				return fmt.Errorf("kv: recycled table of sequence %d keeps %d entries in sliding table %d", t.seq, len(s), g+1)
+			}
+		}
 	}
 	used := 0
 	for id := range n {
 		if mark[id] != a.ref[id] {
-			return fmt.Errorf("kv: block %d has refcount %d but %d live tables name it", id, a.ref[id], mark[id])
+			return fmt.Errorf("kv: block %d has refcount %d but %d live table entries name it", id, a.ref[id], mark[id])
 		}
 		if a.ref[id] > 0 {
 			used++

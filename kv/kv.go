@@ -29,6 +29,10 @@ type SeqID uint64
 const (
 	MaxBlocks    = 1 << 30
 	MaxBlockSize = 1 << 16
+	// MaxGroups bounds Config.Groups: far above any model's (Gemma 3 needs
+	// 7, Gemma 2 needs 2), and small enough that a sequence's groups times
+	// its blocks stays far inside an int.
+	MaxGroups = 64
 )
 
 // Config sizes the pool.
@@ -40,6 +44,12 @@ type Config struct {
 	BlockSize int
 	// PrefixCaching turns on content-hashed reuse of committed full blocks.
 	PrefixCaching bool
+	// Groups is the number of block tables each sequence has: one per layer
+	// group of a sliding-window model (docs/sliding-window-kv.md). Table 0
+	// is the global group, read by every later position; tables 1 to
+	// Groups-1 are sliding groups, whose entries below the window Slide
+	// gives back. 0 and 1 both mean one table, the global one.
+	Groups int
 }
 
 // DefaultConfig returns the configuration strata starts from.
@@ -57,6 +67,9 @@ func DefaultConfig() Config {
 		// and a hit skips their prefill. Sharing is safe because only blocks
 		// whose K/V every stage has written are ever shared.
 		PrefixCaching: true,
+		// One table: every model but Gemma's has global layers only. The
+		// coordinator sets it from the model's layer groups.
+		Groups: 0,
 	}
 }
 
@@ -68,13 +81,24 @@ func (c Config) Validate() error {
 	if c.BlockSize < 1 || c.BlockSize > MaxBlockSize {
 		return fmt.Errorf("kv: BlockSize must be in [1, %d], got %d", MaxBlockSize, c.BlockSize)
 	}
+	if c.Groups < 0 || c.Groups > MaxGroups {
+		return fmt.Errorf("kv: Groups must be in [0, %d], got %d", MaxGroups, c.Groups)
+	}
+	// A cached prefix would have to keep its sliding blocks and refuse hits
+	// whose window was given back; that part is not built.
+	if c.PrefixCaching && c.Groups > 1 {
+		return fmt.Errorf("kv: PrefixCaching must be off when Groups > 1 (prefix caching of sliding tables is not built), got Groups %d", c.Groups)
+	}
 	return nil
 }
+
+// groups is the number of tables each sequence has, at least 1.
+func (c Config) groups() int { return max(1, c.Groups) }
 
 // Stats is a snapshot of the pool. Used + Cached + Free == Total always.
 type Stats struct {
 	Total     int // blocks in the pool
-	Used      int // blocks referenced by at least one live table
+	Used      int // blocks referenced by at least one live table entry
 	Cached    int // unreferenced blocks kept for prefix reuse (evictable)
 	Free      int // unreferenced blocks holding nothing of value
 	Sequences int // live tables
@@ -95,19 +119,34 @@ func (s Stats) HitRate() float64 {
 
 const none = -1 // no block, in the LRU links
 
-// Table is one live sequence's block table. Allocator.Table hands out a
+// released marks a sliding table's entry whose block Slide gave back: every
+// entry below Table.first, so that a stray read of one names no block.
+const released BlockID = -1
+
+// Table is one live sequence's block tables. Allocator.Table hands out a
 // pointer to it as a handle, so that an owner touching a table on every step
 // (the scheduler, once per row) need not look the sequence up each time.
+//
+// A sequence has Groups tables, all of the same length: block i of each holds
+// positions [i*BlockSize, (i+1)*BlockSize) of that group's layers. Table 0,
+// the global one, is what Len and AppendBlocks read. The sliding tables
+// (1 to Groups-1) lose their leading entries as Slide moves the window: only
+// entries from First on still name blocks.
 //
 // A handle is valid from the Allocate that creates the table until End of its
 // sequence. After End the allocator recycles the Table for a later sequence,
 // so the holder must drop the handle when it ends the sequence; until it is
-// reused, Len and AppendBlocks on an ended Table panic. A Table is read-only
-// to its holder: its methods change nothing.
+// reused, Len, First, AppendBlocks and AppendSliding on an ended Table panic.
+// A Table is read-only to its holder: its methods change nothing.
 type Table struct {
-	seq     SeqID
-	live    bool
-	blocks  []BlockID
+	seq    SeqID
+	live   bool
+	blocks []BlockID // the global table (group 0)
+	// sliding holds the tables of groups 1 to Groups-1 (sliding[g-1] is
+	// group g's), each as long as blocks; nil with one group. Recycled with
+	// the Table, capacity and all.
+	sliding [][]BlockID
+	first   int    // entries of the sliding tables below it are released
 	nhashed int    // leading full blocks whose chain hash is known
 	last    uint64 // chain hash of block nhashed-1 (root seed when 0)
 }
@@ -115,7 +154,12 @@ type Table struct {
 // Seq is the sequence the table belongs to.
 func (t *Table) Seq() SeqID { return t.seq }
 
-// Len is the number of blocks in the table.
+// Groups is the number of tables the sequence has, at least 1: the global
+// one and Groups-1 sliding ones.
+func (t *Table) Groups() int { return 1 + len(t.sliding) }
+
+// Len is the number of blocks in the global table. Every sliding table is as
+// long, counting the entries Slide released.
 func (t *Table) Len() int {
 	if !t.live {
 		panic(fmt.Sprintf("kv: length of ended sequence %d's table", t.seq))
@@ -137,6 +181,44 @@ func (t *Table) AppendBlocks(dst []BlockID, n int) []BlockID {
 		panic(fmt.Sprintf("kv: sequence %d has %d blocks, %d asked for", t.seq, len(t.blocks), n))
 	}
 	return append(dst, t.blocks[:n]...)
+}
+
+// First is the index of the first live entry of the sliding tables: those
+// before it were released by Slide. It is 0 before any Slide and always 0
+// with one group.
+func (t *Table) First() int {
+	if !t.live {
+		panic(fmt.Sprintf("kv: first entry of ended sequence %d's table", t.seq))
+	}
+	return t.first
+}
+
+// AppendSliding appends entries [First(), n) of sliding table g to dst and
+// returns the extended slice: the live blocks that cover positions up to
+// n*BlockSize, the leading released ones left out. It panics when the table
+// has ended, g is not in [1, Groups()), or n is not in [First(), Len()]:
+// the caller asked for a table or positions it does not have.
+func (t *Table) AppendSliding(dst []BlockID, g, n int) []BlockID {
+	if !t.live {
+		panic(fmt.Sprintf("kv: table of ended sequence %d", t.seq))
+	}
+	if g < 1 || g > len(t.sliding) {
+		panic(fmt.Sprintf("kv: sequence %d has %d groups, sliding table %d asked for", t.seq, t.Groups(), g))
+	}
+	s := t.sliding[g-1]
+	if n < t.first || n > len(s) {
+		panic(fmt.Sprintf("kv: sequence %d's sliding table %d has live entries [%d, %d), %d asked for", t.seq, g, t.first, len(s), n))
+	}
+	return append(dst, s[t.first:n]...)
+}
+
+// liveEntries returns group g's live entries: the whole global table for g
+// 0, a sliding table's entries from first on otherwise.
+func (t *Table) liveEntries(g int) []BlockID {
+	if g == 0 {
+		return t.blocks
+	}
+	return t.sliding[g-1][t.first:]
 }
 
 // Allocator owns the pool. The zero value is not usable; call New.
@@ -228,7 +310,8 @@ func (a *Allocator) Has(seq SeqID) bool {
 	return ok
 }
 
-// Len is the number of blocks in seq's table, or 0 when it has none.
+// Len is the number of blocks in seq's global table (each of its tables has
+// as many entries), or 0 when it has none.
 func (a *Allocator) Len(seq SeqID) int {
 	if t, ok := a.tables[seq]; ok {
 		return len(t.blocks)
@@ -240,10 +323,10 @@ func (a *Allocator) Len(seq SeqID) int {
 // for how long the handle stays valid.
 func (a *Allocator) Table(seq SeqID) *Table { return a.tables[seq] }
 
-// AppendTable appends the first n blocks of seq's table to dst and returns
-// the extended slice (n < 0 means all of them). It panics when seq has no
-// table or fewer than n blocks: the caller asked for positions it never
-// allocated.
+// AppendTable appends the first n blocks of seq's global table to dst and
+// returns the extended slice (n < 0 means all of them). It panics when seq
+// has no table or fewer than n blocks: the caller asked for positions it
+// never allocated.
 func (a *Allocator) AppendTable(dst []BlockID, seq SeqID, n int) []BlockID {
 	t, ok := a.tables[seq]
 	if !ok {
@@ -252,7 +335,7 @@ func (a *Allocator) AppendTable(dst []BlockID, seq SeqID, n int) []BlockID {
 	return t.AppendBlocks(dst, n)
 }
 
-// Allocate creates seq's table covering at least positions positions.
+// Allocate creates seq's tables, each covering at least positions positions.
 //
 // When prefix caching is on, the full blocks of prefix are looked up first;
 // the leading ones already cached are shared rather than allocated, and
@@ -263,7 +346,8 @@ func (a *Allocator) AppendTable(dst []BlockID, seq SeqID, n int) []BlockID {
 //
 // Allocate fails with ErrOutOfBlocks, changing nothing, unless at least
 // reserve blocks stay available afterwards (reserve 0 asks only for the
-// blocks themselves).
+// blocks themselves). With several groups every table takes its own blocks,
+// so a sequence needs Groups times as many.
 func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) (cached int, err error) {
 	if _, ok := a.tables[seq]; ok {
 		return 0, fmt.Errorf("%w: %d", ErrSequenceExists, seq)
@@ -291,8 +375,10 @@ func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) 
 			h = nh
 		}
 	}
+	// With several groups matched is 0 (Validate refuses prefix caching),
+	// so every table gets need blocks and all of them have one length.
 	need := a.BlocksFor(max(positions, matched*bs)) - matched
-	if need+reserve > a.Available()-fromLRU {
+	if need*a.cfg.groups()+reserve > a.Available()-fromLRU {
 		return 0, ErrOutOfBlocks
 	}
 
@@ -315,16 +401,15 @@ func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) 
 		}
 		t.nhashed, t.last = matched, h
 	}
-	for range need {
-		t.blocks = append(t.blocks, a.take())
-	}
+	a.grow(t, need)
 	a.tables[seq] = t
 	return matched * bs, nil
 }
 
-// Extend grows seq's table to cover at least positions positions. It fails
-// with ErrOutOfBlocks, changing nothing, when the pool is short, and with
-// ErrUnknownSequence when seq has no table.
+// Extend grows each of seq's tables to cover at least positions positions:
+// the sliding ones too, since a sliding layer writes every position even if
+// it reads only a window. It fails with ErrOutOfBlocks, changing nothing,
+// when the pool is short, and with ErrUnknownSequence when seq has no table.
 func (a *Allocator) Extend(seq SeqID, positions int) error {
 	t, ok := a.tables[seq]
 	if !ok {
@@ -334,12 +419,60 @@ func (a *Allocator) Extend(seq SeqID, positions int) error {
 	if need <= 0 {
 		return nil
 	}
-	if need > a.Available() {
+	if need*a.cfg.groups() > a.Available() {
 		return ErrOutOfBlocks
 	}
+	a.grow(t, need)
+	return nil
+}
+
+// grow appends need fresh blocks to each of t's tables, keeping them one
+// length. The caller has checked that need times Groups blocks are available.
+func (a *Allocator) grow(t *Table, need int) {
 	for range need {
 		t.blocks = append(t.blocks, a.take())
 	}
+	for g := range t.sliding {
+		for range need {
+			t.sliding[g] = append(t.sliding[g], a.take())
+		}
+	}
+}
+
+// Slide gives back the blocks of seq's sliding tables that no later row
+// reads. lo is the lowest position any later row of seq reads in a sliding
+// layer (the row's first position minus the window), so in every sliding
+// table the entries below lo/BlockSize are released and the one holding lo
+// is kept. The global table is never touched: global layers read every
+// position. The window only moves forward: a lo below an earlier one
+// releases nothing. A lo past the tables' end releases all their entries;
+// those Extend appends later are live.
+//
+// A released block goes straight back to the pool. The shards need not hear
+// of it: a block reaches a stage only in a batch dispatched after the
+// release, and a stage runs batches in order (docs/sliding-window-kv.md).
+//
+// Slide fails with ErrUnknownSequence when seq has no table. With one group
+// it does nothing.
+func (a *Allocator) Slide(seq SeqID, lo int) error {
+	t, ok := a.tables[seq]
+	if !ok {
+		return fmt.Errorf("%w: %d", ErrUnknownSequence, seq)
+	}
+	if len(t.sliding) == 0 {
+		return nil
+	}
+	to := min(lo/a.cfg.BlockSize, len(t.blocks))
+	if to <= t.first {
+		return nil
+	}
+	for _, s := range t.sliding {
+		for i := t.first; i < to; i++ {
+			a.release(s[i], seq)
+			s[i] = released
+		}
+	}
+	t.first = to
 	return nil
 }
 
@@ -374,9 +507,10 @@ func (a *Allocator) Commit(seq SeqID, tokens []int32) {
 	}
 }
 
-// End drops seq's table: every block loses one reference, and a block whose
-// last reference goes is parked in the prefix cache (when its content is
-// committed) or freed. It panics when seq has no table (a double free) or a
+// End drops seq's tables: every live entry's block loses one reference, and
+// a block whose last reference goes is parked in the prefix cache (when its
+// content is committed) or freed. Sliding entries Slide already released are
+// not touched again. End panics when seq has no table (a double free) or a
 // reference count would go negative.
 func (a *Allocator) End(seq SeqID) {
 	t, ok := a.tables[seq]
@@ -386,28 +520,44 @@ func (a *Allocator) End(seq SeqID) {
 	// Release the tail first, so that the LRU evicts a chain's leaves before
 	// the prefix it shares with others.
 	for i := len(t.blocks) - 1; i >= 0; i-- {
-		id := t.blocks[i]
-		if a.ref[id] <= 0 {
-			panic(fmt.Sprintf("kv: double free of block %d by sequence %d (refcount %d)", id, seq, a.ref[id]))
+		a.release(t.blocks[i], seq)
+	}
+	for g, s := range t.sliding {
+		for i := len(s) - 1; i >= t.first; i-- {
+			a.release(s[i], seq)
 		}
-		a.ref[id]--
-		if a.ref[id] > 0 {
-			continue
-		}
-		a.used--
-		if a.cfg.PrefixCaching && a.hashed[id] {
-			a.lruPush(id)
-		} else {
-			a.free = append(a.free, id)
-		}
+		t.sliding[g] = s[:0]
 	}
 	delete(a.tables, seq)
 	t.live = false
 	t.blocks = t.blocks[:0]
+	t.first = 0
 	t.nhashed, t.last = 0, rootHash
 	a.spare = append(a.spare, t)
 }
 
+// release drops one reference to id, held by a table of seq. A block whose
+// last reference goes is parked in the prefix cache (when its content is
+// committed) or freed. It panics, naming both, when the count would go
+// negative.
+func (a *Allocator) release(id BlockID, seq SeqID) {
+	if a.ref[id] <= 0 {
+		panic(fmt.Sprintf("kv: double free of block %d by sequence %d (refcount %d)", id, seq, a.ref[id]))
+	}
+	a.ref[id]--
+	if a.ref[id] > 0 {
+		return
+	}
+	a.used--
+	if a.cfg.PrefixCaching && a.hashed[id] {
+		a.lruPush(id)
+	} else {
+		a.free = append(a.free, id)
+	}
+}
+
+// newTable returns an empty Table for seq: a recycled one when there is one,
+// whose slices keep their capacity so that a steady state allocates nothing.
 func (a *Allocator) newTable(seq SeqID) *Table {
 	var t *Table
 	if n := len(a.spare); n > 0 {
@@ -415,6 +565,9 @@ func (a *Allocator) newTable(seq SeqID) *Table {
 		a.spare = a.spare[:n-1]
 	} else {
 		t = &Table{last: rootHash}
+		if g := a.cfg.groups(); g > 1 {
+			t.sliding = make([][]BlockID, g-1)
+		}
 	}
 	t.seq, t.live = seq, true
 	return t

@@ -13,13 +13,17 @@ var propOps = flag.Int("kv.ops", 20000, "operations per seed in TestAgainstModel
 
 // refModel is the naive reference: blocks are anonymous slots, a cached
 // block is identified by the whole token prefix it ends (a string, so no
-// hashing), and eviction scans for the oldest parked block.
+// hashing), and eviction scans for the oldest parked block. A sliding table
+// marks each released entry -1 on its own; the allocator's first index is
+// derived from them (the leading run of released entries).
 type refModel struct {
 	bs, n   int
 	caching bool
+	groups  int
 	blocks  []refBlock
 	tables  map[SeqID][]int
-	hashed  map[SeqID]int // leading blocks committed
+	sliding map[SeqID][][]int // groups-1 tables per sequence; -1 is released
+	hashed  map[SeqID]int     // leading blocks committed
 	tick    int
 	queried uint64
 	hit     uint64
@@ -31,9 +35,9 @@ type refBlock struct {
 	parked int    // when it was last parked in the cache
 }
 
-func newRef(n, bs int, caching bool) *refModel {
-	return &refModel{bs: bs, n: n, caching: caching, blocks: make([]refBlock, n),
-		tables: map[SeqID][]int{}, hashed: map[SeqID]int{}}
+func newRef(n, bs int, caching bool, groups int) *refModel {
+	return &refModel{bs: bs, n: n, caching: caching, groups: max(1, groups), blocks: make([]refBlock, n),
+		tables: map[SeqID][]int{}, sliding: map[SeqID][][]int{}, hashed: map[SeqID]int{}}
 }
 
 func prefixKey(tokens []int32) string {
@@ -101,7 +105,7 @@ func (m *refModel) allocate(seq SeqID, prefix []int32, positions, reserve int) (
 		}
 	}
 	need := (max(positions, len(matched)*m.bs)+m.bs-1)/m.bs - len(matched)
-	if need+reserve > m.available()-fromLRU {
+	if need*m.groups+reserve > m.available()-fromLRU {
 		return 0, ErrOutOfBlocks
 	}
 	if m.caching {
@@ -114,7 +118,16 @@ func (m *refModel) allocate(seq SeqID, prefix []int32, positions, reserve int) (
 	for range need {
 		matched = append(matched, m.take())
 	}
+	var sliding [][]int
+	for range m.groups - 1 {
+		var s []int
+		for range len(matched) {
+			s = append(s, m.take())
+		}
+		sliding = append(sliding, s)
+	}
 	m.tables[seq] = matched
+	m.sliding[seq] = sliding
 	m.hashed[seq] = len(matched) - need
 	return (len(matched) - need) * m.bs, nil
 }
@@ -128,14 +141,55 @@ func (m *refModel) extend(seq SeqID, positions int) error {
 	if need <= 0 {
 		return nil
 	}
-	if need > m.available() {
+	if need*m.groups > m.available() {
 		return ErrOutOfBlocks
 	}
 	for range need {
 		t = append(t, m.take())
 	}
 	m.tables[seq] = t
+	for g, s := range m.sliding[seq] {
+		for range need {
+			s = append(s, m.take())
+		}
+		m.sliding[seq][g] = s
+	}
 	return nil
+}
+
+// slide releases, in every sliding table, each entry below lo/bs that is
+// still held.
+func (m *refModel) slide(seq SeqID, lo int) error {
+	t, ok := m.tables[seq]
+	if !ok {
+		return ErrUnknownSequence
+	}
+	for _, s := range m.sliding[seq] {
+		for i := 0; i < len(t) && i < lo/m.bs; i++ {
+			if s[i] >= 0 {
+				m.blocks[s[i]].ref--
+				s[i] = -1
+			}
+		}
+	}
+	return nil
+}
+
+// first is the number of leading released entries of seq's sliding tables,
+// which the model requires to be the same in each.
+func (m *refModel) first(seq SeqID) (int, bool) {
+	first := -1
+	for _, s := range m.sliding[seq] {
+		n := 0
+		for n < len(s) && s[n] < 0 {
+			n++
+		}
+		if first >= 0 && n != first {
+			return 0, false
+		}
+		first = n
+	}
+	return max(first, 0), true
 }
 
 func (m *refModel) commit(seq SeqID, tokens []int32) {
@@ -163,7 +217,15 @@ func (m *refModel) end(seq SeqID) {
 			b.parked = m.tick
 		}
 	}
+	for _, s := range m.sliding[seq] {
+		for _, id := range s {
+			if id >= 0 {
+				m.blocks[id].ref--
+			}
+		}
+	}
 	delete(m.tables, seq)
+	delete(m.sliding, seq)
 	delete(m.hashed, seq)
 }
 
@@ -191,14 +253,42 @@ func TestAgainstModel(t *testing.T) {
 		caching := seed%4 != 0
 		bs := 1 + int(seed%4)
 		n := 4 + int(seed*3%29)
-		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, caching, *propOps) })
+		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, caching, 1, *propOps) })
 	}
 }
 
-func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
+// TestAgainstModelGroups is TestAgainstModel for sliding-window models:
+// several tables per sequence, no prefix caching, and Slide among the
+// operations.
+func TestAgainstModelGroups(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		groups := []int{2, 3, 7}[seed%3]
+		bs := 1 + int(seed%4)
+		n := groups * (3 + int(seed*5%11))
+		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, false, groups, *propOps) })
+	}
+}
+
+// runModel drives an allocator of n blocks of bs positions, with the given
+// groups, and the reference through ops random operations. Slide is among
+// them when groups > 1; with one group the operations are those the test
+// has always made, seed for seed.
+func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops int) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	a := newAlloc(t, n, bs, caching)
-	m := newRef(n, bs, caching)
+	a, err := New(Config{Blocks: n, BlockSize: bs, PrefixCaching: caching, Groups: groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newRef(n, bs, caching, groups)
+	G := m.groups
+	// What each sequence's tables held when the test last saw them grow
+	// (table 0 the global one): live entries never change, and nothing
+	// but Slide and End releases them.
+	shadow := map[SeqID][][]BlockID{}
+	kinds, slid := 10, 0
+	if G > 1 {
+		kinds = 12
+	}
 	type live struct {
 		seq    SeqID
 		tokens []int32 // the sequence's tokens; the table covers at least these
@@ -216,7 +306,7 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 	}
 
 	for op := range ops {
-		switch k := rng.IntN(10); {
+		switch k := rng.IntN(kinds); {
 		case k < 4: // allocate a prompt built from a shared base
 			tokens := slices.Clone(bases[rng.IntN(len(bases))])
 			for range rng.IntN(3 * bs) {
@@ -248,6 +338,7 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 					}
 				}
 				seqs = append(seqs, live{seq, tokens})
+				shadow[seq] = tablesOf(a, seq)
 			}
 		case k < 6 && len(seqs) > 0: // extend, appending tokens
 			i := rng.IntN(len(seqs))
@@ -271,6 +362,10 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 				for _, id := range tableOf(a, s.seq)[oldLen:] {
 					content[id] = "" // newly taken: holds nothing yet
 				}
+				now := tablesOf(a, s.seq)
+				for g := range shadow[s.seq] {
+					shadow[s.seq][g] = append(shadow[s.seq][g], now[g][oldLen:]...)
+				}
 			}
 		case k < 8 && len(seqs) > 0: // commit some computed prefix
 			s := seqs[rng.IntN(len(seqs))]
@@ -285,11 +380,27 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 				}
 				content[tbl[i]] = key
 			}
-		case len(seqs) > 0: // end
+		case k < 10 && len(seqs) > 0: // end
 			i := rng.IntN(len(seqs))
 			a.End(seqs[i].seq)
 			m.end(seqs[i].seq)
+			delete(shadow, seqs[i].seq)
 			seqs = slices.Delete(seqs, i, i+1)
+		case k >= 10 && len(seqs) > 0: // slide, sometimes backwards or past the end
+			s := seqs[rng.IntN(len(seqs))]
+			seq, lo := s.seq, rng.IntN((a.Len(s.seq)+2)*bs)-bs
+			if rng.IntN(50) == 0 {
+				seq = nextSeq + 1000 // unknown
+			}
+			used := a.Stats().Used
+			gerr := a.Slide(seq, lo)
+			werr := m.slide(seq, lo)
+			if !errors.Is(gerr, werr) {
+				t.Fatalf("op %d: Slide(%d, %d) = %v; model %v", op, seq, lo, gerr, werr)
+			}
+			if a.Stats().Used < used {
+				slid++
+			}
 		}
 		if err := a.CheckInvariants(); err != nil {
 			t.Fatalf("op %d: %v", op, err)
@@ -308,6 +419,22 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 			if got, want := h.AppendBlocks(nil, -1), tableOf(a, s.seq); !slices.Equal(got, want) {
 				t.Fatalf("op %d: sequence %d's handle holds %v, AppendTable %v", op, s.seq, got, want)
 			}
+			first, ok := m.first(s.seq)
+			if !ok {
+				t.Fatalf("op %d: model's sliding tables of sequence %d disagree on their first entry: %v", op, s.seq, m.sliding[s.seq])
+			}
+			if h.Groups() != G || h.First() != first {
+				t.Fatalf("op %d: sequence %d has %d groups, first %d; model %d, %d", op, s.seq, h.Groups(), h.First(), G, first)
+			}
+			for g, tbl := range tablesOf(a, s.seq) {
+				want := shadow[s.seq][g]
+				if g > 0 {
+					want = slices.Concat(slices.Repeat([]BlockID{released}, first), want[first:])
+				}
+				if !slices.Equal(tbl, want) {
+					t.Fatalf("op %d: sequence %d's table %d is %v, want %v", op, s.seq, g, tbl, want)
+				}
+			}
 		}
 	}
 	for _, s := range seqs {
@@ -318,6 +445,9 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, ops int) {
 	}
 	if caching && a.Stats().PrefixHit == 0 {
 		t.Fatalf("seed %d: no prefix hits: the test does not exercise sharing", seed)
+	}
+	if G > 1 && slid == 0 {
+		t.Fatalf("seed %d: no Slide released a block: the test does not exercise it", seed)
 	}
 	if st := a.Stats(); st.Used != 0 || st.Sequences != 0 || st.Used+st.Cached+st.Free != n {
 		t.Fatalf("after draining: %+v", st)
