@@ -4,8 +4,10 @@
 //
 // The core is two plain values with no I/O, no goroutines and no clock reads:
 //
-//   - Table keeps this shard's replica of each live sequence's block table,
-//     the high-water mark of created sequence IDs, and the rules that make
+//   - Table keeps this shard's replica of each live sequence's block table
+//     (and, for a model with sliding layers, its sliding tables, which only
+//     release entries at their front and append at their back), the
+//     high-water mark of created sequence IDs, and the rules that make
 //     resurrection impossible: a row is placed only if its position equals
 //     the sequence's length, a sequence is created only on a first row whose
 //     ID is above the high-water mark and not already tombstoned. Every way a

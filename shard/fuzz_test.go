@@ -65,6 +65,9 @@ func FuzzStageBatch(f *testing.F) {
 	m := randomModel(f)
 	whole := fuzzNode(f, m, randomPipe(f, m)[0], true, true)
 	tail := fuzzNode(f, m, randomPipe(f, m, 1)[1], false, true)
+	sm := slidingModel(f)
+	slid := fuzzNode(f, sm, slidingRunner(f, sm), true, true)
+	slid.p.limits.Groups, slid.p.limits.Window = sm.KVGroups().Groups, sm.SlidingWindow
 	valid, _ := proto.Marshal(&pb.BatchHeader{Epoch: 100, PlacementVersion: 1, BatchId: 9,
 		Rows: []*pb.Row{{Seq: 40, First: true, Tokens: []int32{1, 2}, Blocks: []int32{3}, Sample: true, Params: &pb.SampleParams{Temperature: 0.7, TopK: 5, Seed: 1}}}})
 	f.Add(valid, uint64(1), int32(0), true, []byte{1, 20, 30}, []byte{2, 3}, int8(0), uint64(0), int32(0), "", []byte{})
@@ -72,6 +75,7 @@ func FuzzStageBatch(f *testing.F) {
 	f.Add([]byte{}, uint64(2), int32(-100), false, []byte{1}, []byte{2}, int8(0), uint64(1), int32(2), "", []byte{})
 	f.Add([]byte{}, uint64(3), int32(0), true, []byte{1}, []byte{2}, int8(127), uint64(1<<40), int32(6), "stale_create", []byte{0, 0, 0xc0, 0x7f})
 	f.Add([]byte{}, uint64(4), int32(250), true, []byte{255, 255}, []byte{19, 18, 17}, int8(-1), uint64(5), int32(42), "gremlins", []byte{1, 2, 3, 4, 5})
+	f.Add([]byte{}, uint64(7), int32(0), true, []byte{20, 30}, []byte{5}, int8(0), uint64(5), int32(1), "", []byte{}) // a valid sliding row
 	f.Fuzz(func(t *testing.T, raw []byte, seq uint64, pos int32, first bool, toks, blocks []byte, epochOff int8, tomb uint64, reason int32, drop string, hidden []byte) {
 		h := &pb.BatchHeader{Epoch: uint64(100 + int64(epochOff)), PlacementVersion: 1, BatchId: uint64(len(raw)) + 1}
 		if epochOff == 127 {
@@ -99,6 +103,18 @@ func FuzzStageBatch(f *testing.F) {
 			tokens += len(r.GetTokens())
 		}
 		tail.fuzzStep(t, &transport.Batch{Header: h, Hidden: fuzzHidden(hidden, tokens*m.Embd)})
+		if len(h.Rows) > 0 {
+			// The same row with sliding tables cut from its blocks, on a
+			// stage of a model with sliding layers.
+			r := proto.Clone(h.Rows[0]).(*pb.Row)
+			r.SlideFrom = int32(tomb%4) - 1
+			for g := 1; g < slid.p.limits.Groups; g++ {
+				for _, b := range r.Blocks[min(max(0, int(r.SlideFrom)), len(r.Blocks)):] {
+					r.Slides = append(r.Slides, (b+int32(g)*int32(reason))%20)
+				}
+			}
+			slid.fuzzStep(t, &transport.Batch{Header: &pb.BatchHeader{Epoch: h.Epoch, PlacementVersion: 1, BatchId: h.BatchId, Tombstones: h.Tombstones, Rows: []*pb.Row{r}}})
+		}
 
 		var w pb.BatchHeader
 		if len(raw) == 0 || proto.Unmarshal(raw, &w) != nil {
@@ -108,6 +124,7 @@ func FuzzStageBatch(f *testing.F) {
 			w.Epoch, w.PlacementVersion = 100, 1
 		}
 		whole.fuzzStep(t, &transport.Batch{Header: &w})
+		slid.fuzzStep(t, &transport.Batch{Header: &w})
 		tokens = 0
 		for _, r := range w.GetRows() {
 			tokens += len(r.GetTokens())

@@ -114,6 +114,13 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 	}
 	var st Stage
 	var release func()
+	// A model with more than one block table per sequence (Gemma's
+	// sliding layers) groups its KV on the CPU: a block ID holds one
+	// group's layers, so the pool needs only the stage's largest group's
+	// slots per block, and rows carry the sliding tables
+	// (docs/sliding-window-kv.md). The CUDA plan refuses such models.
+	groups := m.KVGroups()
+	grouped := groups.Groups > 1 && n.gpu == nil
 	if n.gpu != nil {
 		var err error
 		if st, release, err = n.gpuStage(m, first, end, blocks, bs, typ == ggml.F16); err != nil {
@@ -121,6 +128,9 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 		}
 	} else {
 		kcfg := cpu.KVConfig{Layers: end - first, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: typ}
+		if grouped {
+			kcfg.Layers = groups.Slots(first, end)
+		}
 		if need := cpu.KVBytes(kcfg); n.cfg.KVMemory > 0 && need > n.cfg.KVMemory {
 			return nil, fmt.Errorf("assigned KV pool of %d blocks × %d positions needs %d bytes, --kv-memory is %d", blocks, bs, need, n.cfg.KVMemory)
 		}
@@ -128,9 +138,14 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 		if err != nil {
 			return nil, err
 		}
-		if st, err = model.NewStage(m, first, end, cpu.NewBackend(n.pool), kv); err != nil {
+		ms, err := model.NewStage(m, first, end, cpu.NewBackend(n.pool), kv)
+		if err != nil {
 			return nil, err
 		}
+		if grouped {
+			ms.GroupKV()
+		}
+		st = ms
 	}
 	p := &placement{
 		version:    a.GetPlacementVersion(),
@@ -149,6 +164,9 @@ func (n *Node) buildPlacement(runCtx context.Context, lm *loadedModel, a *pb.Ass
 		p.maxHidden = t * int64(m.Embd) * 4
 	}
 	p.limits = transport.BatchLimits{Placement: p.version, Context: m.Context, Vocab: m.Vocab, Blocks: blocks, BlockSize: bs, MaxTokens: int(a.GetMaxBatchTokens())}
+	if grouped {
+		p.limits.Groups, p.limits.Window = groups.Groups, m.SlidingWindow
+	}
 	if !a.GetEmbed() {
 		p.limits.Hidden = m.Embd
 	}

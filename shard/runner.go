@@ -280,7 +280,7 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 	t := 0
 	for _, row := range b.Rows {
 		n := len(row.Tokens)
-		err := r.table.Place(row.Seq, row.Pos, row.First, n, row.Blocks, r.bs, now)
+		err := r.table.Place(row.Seq, row.Pos, row.First, n, row.Blocks, row.SlideFrom, row.Slides, r.bs, now)
 		if err == nil && r.stage.First() {
 			for _, tok := range row.Tokens {
 				if tok < 0 || int(tok) >= m.Vocab {
@@ -394,7 +394,8 @@ func (r *Runner) Process(b *Batch, now time.Time) (*Result, error) {
 func toModel(rows []Row, dst []model.Row) []model.Row {
 	dst = dst[:0]
 	for _, row := range rows {
-		dst = append(dst, model.Row{Seq: row.Seq, Pos: row.Pos, First: row.Pos == 0, Tokens: row.Tokens, Blocks: row.Blocks, Logits: row.Sample})
+		dst = append(dst, model.Row{Seq: row.Seq, Pos: row.Pos, First: row.Pos == 0, Tokens: row.Tokens, Blocks: row.Blocks, Logits: row.Sample,
+			SlideFrom: row.SlideFrom, Slides: row.Slides})
 	}
 	return dst
 }

@@ -87,7 +87,7 @@ func TestTableCreateAtHighWaterMark(t *testing.T) {
 	tb := NewTable(8)
 	tb.SetEpoch(1)
 	place := func(seq uint64, pos int, first bool, n int, blocks ...int32) string {
-		return code(tb.Place(seq, pos, first, n, blocks, 4, now))
+		return code(tb.Place(seq, pos, first, n, blocks, 0, nil, 4, now))
 	}
 	if c := place(5, 0, true, 3, 0); c != "" {
 		t.Fatalf("create 5: %s", c)
@@ -160,7 +160,7 @@ func TestTableEarlyTombstoneLimit(t *testing.T) {
 		t.Fatalf("before any create: %d kept, %d refused; want %d and 100", tb.Early(), tb.EarlyRefused(), MaxEarlyTombstones)
 	}
 	checkTable(t, "full of early tombstones", tb)
-	if c := code(tb.Place(10, 0, true, 1, []int32{0}, 16, now)); c != "" {
+	if c := code(tb.Place(10, 0, true, 1, []int32{0}, 0, nil, 16, now)); c != "" {
 		t.Fatalf("create of 10: %s", c)
 	}
 	if tb.Early() != 0 || tb.EarlyRefused() != MaxEarlyTombstones+100 {
@@ -173,12 +173,12 @@ func TestTableEarlyTombstoneLimit(t *testing.T) {
 	if tb.Early() != 1 || tb.EarlyRefused() != MaxEarlyTombstones+102 {
 		t.Fatalf("at the edge: %d kept, %d refused; want 1 and %d", tb.Early(), tb.EarlyRefused(), MaxEarlyTombstones+102)
 	}
-	if c := code(tb.Place(edge, 0, true, 1, []int32{1}, 16, now)); c != "stale_create" {
+	if c := code(tb.Place(edge, 0, true, 1, []int32{1}, 0, nil, 16, now)); c != "stale_create" {
 		t.Fatalf("create behind a kept early tombstone: %q, want stale_create", c)
 	}
 	checkTable(t, "after the edge", tb, 10)
 	for _, first := range []bool{true, false} {
-		if c := code(tb.Place(10, -100, first, 1, []int32{2}, 16, now)); c != "bad_position" {
+		if c := code(tb.Place(10, -100, first, 1, []int32{2}, 0, nil, 16, now)); c != "bad_position" {
 			t.Fatalf("row at position -100 (first %v): %q, want bad_position", first, c)
 		}
 	}

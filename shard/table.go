@@ -60,7 +60,13 @@ func (e *RowError) Error() string {
 }
 
 type replica struct {
-	blocks []int32
+	blocks []int32 // table 0: the global layers' (and every layer's when there are no sliding tables)
+	// from and slides are the sliding groups' tables, for a model whose KV
+	// has them (docs/sliding-window-kv.md): slides[g] holds sliding group
+	// g+1's live entries, indexes [from, len(blocks)) of its table; those
+	// before from were released. No slides, and from 0, for other models.
+	from   int
+	slides [][]int32
 	length int       // positions written
 	renew  time.Time // last lease renewal (shard's monotonic clock)
 }
@@ -202,7 +208,17 @@ func (t *Table) EndAll(r Reason) int {
 // Place checks a row against the table and, when it fits, records it: a
 // first row creates the sequence, any other extends it. Rows are placed in
 // the order they arrive. now starts or keeps the sequence's lease.
-func (t *Table) Place(seq uint64, pos int, first bool, n int, blocks []int32, bs int, now time.Time) error {
+//
+// blocks is the sequence's table 0; slideFrom and slides are its sliding
+// tables as transport.Row carries them (none for a model without them):
+// entries [slideFrom, len(blocks)) of each, group g's (g >= 1) at
+// slides[(g-1)*w:g*w] for w = len(blocks)-slideFrom. A later row may only
+// release entries at their front (a larger slideFrom, never below the
+// block of its first position, which every layer reads) and append at
+// their back: one that brings a released entry back, changes a live one
+// or has another number of tables is refused, like one that rewrites
+// table 0.
+func (t *Table) Place(seq uint64, pos int, first bool, n int, blocks []int32, slideFrom int, slides []int32, bs int, now time.Time) error {
 	refuse := func(code transport.Code, format string, args ...any) error {
 		t.refused[code]++
 		return &RowError{Seq: seq, Code: code, Msg: fmt.Sprintf(format, args...)}
@@ -219,12 +235,33 @@ func (t *Table) Place(seq uint64, pos int, first bool, n int, blocks []int32, bs
 			return refuse(transport.CodeBadBlocks, "block %d is %d, pool has %d", i, b, t.pool)
 		}
 	}
+	// The sliding tables: as many as len(slides) holds of width w, of
+	// which the entries up to need are the row's.
+	w := len(blocks) - slideFrom
+	if slideFrom < 0 || slideFrom > pos/bs || len(slides)%w != 0 || (len(slides) == 0 && slideFrom != 0) {
+		return refuse(transport.CodeBadBlocks, "%d sliding entries from block %d, for %d blocks and positions from %d", len(slides), slideFrom, len(blocks), pos)
+	}
+	groups := len(slides) / w
+	for g := range groups {
+		for j, sb := range slides[g*w : g*w+need-slideFrom] {
+			if sb < 0 || int(sb) >= t.pool {
+				return refuse(transport.CodeBadBlocks, "sliding group %d block %d is %d, pool has %d", g+1, slideFrom+j, sb, t.pool)
+			}
+		}
+	}
 	if first {
 		if _, dead := t.early[seq]; dead || seq <= t.hwm {
 			return refuse(transport.CodeStaleCreate, "create of sequence %d at or below high-water mark %d, or already tombstoned", seq, t.hwm)
 		}
 		t.created(seq)
-		t.live[seq] = &replica{blocks: slices.Clone(blocks[:need]), length: pos + n, renew: now}
+		r := &replica{blocks: slices.Clone(blocks[:need]), from: slideFrom, length: pos + n, renew: now}
+		if groups > 0 {
+			r.slides = make([][]int32, groups)
+			for g := range r.slides {
+				r.slides[g] = slices.Clone(slides[g*w : g*w+need-slideFrom])
+			}
+		}
+		t.live[seq] = r
 		return nil
 	}
 	r, ok := t.live[seq]
@@ -237,9 +274,32 @@ func (t *Table) Place(seq uint64, pos int, first bool, n int, blocks []int32, bs
 	if !slices.Equal(blocks[:min(len(r.blocks), need)], r.blocks[:min(len(r.blocks), need)]) {
 		return refuse(transport.CodeBadBlocks, "block table changed under a live sequence")
 	}
+	switch {
+	case groups != len(r.slides):
+		return refuse(transport.CodeBadBlocks, "%d sliding tables for a live sequence with %d", groups, len(r.slides))
+	case slideFrom < r.from:
+		return refuse(transport.CodeBadBlocks, "sliding tables from block %d under a live sequence that released the blocks before %d", slideFrom, r.from)
+	}
+	// The sliding entries both hold: [lo, have), lo being slideFrom once
+	// the checks above passed.
+	lo, have := max(slideFrom, r.from), min(len(r.blocks), need)
+	for g, live := range r.slides {
+		if !slices.Equal(slides[g*w+lo-slideFrom:g*w+have-slideFrom], live[lo-r.from:have-r.from]) {
+			return refuse(transport.CodeBadBlocks, "sliding group %d's table changed under a live sequence", g+1)
+		}
+	}
 	if need > len(r.blocks) {
 		r.blocks = append(r.blocks, blocks[len(r.blocks):need]...)
 	}
+	// Each sliding table drops the entries the row released (in place:
+	// its live entries stay few) and appends the row's new ones.
+	for g, live := range r.slides {
+		if d := slideFrom - r.from; d > 0 {
+			live = live[:copy(live, live[d:])]
+		}
+		r.slides[g] = append(live, slides[g*w+have-slideFrom:g*w+need-slideFrom]...)
+	}
+	r.from = slideFrom
 	r.length = pos + n
 	return nil
 }
@@ -286,24 +346,46 @@ func (t *Table) Has(seq uint64) bool { _, ok := t.live[seq]; return ok }
 // Sequences is the number of live sequences.
 func (t *Table) Sequences() int { return len(t.live) }
 
-// BlocksUsed is the number of distinct blocks named by live tables (shared
-// prefix blocks count once).
+// BlocksUsed is the number of distinct blocks named by live tables, table
+// 0 and the live entries of the sliding ones (shared prefix blocks count
+// once).
 func (t *Table) BlocksUsed() int {
 	seen := map[int32]struct{}{}
 	for _, r := range t.live {
 		for _, b := range r.blocks {
 			seen[b] = struct{}{}
 		}
+		for _, live := range r.slides {
+			for _, b := range live {
+				seen[b] = struct{}{}
+			}
+		}
 	}
 	return len(seen)
 }
 
-// BlocksOf returns the blocks a live sequence's table names (nil if not live).
+// BlocksOf returns the blocks a live sequence's table 0 names (nil if not
+// live).
 func (t *Table) BlocksOf(seq uint64) []int32 {
 	if r, ok := t.live[seq]; ok {
 		return slices.Clone(r.blocks)
 	}
 	return nil
+}
+
+// SlidesOf returns a live sequence's sliding tables: the index of their
+// first live entry, and each table's live entries (group g's at g-1). It
+// returns 0 and nil for a sequence that is not live or has none.
+func (t *Table) SlidesOf(seq uint64) (from int, slides [][]int32) {
+	r, ok := t.live[seq]
+	if !ok || len(r.slides) == 0 {
+		return 0, nil
+	}
+	slides = make([][]int32, len(r.slides))
+	for g, live := range r.slides {
+		slides[g] = slices.Clone(live)
+	}
+	return r.from, slides
 }
 
 // Freed returns how many sequences were freed for reason r.
@@ -322,9 +404,12 @@ func (t *Table) EarlyRefused() uint64 { return t.earlyRefused }
 
 // CheckInvariants verifies the table's own consistency for blocks of bs
 // positions: every live sequence at or below the high-water mark, its block
-// table exactly covering its length, every block inside the pool, and no
-// pending tombstone at or below the mark. It is what strata_kv_invariant_ok
-// reports while the coordinator's heartbeat replies carry no block counts.
+// table exactly covering its length, its sliding tables (if any) each
+// holding the entries from their first live one, at or before the block of
+// its last position, to the table's end, every block inside the pool, and
+// no pending tombstone at or below the mark. It is what
+// strata_kv_invariant_ok reports while the coordinator's heartbeat replies
+// carry no block counts.
 func (t *Table) CheckInvariants(bs int) error {
 	for seq, r := range t.live {
 		if seq > t.hwm {
@@ -336,6 +421,19 @@ func (t *Table) CheckInvariants(bs int) error {
 		for i, b := range r.blocks {
 			if b < 0 || int(b) >= t.pool {
 				return fmt.Errorf("shard: sequence %d block %d is %d, pool has %d", seq, i, b, t.pool)
+			}
+		}
+		if r.from < 0 || r.from >= len(r.blocks) || (len(r.slides) == 0 && r.from != 0) {
+			return fmt.Errorf("shard: sequence %d of %d blocks has %d sliding tables from block %d", seq, len(r.blocks), len(r.slides), r.from)
+		}
+		for g, live := range r.slides {
+			if len(live) != len(r.blocks)-r.from {
+				return fmt.Errorf("shard: sequence %d sliding group %d holds %d blocks from block %d, want %d", seq, g+1, len(live), r.from, len(r.blocks)-r.from)
+			}
+			for i, b := range live {
+				if b < 0 || int(b) >= t.pool {
+					return fmt.Errorf("shard: sequence %d sliding group %d block %d is %d, pool has %d", seq, g+1, r.from+i, b, t.pool)
+				}
 			}
 		}
 	}

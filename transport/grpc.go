@@ -22,7 +22,11 @@ import (
 // ProtocolVersion is the wire protocol this build speaks. It travels in
 // membership metadata and RegisterRequest; a coordinator refuses a shard
 // that speaks another.
-const ProtocolVersion uint32 = 1
+//
+// 2: rows carry the sliding groups' block tables (Row.slide_from, slides),
+// and the coordinator releases sliding blocks a shard of version 1 would
+// still read through its one table: the two must not share a cluster.
+const ProtocolVersion uint32 = 2
 
 // MaxMessageBytes is the largest gRPC message either side sends or accepts,
 // set explicitly on both so neither falls back to gRPC's 4 MB default: 16

@@ -29,6 +29,14 @@ type Row struct {
 	// rows only) says the client asked for log-probabilities.
 	Params   *sample.Params
 	Logprobs bool
+	// SlideFrom and Slides are the sequence's sliding-window block tables,
+	// for a model whose KV has sliding groups (model.KVGroups; zero and nil
+	// for every other model): entries [SlideFrom, len(Blocks)) of each
+	// sliding group's table, group g's (g >= 1) at Slides[(g-1)*w:g*w] for
+	// w = len(Blocks)-SlideFrom. The entries before SlideFrom were
+	// released: no position the row reads in a sliding layer lies in them.
+	SlideFrom int
+	Slides    []int32
 }
 
 // MicroBatch is one micro-batch. Stages apply Tombstones before touching

@@ -47,6 +47,15 @@ type BatchLimits struct {
 	// MaxTokens bounds a batch's tokens (the Assign's max_batch_tokens);
 	// 0 means MaxBatchTokens.
 	MaxTokens int
+	// Groups is the block tables a sequence has (model.KVGroups): at most
+	// 1, rows carry no sliding tables; above, each row carries Groups-1 of
+	// them (Row.Slides). Window is the sliding layers' window in
+	// positions: a row at position p reads from position
+	// max(0, p-Window+1), so its sliding tables may not have released
+	// that position's block. A Window of 0 with Groups above 1 allows no
+	// release.
+	Groups int
+	Window int
 }
 
 // ResultLimits is what the coordinator knows that bounds a result.
@@ -59,8 +68,9 @@ type ResultLimits struct {
 // states of type typ, HiddenDim derived from len(b.Hidden) and the rows'
 // token count. Params (with the Logprobs flag) travel on first rows only.
 // It refuses (a *RefusedError) a batch a receiver would refuse for its
-// shape: counts above the limits, positions outside int32, reasons outside
-// their enums. The header shares Tokens and Blocks slices with b.
+// shape: counts above the limits, positions outside int32, sliding tables
+// that do not divide into groups of one width, reasons outside their
+// enums. The header shares Tokens, Blocks and Slides slices with b.
 func HeaderToWire(b *MicroBatch, typ pb.HiddenType) (*pb.BatchHeader, error) {
 	switch {
 	case len(b.Rows) > MaxBatchRows || len(b.Dropped) > MaxBatchRows:
@@ -81,7 +91,11 @@ func HeaderToWire(b *MicroBatch, typ pb.HiddenType) (*pb.BatchHeader, error) {
 		if r.Pos < 0 || r.Pos > math.MaxInt32-len(r.Tokens) {
 			return nil, refuse(CodeBadPosition, "batch %d: sequence %d: positions from %d for %d tokens out of int32 range", b.ID, r.Seq, r.Pos, len(r.Tokens))
 		}
-		w := &pb.Row{Seq: r.Seq, Pos: int32(r.Pos), First: r.First, Tokens: r.Tokens, Blocks: r.Blocks, Sample: r.Sample}
+		// The sliding tables: Groups-1 of the same width, or none.
+		if width := len(r.Blocks) - r.SlideFrom; r.SlideFrom < 0 || width < 0 || (width == 0 && len(r.Slides) > 0) || (width > 0 && len(r.Slides)%width != 0) {
+			return nil, refuse(CodeBadBlocks, "batch %d: sequence %d: %d sliding entries from block %d of %d", b.ID, r.Seq, len(r.Slides), r.SlideFrom, len(r.Blocks))
+		}
+		w := &pb.Row{Seq: r.Seq, Pos: int32(r.Pos), First: r.First, Tokens: r.Tokens, Blocks: r.Blocks, Sample: r.Sample, SlideFrom: int32(r.SlideFrom), Slides: r.Slides}
 		if r.First && (r.Params != nil || r.Logprobs) {
 			p := r.Params
 			if p == nil {
@@ -116,7 +130,8 @@ func HeaderToWire(b *MicroBatch, typ pb.HiddenType) (*pb.BatchHeader, error) {
 // MaxBatchTombstones tombstones and lim's tokens; each row's positions in
 // [0, Context), its tokens inside the vocabulary, its blocks inside the
 // pool, no more of them than the context needs and enough for its
-// positions, its sampling parameters (first rows) valid for the
+// positions, its sliding tables as lim.Groups and lim.Window allow
+// (checkSlides), its sampling parameters (first rows) valid for the
 // vocabulary; tombstones of the batch's epoch with a coordinator's reason;
 // dropped rows with row codes and bounded shard IDs; a hidden state of
 // lim.Hidden values per token. The first violation is a *RefusedError; a
@@ -183,12 +198,16 @@ func BatchFromWire(b *Batch, lim BatchLimits) (*MicroBatch, error) {
 				return nil, refuse(CodeBadBlocks, "batch %d: sequence %d: block %d outside the pool of %d", id, seq, blk, lim.Blocks)
 			}
 		}
+		if err := checkSlides(id, r, lim, bs); err != nil {
+			return nil, err
+		}
 		for _, tok := range r.GetTokens() {
 			if tok < 0 || int(tok) >= lim.Vocab {
 				return nil, refuse(CodeBadToken, "batch %d: sequence %d: token %d outside the vocabulary of %d", id, seq, tok, lim.Vocab)
 			}
 		}
-		m.Rows[i] = Row{Seq: seq, Pos: pos, First: r.GetFirst(), Tokens: r.GetTokens(), Blocks: r.GetBlocks(), Sample: r.GetSample()}
+		m.Rows[i] = Row{Seq: seq, Pos: pos, First: r.GetFirst(), Tokens: r.GetTokens(), Blocks: r.GetBlocks(), Sample: r.GetSample(),
+			SlideFrom: int(r.GetSlideFrom()), Slides: r.GetSlides()}
 		if r.GetFirst() && r.GetParams() != nil {
 			p, err := ParamsFromWire(r.GetParams(), lim.Vocab)
 			if err != nil {
@@ -209,6 +228,39 @@ func BatchFromWire(b *Batch, lim BatchLimits) (*MicroBatch, error) {
 		return nil, fmt.Errorf("batch %d: %w", id, err)
 	}
 	return m, nil
+}
+
+// checkSlides checks the sliding tables of r (a row of batch id, its
+// position and blocks already checked, bs the block size) against lim:
+// none unless lim.Groups > 1;
+// else Groups-1 tables of the same width, from a slide_from no later than
+// the block of the first position r reads in a sliding layer (an earlier
+// block was released, and reading it would read another sequence's KV),
+// with every entry inside the pool.
+func checkSlides(id uint64, r *pb.Row, lim BatchLimits, bs int) error {
+	seq, from, slides := r.GetSeq(), int(r.GetSlideFrom()), r.GetSlides()
+	if lim.Groups <= 1 {
+		if from != 0 || len(slides) > 0 {
+			return refuse(CodeBadBlocks, "batch %d: sequence %d: slide_from %d and %d sliding entries for a model without sliding tables", id, seq, from, len(slides))
+		}
+		return nil
+	}
+	lo := 0 // the first position the row reads in a sliding layer; a Window of 0 releases nothing
+	if lim.Window > 0 {
+		lo = max(0, int(r.GetPos())-lim.Window+1)
+	}
+	if from < 0 || from > lo/bs {
+		return refuse(CodeBadBlocks, "batch %d: sequence %d: slide_from %d, and the row reads position %d in block %d", id, seq, from, lo, lo/bs)
+	}
+	if w := len(r.GetBlocks()) - from; len(slides) != (lim.Groups-1)*w {
+		return refuse(CodeBadBlocks, "batch %d: sequence %d: %d sliding entries, want %d tables of %d (blocks %d to %d)", id, seq, len(slides), lim.Groups-1, w, from, len(r.GetBlocks()))
+	}
+	for _, sb := range slides {
+		if sb < 0 || int(sb) >= lim.Blocks {
+			return refuse(CodeBadBlocks, "batch %d: sequence %d: sliding block %d outside the pool of %d", id, seq, sb, lim.Blocks)
+		}
+	}
+	return nil
 }
 
 // TombstonesToWire converts ts, refusing more than MaxBatchTombstones and a

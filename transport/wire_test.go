@@ -81,6 +81,10 @@ func TestHeaderToWireErrors(t *testing.T) {
 		"drop code":      {Dropped: []Dropped{{Seq: 1, Reason: CodeBackendError}}},
 		"rows":           {Rows: make([]Row, MaxBatchRows+1)},
 		"tombstones":     {Tombstones: make([]Tombstone, MaxBatchTombstones+1)},
+		"slide widths":   {Rows: []Row{{Seq: 1, Tokens: []int32{1}, Blocks: []int32{0, 1}, Slides: []int32{2, 3, 4}}}},
+		"slide_from":     {Rows: []Row{{Seq: 1, Tokens: []int32{1}, Blocks: []int32{0}, SlideFrom: 2}}},
+		"slides, no row": {Rows: []Row{{Seq: 1, Tokens: []int32{1}, Blocks: []int32{0}, SlideFrom: 1, Slides: []int32{2}}}},
+		"negative from":  {Rows: []Row{{Seq: 1, Tokens: []int32{1}, Blocks: []int32{0}, SlideFrom: -1}}},
 	} {
 		if h, err := HeaderToWire(b, pb.HiddenType_HIDDEN_TYPE_F32); err == nil {
 			t.Errorf("%s: got %v and no error", name, h)
@@ -195,6 +199,98 @@ func TestBatchFromWireRefusals(t *testing.T) {
 		t.Fatalf("no hidden state into a later stage: %v", err)
 	}
 	if _, err := BatchFromWire(&Batch{Header: h, Hidden: make([]float32, 3*8)}, testLimits); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slideLimits is testLimits for a model with two sliding tables per
+// sequence (three KV groups) over a window of 20 positions, into stage 0.
+func slideLimits() BatchLimits {
+	lim := testLimits
+	lim.Hidden, lim.Groups, lim.Window = 0, 3, 20
+	return lim
+}
+
+// slideHeader is a valid header under slideLimits: sequence 1's row at
+// position 40 reads sliding positions from 21 (block 1), so its sliding
+// tables carry blocks 1 and 2 of each group.
+func slideHeader() *pb.BatchHeader {
+	return &pb.BatchHeader{Epoch: testLimits.Epoch, PlacementVersion: 2, BatchId: 3,
+		Rows: []*pb.Row{{Seq: 1, Pos: 40, Tokens: []int32{7}, Blocks: []int32{0, 1, 2}, SlideFrom: 1, Slides: []int32{3, 4, 5, 6}, Sample: true}}}
+}
+
+// TestBatchFromWireSlides: sliding tables cross the wire as sent, and a
+// stage refuses (bad_blocks) those its model has no room for, those that
+// released a block the row still reads, those of the wrong number or
+// width, and entries outside the pool.
+func TestBatchFromWireSlides(t *testing.T) {
+	want := &MicroBatch{Epoch: testLimits.Epoch, Placement: 2, ID: 4, Rows: []Row{
+		{Seq: 1, Pos: 0, First: true, Tokens: []int32{1, 2}, Blocks: []int32{0}, Slides: []int32{1, 2}},
+		{Seq: 2, Pos: 40, Tokens: []int32{3}, Blocks: []int32{3, 4, 5}, SlideFrom: 1, Slides: []int32{6, 7, 0, 1}, Sample: true},
+	}}
+	h, err := HeaderToWire(want, pb.HiddenType_HIDDEN_TYPE_F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s fakeStream
+	if err := SendBatch(&s, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := RecvBatch(&s, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := BatchFromWire(b, slideLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, want); diff != "" {
+		t.Fatalf("round trip (-got +want):\n%s", diff)
+	}
+
+	noGroups := slideLimits()
+	noGroups.Groups = 1
+	noWindow := slideLimits()
+	noWindow.Window = 0
+	for _, tc := range []struct {
+		name string
+		edit func(r *pb.Row)
+		lim  BatchLimits
+	}{
+		{"slides for a model without sliding tables", func(r *pb.Row) {}, noGroups},
+		{"slide_from for a model without sliding tables", func(r *pb.Row) { r.Slides = nil }, noGroups},
+		{"negative slide_from", func(r *pb.Row) { r.SlideFrom, r.Slides = -1, make([]int32, 8) }, slideLimits()},
+		{"slide_from past the window", func(r *pb.Row) { r.SlideFrom, r.Slides = 2, []int32{4, 6} }, slideLimits()},
+		{"slide_from one block early at the window's edge", func(r *pb.Row) { r.Pos = 34 }, slideLimits()},
+		{"a release without a window", func(r *pb.Row) {}, noWindow},
+		{"no sliding tables", func(r *pb.Row) { r.SlideFrom, r.Slides = 0, nil }, slideLimits()},
+		{"one sliding table", func(r *pb.Row) { r.Slides = r.Slides[:2] }, slideLimits()},
+		{"a sliding entry missing", func(r *pb.Row) { r.Slides = r.Slides[:3] }, slideLimits()},
+		{"a sliding entry too many", func(r *pb.Row) { r.Slides = append(r.Slides, 7) }, slideLimits()},
+		{"the entries of slide_from 0", func(r *pb.Row) { r.SlideFrom = 0 }, slideLimits()},
+		{"sliding block at the pool size", func(r *pb.Row) { r.Slides[3] = 8 }, slideLimits()},
+		{"negative sliding block", func(r *pb.Row) { r.Slides[0] = -1 }, slideLimits()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := slideHeader()
+			if _, err := BatchFromWire(&Batch{Header: h}, slideLimits()); err != nil {
+				t.Fatalf("the unedited batch: %v", err)
+			}
+			tc.edit(h.Rows[0])
+			m, err := BatchFromWire(&Batch{Header: h}, tc.lim)
+			if re, ok := errors.AsType[*RefusedError](err); !ok || re.Code != CodeBadBlocks {
+				t.Fatalf("got %v, %v; want a refusal %v", m, err, CodeBadBlocks)
+			}
+		})
+	}
+	// At the window's edge: position 36 reads from 17, in block 1.
+	h = slideHeader()
+	h.Rows[0].Pos = 36
+	if _, err := BatchFromWire(&Batch{Header: h}, slideLimits()); err != nil {
+		t.Fatalf("slide_from 1 at position 36: %v", err)
+	}
+	// A model without sliding tables takes rows without them.
+	if _, err := BatchFromWire(&Batch{Header: goodHeader()}, noGroups); err != nil {
 		t.Fatal(err)
 	}
 }

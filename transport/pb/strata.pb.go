@@ -523,7 +523,17 @@ type Row struct {
 	// position.
 	Sample bool `protobuf:"varint,6,opt,name=sample,proto3" json:"sample,omitempty"`
 	// params is set on first rows (and ignored elsewhere).
-	Params        *SampleParams `protobuf:"bytes,7,opt,name=params,proto3" json:"params,omitempty"`
+	Params *SampleParams `protobuf:"bytes,7,opt,name=params,proto3" json:"params,omitempty"`
+	// slide_from and slides are the sequence's sliding-window block tables
+	// (transport.Row.SlideFrom and Slides), sent only for a model whose KV
+	// has sliding groups (docs/sliding-window-kv.md): each sliding group's
+	// table as its live entries, indexes [slide_from, len(blocks)), the
+	// entries before slide_from released by the coordinator because no
+	// position this row or a later one reads in a sliding layer lies in
+	// them. slides holds group g's entries (g >= 1) at [(g-1)*w, g*w) for
+	// w = len(blocks) - slide_from. Both are unset for other models.
+	SlideFrom     int32   `protobuf:"varint,8,opt,name=slide_from,json=slideFrom,proto3" json:"slide_from,omitempty"`
+	Slides        []int32 `protobuf:"varint,9,rep,packed,name=slides,proto3" json:"slides,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,6 +613,20 @@ func (x *Row) GetSample() bool {
 func (x *Row) GetParams() *SampleParams {
 	if x != nil {
 		return x.Params
+	}
+	return nil
+}
+
+func (x *Row) GetSlideFrom() int32 {
+	if x != nil {
+		return x.SlideFrom
+	}
+	return 0
+}
+
+func (x *Row) GetSlides() []int32 {
+	if x != nil {
+		return x.Slides
 	}
 	return nil
 }
@@ -3336,7 +3360,7 @@ const file_strata_proto_rawDesc = "" +
 	"output_end\x18\x0f \x01(\x05R\toutputEnd\x1a<\n" +
 	"\x0eLogitBiasEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xb8\x01\n" +
+	"\x05value\x18\x02 \x01(\x02R\x05value:\x028\x01\"\xef\x01\n" +
 	"\x03Row\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03pos\x18\x02 \x01(\x05R\x03pos\x12\x14\n" +
@@ -3344,7 +3368,10 @@ const file_strata_proto_rawDesc = "" +
 	"\x06tokens\x18\x04 \x03(\x05R\x06tokens\x12\x16\n" +
 	"\x06blocks\x18\x05 \x03(\x05R\x06blocks\x12\x16\n" +
 	"\x06sample\x18\x06 \x01(\bR\x06sample\x12/\n" +
-	"\x06params\x18\a \x01(\v2\x17.strata.v1.SampleParamsR\x06params\"\xac\x03\n" +
+	"\x06params\x18\a \x01(\v2\x17.strata.v1.SampleParamsR\x06params\x12\x1d\n" +
+	"\n" +
+	"slide_from\x18\b \x01(\x05R\tslideFrom\x12\x16\n" +
+	"\x06slides\x18\t \x03(\x05R\x06slides\"\xac\x03\n" +
 	"\vBatchHeader\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12+\n" +
 	"\x11placement_version\x18\x02 \x01(\x04R\x10placementVersion\x12\x19\n" +
