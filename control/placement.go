@@ -27,6 +27,12 @@ type Shape struct {
 	HeadBytes  int64
 	// KVBytesPerBlockLayer is one KV block's K and V bytes for one layer.
 	KVBytesPerBlockLayer int64
+	// KVGroup is each layer's KV group (model.KVGroups; len Layers), or nil
+	// when every layer is in group 0. A block ID holds one group's layers,
+	// so a stage needs, per block, as many layer slots as it has layers of
+	// its largest group (KVSlots), not one per layer: a model whose
+	// sliding layers release their blocks fits more blocks.
+	KVGroup []int
 	// BlockSize is positions per KV block.
 	BlockSize int
 }
@@ -38,6 +44,8 @@ func (s Shape) Validate() error {
 		return fmt.Errorf("control: Shape.Layers must be >= 1, got %d", s.Layers)
 	case len(s.LayerBytes) != s.Layers:
 		return fmt.Errorf("control: Shape.LayerBytes has %d entries for %d layers", len(s.LayerBytes), s.Layers)
+	case s.KVGroup != nil && len(s.KVGroup) != s.Layers:
+		return fmt.Errorf("control: Shape.KVGroup has %d entries for %d layers", len(s.KVGroup), s.Layers)
 	case s.ActiveBytes != nil && len(s.ActiveBytes) != s.Layers:
 		return fmt.Errorf("control: Shape.ActiveBytes has %d entries for %d layers", len(s.ActiveBytes), s.Layers)
 	case s.KVBytesPerBlockLayer < 1:
@@ -344,7 +352,7 @@ func planSpeed(shape Shape, shards []Capacity, mix Mix, minBlocks int, version, 
 		if s.KVMemory > 0 {
 			free = min(free, s.KVMemory)
 		}
-		if free < int64(minBlocks)*int64(b-a)*shape.KVBytesPerBlockLayer {
+		if free < int64(minBlocks)*int64(shape.KVSlots(a, b))*shape.KVBytesPerBlockLayer {
 			return math.Inf(1)
 		}
 		return t
@@ -444,7 +452,7 @@ func permute(a []int, k int, fn func()) {
 // stageBytes returns what st's shard holds for it in a placement whose
 // KV pool is blocks: its weights and its layers' share of the pool.
 func (s Shape) stageBytes(st Stage, blocks int) int64 {
-	b := int64(blocks) * int64(st.End-st.First) * s.KVBytesPerBlockLayer
+	b := int64(blocks) * int64(s.KVSlots(st.First, st.End)) * s.KVBytesPerBlockLayer
 	for l := st.First; l < st.End; l++ {
 		b += s.LayerBytes[l]
 	}
@@ -478,5 +486,21 @@ func stageBlocks(shape Shape, s Capacity, st Stage) (int, error) {
 	if s.KVMemory > 0 {
 		free = min(free, s.KVMemory)
 	}
-	return int(free / (int64(st.End-st.First) * shape.KVBytesPerBlockLayer)), nil
+	return int(free / (int64(shape.KVSlots(st.First, st.End)) * shape.KVBytesPerBlockLayer)), nil
+}
+
+// KVSlots is the layer slots one KV block needs on a stage of layers
+// [first, end): the most of them in one KV group (model.KVGroups.Slots),
+// end-first when the model has one group.
+func (s Shape) KVSlots(first, end int) int {
+	if s.KVGroup == nil {
+		return end - first
+	}
+	count := map[int]int{}
+	most := 0
+	for _, g := range s.KVGroup[first:end] {
+		count[g]++
+		most = max(most, count[g])
+	}
+	return most
 }

@@ -239,3 +239,42 @@ func bruteForce(shape Shape, shards []Capacity, minBlocks int) float64 {
 	permute(order, 0, func() { cuts(0, 0, 0) })
 	return best
 }
+
+// TestPlanKVGroupsFitMoreBlocks: a model whose 12 layers are 2 global and
+// 10 sliding in groups of 2 (model.KVGroups) needs 2 layer slots per block
+// on one shard, not 12: the same memory holds 6 times the blocks, and
+// split over two shards each stage sizes its pool by its own largest group.
+func TestPlanKVGroupsFitMoreBlocks(t *testing.T) {
+	flat := speedShape(12, 10)
+	grouped := speedShape(12, 10)
+	grouped.KVGroup = []int{1, 1, 2, 2, 3, 0, 3, 4, 4, 5, 5, 0}
+	one := []Capacity{capOf("a", 100000, nil)}
+	pf, err := Plan(flat, one, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := Plan(grouped, one, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 100000 - 12000 weights - 110 embedding and head = 87890 bytes of KV.
+	if pf.Blocks != 87890/(12*10) || pg.Blocks != 87890/(2*10) {
+		t.Fatalf("one shard: %d blocks flat, %d grouped; want %d and %d", pf.Blocks, pg.Blocks, 87890/(12*10), 87890/(2*10))
+	}
+	st := Stage{First: 0, End: 5, Embed: true}
+	n, err := stageBlocks(grouped, capOf("b", 100000, nil), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Layers 0-4: groups 1, 1, 2, 2, 3: two slots.
+	if want := int((100000 - 5000 - 100) / (2 * 10)); n != want {
+		t.Fatalf("layers [0, 5): %d blocks, want %d", n, want)
+	}
+	if b := grouped.stageBytes(st, 7); b != 7*2*10+5000+100 {
+		t.Fatalf("layers [0, 5) with 7 blocks: %d bytes", b)
+	}
+	grouped.KVGroup = grouped.KVGroup[:11]
+	if grouped.Validate() == nil {
+		t.Fatal("a KVGroup shorter than the layers was accepted")
+	}
+}

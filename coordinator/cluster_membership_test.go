@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/strata-llm/strata/transport"
 	"github.com/strata-llm/strata/transport/membership"
 )
 
@@ -106,7 +107,7 @@ func TestClusterGossipImpostorLeaves(t *testing.T) {
 	member := func(name string) *membership.Node {
 		t.Helper()
 		mc := fastGossip(name, ts[name])
-		mc.Meta = membership.Meta{Role: membership.RoleShard, NodeID: "node-b", Incarnation: 2, GRPCAddr: "127.0.0.1:1", Protocol: 1}
+		mc.Meta = membership.Meta{Role: membership.RoleShard, NodeID: "node-b", Incarnation: 2, GRPCAddr: "127.0.0.1:1", Protocol: transport.ProtocolVersion}
 		n, err := membership.New(mc)
 		if err != nil {
 			t.Fatal(err)

@@ -77,6 +77,10 @@ type ShardView struct {
 	// coordinator's /metrics: remote shards export the same names on their
 	// own --metrics.
 	Local bool `json:"local"`
+	// KVSlots is the layer slots each KV block takes on this stage: its
+	// layers, or fewer when the model's sliding layers group their KV
+	// (the stage holds its largest group's; docs/sliding-window-kv.md).
+	KVSlots int `json:"kv_layer_slots,omitempty"`
 	// KV as the shard's last heartbeat reported it (a local shard's is read
 	// directly, see LocalView).
 	KVUsed        uint64    `json:"kv_blocks_used"`
@@ -164,6 +168,7 @@ func (c *Cluster) publish() {
 			st := c.active.Stages[sv.Stage]
 			sv.First, sv.End, sv.Embed, sv.Head = st.First, st.End, st.Embed, st.Head
 			sv.PredictedStageNs = st.PredictedNs
+			sv.KVSlots = c.cfg.Shape.KVSlots(st.First, st.End)
 		}
 		sv.Calibration = s.speed
 		cs, _ := c.core.Shard(s.rec.ShardID) // the core's view: lost, failed, READY

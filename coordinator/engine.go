@@ -515,6 +515,12 @@ func (e *Engine) step(now time.Time) {
 				blocks[k] = int32(bid)
 			}
 			wr := transport.Row{Seq: uint64(r.Seq), Pos: r.Pos, First: r.First, Tokens: r.Tokens, Blocks: blocks, Sample: r.Sample}
+			if len(r.Slides) > 0 {
+				wr.SlideFrom, wr.Slides = r.SlideFrom, make([]int32, len(r.Slides))
+				for k, bid := range r.Slides {
+					wr.Slides[k] = int32(bid)
+				}
+			}
 			if r.First && l != nil {
 				p := l.p.Sample
 				if len(p.Constraint) > 0 && r.Pos > l.promptLen {

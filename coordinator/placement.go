@@ -63,6 +63,12 @@ func ShapeFromModel(f *gguf.File, m *model.Model, sha string, kvType ggml.Type, 
 	if kvType == ggml.F32 {
 		s.KVType = pb.KVType_KV_TYPE_F32
 	}
+	if g := m.KVGroups(); g.Groups > 1 { // the shards group their KV: docs/sliding-window-kv.md
+		s.KVGroup = make([]int, m.Layers)
+		for l := range s.KVGroup {
+			s.KVGroup[l] = g.Group(l)
+		}
+	}
 	_, noOutput := f.Tensor("output.weight") // absent: the head is tied to token_embd
 	for _, t := range f.Tensors {
 		n := int64(len(t.Data))

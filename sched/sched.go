@@ -706,6 +706,7 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 	usedRows, usedUpdates := len(out.rows), len(out.Updates)
 	out.reset()
 	nb, nrows, ntok, nblk := 0, 0, 0, 0
+	groups := max(1, s.cfg.KV.Groups)
 	for _, b := range s.building {
 		b.rows = slices.DeleteFunc(b.rows, func(row recRow) bool { return row.seq.dead })
 		if len(b.rows) == 0 {
@@ -719,7 +720,7 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 			row := &b.rows[k]
 			row.nblk = s.kv.BlocksFor(row.pos + row.n)
 			ntok += row.n
-			nblk += row.nblk
+			nblk += groups * row.nblk // at most: the sliding tables are cut below
 		}
 	}
 	clear(s.building[nb:])
@@ -743,6 +744,24 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 				copy(t, r.tokens[row.pos:row.pos+row.n])
 				start := len(blks)
 				blks = seq.table.AppendBlocks(blks, row.nblk)
+				blocks := blks[start:len(blks):len(blks)]
+				slideFrom, slides := 0, []kv.BlockID(nil)
+				if groups > 1 {
+					// Release what no row from here on reads: rows are
+					// emitted in position order, and batches run in
+					// dispatch order on every stage, so a released block
+					// is written by its next owner only in a later batch,
+					// after every read of it.
+					if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.Window+1)); err != nil {
+						panic(fmt.Sprintf("sched: slide of running sequence %d: %v", seq.id, err))
+					}
+					slideFrom = seq.table.First()
+					start = len(blks)
+					for g := 1; g < groups; g++ {
+						blks = seq.table.AppendSliding(blks, g, row.nblk)
+					}
+					slides = blks[start:len(blks):len(blks)]
+				}
 				// Field by field: assigning a Row literal copies it with a
 				// bulk write barrier, which dominates while the GC runs.
 				o := &rows[k]
@@ -751,7 +770,9 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 				o.Pos = row.pos
 				o.First = row.first
 				setSlice(&o.Tokens, t)
-				setSlice(&o.Blocks, blks[start:len(blks):len(blks)])
+				setSlice(&o.Blocks, blocks)
+				o.SlideFrom = slideFrom
+				setSlice(&o.Slides, slides)
 				o.Sample = row.sample
 			}
 			rows = rows[len(b.rows):]

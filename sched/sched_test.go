@@ -818,3 +818,53 @@ func TestInFlightBatch(t *testing.T) {
 		t.Fatalf("tokens in flight %d with no batch in flight", got)
 	}
 }
+
+// TestSlidingGroupsRelease: with three KV groups (one global table, two
+// sliding) and a window of 6 positions, a long generation keeps every
+// position in its global table and at most the window's blocks in each
+// sliding table: each row slides from the block of the first position it
+// reads, carries both sliding tables from there, and the pool's used
+// blocks stay bounded however long the sequence runs; its end frees all.
+func TestSlidingGroupsRelease(t *testing.T) {
+	const window, bs, groups = 6, 4, 3
+	h := newHarness(t, func(c *Config) {
+		c.KV = kv.Config{Blocks: 64, BlockSize: bs, Groups: groups}
+		c.Window = window
+	})
+	h.add(1, 9, 40)
+	maxUsed, rows := 0, 0
+	for i := 0; i < 200 && h.ends[1] == 0; i++ {
+		out := h.step()
+		for _, r := range rowsOf(out, 1) {
+			rows++
+			lo := max(0, r.Pos-window+1)
+			w := len(r.Blocks) - r.SlideFrom
+			if r.SlideFrom != lo/bs || len(r.Slides) != (groups-1)*w || len(r.Blocks) != (r.Pos+len(r.Tokens)+bs-1)/bs {
+				t.Fatalf("row at %d with %d tokens: %d blocks, slides from %d with %d entries; want from %d, %d entries", r.Pos, len(r.Tokens), len(r.Blocks), r.SlideFrom, len(r.Slides), lo/bs, (groups-1)*w)
+			}
+			seen := map[kv.BlockID]bool{}
+			for _, id := range append(slices.Clone(r.Blocks), r.Slides...) {
+				if seen[id] {
+					t.Fatalf("row at %d names block %d twice", r.Pos, id)
+				}
+				seen[id] = true
+			}
+		}
+		maxUsed = max(maxUsed, h.used())
+		for _, b := range out.Batches {
+			h.complete(b, 7)
+		}
+	}
+	if h.ends[1] != Length || rows < 40 {
+		t.Fatalf("request ended %v after %d rows", h.ends[1], rows)
+	}
+	// 49 positions: 13 global blocks; a sliding table holds the window's
+	// blocks and the one being written, at most 3.
+	if maxUsed > 13+(groups-1)*3 {
+		t.Fatalf("%d blocks used at most, want at most %d", maxUsed, 13+(groups-1)*3)
+	}
+	h.step()
+	if h.used() != 0 {
+		t.Fatalf("%d blocks used after the end", h.used())
+	}
+}

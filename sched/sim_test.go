@@ -94,6 +94,9 @@ func newSim(t *testing.T, seed uint64, p int) *sim {
 	cfg.MaxRetries = rng.IntN(3)
 	cfg.WatermarkBlocks = rng.IntN(3)
 	cfg.FirstSeq = SeqID(1 + rng.IntN(1000))
+	if !cfg.KV.PrefixCaching && rng.IntN(2) == 0 { // sliding KV groups
+		cfg.KV.Groups, cfg.Window = 2+rng.IntN(3), 1+rng.IntN(40)
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -406,7 +409,8 @@ func (m *sim) check() {
 	st := m.s.kv.Stats()
 	sum := 0
 	for _, seq := range m.s.runningList() {
-		sum += m.s.kv.Len(seq.id)
+		t := m.s.kv.Table(seq.id)
+		sum += t.Len() + (t.Groups()-1)*(t.Len()-t.First())
 	}
 	if !m.cfg.KV.PrefixCaching && st.Used != sum {
 		m.fatalf("blocks used %d, live sequences hold %d", st.Used, sum)

@@ -116,6 +116,13 @@ type Row struct {
 	// Blocks is the sequence's block table covering positions
 	// [0, Pos+len(Tokens)).
 	Blocks []kv.BlockID
+	// SlideFrom and Slides are the sliding groups' tables when the KV has
+	// them (Config.KV.Groups > 1): entries [SlideFrom, len(Blocks)) of each
+	// sliding table, group g's at Slides[(g-1)*w:g*w] for w =
+	// len(Blocks)-SlideFrom. The entries before SlideFrom were released
+	// when this row was emitted: no position it reads lies in them.
+	SlideFrom int
+	Slides    []kv.BlockID
 	// Sample asks the last stage for logits and a sampled token: set on the
 	// last chunk of a prefill and on every decode.
 	Sample bool

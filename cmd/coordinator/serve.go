@@ -290,6 +290,13 @@ func serve(ctx context.Context, cfg serveConfig) error {
 		ec.Sched.MaxModelLen = min(cfg.MaxModelLen, m.Context)
 	}
 	info.Context = ec.Sched.MaxModelLen
+	if g := m.KVGroups().Groups; g > 1 {
+		// Sliding layers keep their own block tables, released as the
+		// window moves (docs/sliding-window-kv.md). Prefix caching of
+		// sliding tables is not built: it is off for these models.
+		ec.Sched.KV.Groups, ec.Sched.Window = g, m.SlidingWindow
+		ec.Sched.KV.PrefixCaching = false
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

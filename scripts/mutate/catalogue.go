@@ -131,22 +131,22 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "kv/shared-block-freed", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "a.ref[id]--\n\t\tif a.ref[id] > 0 {\n\t\t\tcontinue\n\t\t}", Repl: "a.ref[id]--",
+		Orig: "a.ref[id]--\n\tif a.ref[id] > 0 {\n\t\treturn\n\t}", Repl: "a.ref[id]--",
 		Why: "End frees a prefix block another live sequence still shares",
 	},
 	{
 		Name: "kv/lru-double-count", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need+reserve > a.Available()-fromLRU {", Repl: "if need+reserve > a.Available() {",
+		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need*a.cfg.groups()+reserve > a.Available() {",
 		Why: "Allocate counts the cached blocks it is about to share as available too and over-commits",
 	},
 	{
 		Name: "kv/reserve-ignored", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need+reserve > a.Available()-fromLRU {", Repl: "if need > a.Available()-fromLRU {",
+		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need*a.cfg.groups() > a.Available()-fromLRU {",
 		Why: "Allocate ignores the watermark reserve kept for running decodes",
 	},
 	{
 		Name: "kv/extend-overcommit", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need > a.Available() {", Repl: "if need > a.Available()+1 {",
+		Orig: "if need*a.cfg.groups() > a.Available() {", Repl: "if need*a.cfg.groups() > a.Available()+1 {",
 		Why: "Extend hands out one block more than the pool has",
 	},
 	{
@@ -158,6 +158,63 @@ var catalogue = []mutation{
 		Name: "kv/sequence-replaced", File: "kv/kv.go", Pkgs: pkgKV,
 		Orig: `return 0, fmt.Errorf("%w: %d", ErrSequenceExists, seq)`, Repl: "_ = ErrSequenceExists",
 		Why: "a second Allocate for a live sequence replaces its table, leaking the old blocks",
+	},
+	// kv: layer groups and Slide (docs/sliding-window-kv.md).
+	{
+		Name: "kv/slide-frees-window", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "to := min(lo/a.cfg.BlockSize, len(t.blocks))", Repl: "to := min(lo/a.cfg.BlockSize+1, len(t.blocks))",
+		Why: "Slide also frees the block holding lo, which the row reading lo still needs",
+	},
+	{
+		Name: "kv/slide-touches-global", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for _, s := range t.sliding {\n\t\tfor i := t.first; i < to; i++ {",
+		Repl: "for _, s := range append([][]BlockID{t.blocks}, t.sliding...) {\n\t\tfor i := t.first; i < to; i++ {",
+		Why:  "Slide frees the global table's entries too, which global layers still read",
+	},
+	{
+		Name: "kv/slide-first-lowered", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if to <= t.first {\n\t\treturn nil\n\t}", Repl: "",
+		Why: "a Slide with a lower lo than before moves the window back over released entries",
+	},
+	{
+		Name: "kv/slide-first-stuck", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "\tt.first = to\n", Repl: "",
+		Why: "Slide releases entries but leaves them inside the live range: End frees them again",
+	},
+	{
+		Name: "kv/end-forgets-sliding", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for i := len(s) - 1; i >= t.first; i-- {\n\t\t\ta.release(s[i], seq)\n\t\t}", Repl: "",
+		Why: "End releases the global table only: the sliding tables' blocks leak",
+	},
+	{
+		Name: "kv/end-releases-released", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "i >= t.first; i--", Repl: "i >= 0; i--",
+		Why: "End releases sliding entries Slide already gave back, which another sequence may hold",
+	},
+	{
+		Name: "kv/recycled-first-kept", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "\tt.first = 0\n", Repl: "",
+		Why: "a recycled table keeps its old first entry: the next sequence's leading blocks are never read or freed",
+	},
+	{
+		Name: "kv/allocate-one-group", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need+reserve > a.Available()-fromLRU {",
+		Why: "Allocate checks capacity for the global table alone and runs dry filling the sliding ones",
+	},
+	{
+		Name: "kv/extend-one-group", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if need*a.cfg.groups() > a.Available() {", Repl: "if need > a.Available() {",
+		Why: "Extend checks capacity for the global table alone and runs dry filling the sliding ones",
+	},
+	{
+		Name: "kv/grow-global-only", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for g := range t.sliding {\n\t\tfor range need {", Repl: "for g := range t.sliding[:0] {\n\t\tfor range need {",
+		Why: "Allocate and Extend grow the global table only: sliding layers write through missing entries",
+	},
+	{
+		Name: "kv/groups-with-caching", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if c.PrefixCaching && c.Groups > 1 {", Repl: "if c.PrefixCaching && c.Groups > MaxGroups {",
+		Why: "Validate lets prefix caching share blocks of sliding tables it cannot keep",
 	},
 
 	// sched: the one function every ending goes through, and the policy.
@@ -255,6 +312,17 @@ var catalogue = []mutation{
 		Name: "sched/seq-id-reused", File: "sched/sched.go", Pkgs: pkgSched,
 		Orig: "\ts.nextSeq++\n", Repl: "",
 		Why: "an admission reuses a sequence ID instead of a fresh one",
+	},
+	{
+		Name: "sched/slide-skipped", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.Window+1)); err != nil {",
+		Repl: "if err := error(nil); err != nil {",
+		Why:  "sliding tables are never released: a long Gemma sequence holds every layer's KV",
+	},
+	{
+		Name: "sched/slide-past-window", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "max(0, row.pos-s.cfg.Window+1)", Repl: "max(0, row.pos+1)",
+		Why: "a row releases the sliding blocks it reads: another sequence overwrites its window",
 	},
 
 	// shard/table.go: the replica table.
@@ -669,6 +737,90 @@ var catalogue = []mutation{
 		Name: "wire/handler-panic-escapes", File: "transport/recover.go", Pkgs: pkgTransport, Run: runWire,
 		Orig: "if v := recover(); v != nil {\n\t\t\t\t\terr = caught(info.FullMethod, v)", Repl: "if v := recover(); v != nil {\n\t\t\t\t\tpanic(v)",
 		Why: "a stream handler's panic is not recovered: one bad message takes the process (and a coordinator running the shard) down",
+	},
+
+	// Sliding tables (docs/sliding-window-kv.md): what the wire lets through
+	// and what a shard's replica table keeps of them.
+	{
+		Name: "wire/slide-from-past-window", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if from < 0 || from > lo/bs {", Repl: "if from < 0 {",
+		Why: "a row whose sliding tables released a block its window still reads passes the wire's check",
+	},
+	{
+		Name: "wire/slide-negative-from", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if from < 0 || from > lo/bs {", Repl: "if from > lo/bs {",
+		Why: "a negative slide_from passes the wire's check",
+	},
+	{
+		Name: "wire/slide-window-ignored", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "lo = max(0, int(r.GetPos())-lim.Window+1)", Repl: "lo = int(r.GetPos())",
+		Why: "the window is not counted back from the row's position: every block before it may be released",
+	},
+	{
+		Name: "wire/slide-window-off-by-one", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "lo = max(0, int(r.GetPos())-lim.Window+1)", Repl: "lo = max(0, int(r.GetPos())-lim.Window+2)",
+		Why: "the window's first position is off by one: the block holding it may be released",
+	},
+	{
+		Name: "wire/slides-without-groups", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if from != 0 || len(slides) > 0 {", Repl: "if false {",
+		Why: "sliding tables reach a stage whose model has none",
+	},
+	{
+		Name: "wire/slide-groups-unchecked", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "len(slides) != (lim.Groups-1)*w {", Repl: "len(slides)%max(w, 1) != 0 {",
+		Why: "a row with too few or too many sliding tables passes the wire's check as long as their widths agree",
+	},
+	{
+		Name: "wire/slide-outside-pool", File: "transport/wire.go", Pkgs: pkgTransport, Run: runWire,
+		Orig: "if sb < 0 || int(sb) >= lim.Blocks {", Repl: "if sb < 0 {",
+		Why: "a sliding block ID past the pool passes the wire's check",
+	},
+	{
+		Name: "table/slide-from-lowered", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case slideFrom < r.from:", Repl: "case false:",
+		Why: "a row brings back a sliding entry its sequence released, which another sequence may own now",
+	},
+	{
+		Name: "table/slides-rewritten", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if !slices.Equal(slides[g*w+lo-slideFrom:g*w+have-slideFrom], live[lo-r.from:have-r.from]) {",
+		Repl: "if false && !slices.Equal(slides[g*w+lo-slideFrom:g*w+have-slideFrom], live[lo-r.from:have-r.from]) {",
+		Why:  "a row may rewrite a live sequence's sliding table",
+	},
+	{
+		Name: "table/slide-groups-changed", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "case groups != len(r.slides):", Repl: "case false:",
+		Why: "a row with another number of sliding tables than its sequence's is placed",
+	},
+	{
+		Name: "table/slide-past-first-position", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if slideFrom < 0 || slideFrom > pos/bs ||", Repl: "if slideFrom < 0 ||",
+		Why: "a row whose sliding tables released the block of its own first position is placed",
+	},
+	{
+		Name: "table/slide-negative-from", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if slideFrom < 0 || slideFrom > pos/bs ||", Repl: "if slideFrom > pos/bs ||",
+		Why: "a create with a negative slide_from is placed",
+	},
+	{
+		Name: "table/slide-outside-pool", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "if sb < 0 || int(sb) >= t.pool {", Repl: "if sb < 0 {",
+		Why: "a sliding block ID past the pool is placed",
+	},
+	{
+		Name: "table/slides-keep-released", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "live = live[:copy(live, live[d:])]", Repl: "_ = d",
+		Why: "the replica keeps the sliding entries a row released: its tables drift from the coordinator's and later rows are checked against the wrong entries",
+	},
+	{
+		Name: "table/blocks-used-global-only", File: "shard/table.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "for _, live := range r.slides {\n\t\t\tfor _, b := range live {", Repl: "for _, live := range r.slides[:0] {\n\t\t\tfor _, b := range live {",
+		Why: "the shard's block count leaves out the sliding tables: a leak of theirs escapes the drain check",
+	},
+	{
+		Name: "runner/place-without-slides", File: "shard/runner.go", Pkgs: pkgShard, Run: runShard,
+		Orig: "row.Blocks, row.SlideFrom, row.Slides, r.bs, now)", Repl: "row.Blocks, 0, nil, r.bs, now)",
+		Why: "the runner places rows without their sliding tables: the replica checks none of them",
 	},
 
 	// coordinator: answers only from where a batch went, a bounded registry,
