@@ -161,7 +161,7 @@ func (s *Scheduler) Add(req Request) error {
 		return &LimitError{Err: ErrNeverFits, What: what, Limit: "max_model_len", Got: p + m, Max: s.cfg.MaxModelLen}
 	}
 	// The last token is never fed back, so it needs no KV position.
-	if pool := s.cfg.KV.Blocks * s.cfg.KV.BlockSize; p+m-1 > pool {
+	if pool := s.kvPositions(); p+m-1 > pool {
 		return &LimitError{Err: ErrNeverFits, What: what + " - 1", Limit: "kv_positions", Got: p + m - 1, Max: pool}
 	}
 	if p > s.cfg.MaxWaitingTokens {
@@ -470,7 +470,7 @@ func (s *Scheduler) Reset(kc kv.Config, stages int) error {
 	s.kv = a
 	s.cfg = cfg
 	s.maxInFlight = cfg.inFlight()
-	pool := kc.Blocks * kc.BlockSize
+	pool := s.kvPositions()
 	for r := s.waitHead; r != nil; {
 		next := r.next
 		if r.prompt+r.maxTokens-1 > pool {
@@ -608,7 +608,7 @@ func (s *Scheduler) fill(b *batchRec) {
 	})
 
 	for rows > 0 && tokens > 0 && !s.blocked && s.waitHead != nil {
-		seq := s.admit(s.waitHead)
+		seq := s.admit(s.waitHead, tokens)
 		if seq == nil {
 			s.blocked = true
 			break
@@ -623,9 +623,15 @@ func (s *Scheduler) fill(b *batchRec) {
 }
 
 // chunk adds seq's next prefill chunk, at most budget tokens, to b and
-// returns its length. The blocks were allocated at admission.
+// returns its length. Without KV groups its blocks were allocated at
+// admission; with them each chunk grows the tables as a decode does
+// (grow), so that a long prompt's sliding blocks are released as it goes.
+// It returns 0 when seq was preempted for want of blocks.
 func (s *Scheduler) chunk(b *batchRec, seq *sequence, budget int, first bool) int {
 	n := min(len(seq.req.tokens)-seq.scheduled, budget)
+	if !s.grow(seq, seq.scheduled+n) {
+		return 0
+	}
 	b.add(seq, seq.scheduled, n, first, seq.scheduled+n == len(seq.req.tokens))
 	seq.scheduled += n
 	return n
@@ -656,7 +662,16 @@ func (s *Scheduler) grow(seq *sequence, positions int) bool {
 // when the allocator cannot supply them (keeping WatermarkBlocks free while
 // others run). A prefix-cache hit starts the sequence past the cached
 // positions.
-func (s *Scheduler) admit(r *request) *sequence {
+//
+// With KV groups it allocates only the first chunk's blocks, at most
+// budget tokens: every table takes blocks for every position it covers,
+// and the sliding ones release theirs only as rows are emitted, so a long
+// prompt allocated whole would need Groups times its blocks at once (and a
+// preempted sequence, recomputed as one long prompt, might never fit
+// again). It admits r only when the blocks its whole prompt will hold at
+// once are available (peakBlocks), as one table's admission does by
+// taking them.
+func (s *Scheduler) admit(r *request, budget int) *sequence {
 	reserve := 0
 	if s.nRunning > 0 {
 		reserve = s.cfg.WatermarkBlocks
@@ -670,7 +685,17 @@ func (s *Scheduler) admit(r *request) *sequence {
 	if s.cfg.KV.PrefixCaching {
 		prefix = r.tokens[:len(r.tokens)-1]
 	}
-	cached, err := s.kv.Allocate(s.nextSeq, prefix, len(r.tokens), reserve)
+	positions := len(r.tokens)
+	if s.cfg.KV.Groups > 1 {
+		// Let in on its first chunk's blocks alone, a sequence would
+		// preempt itself at the next chunk, be recomputed and let in
+		// again, over and over.
+		if s.kv.Available() < s.peakBlocks(positions)+reserve {
+			return nil
+		}
+		positions = min(positions, budget)
+	}
+	cached, err := s.kv.Allocate(s.nextSeq, prefix, positions, reserve)
 	if err != nil {
 		return nil
 	}
@@ -694,6 +719,42 @@ func (s *Scheduler) admit(r *request) *sequence {
 	s.runTail = seq
 	s.nRunning++
 	return seq
+}
+
+// kvPositions is the most positions one sequence can reach in the pool
+// with every other sequence gone. With one table per sequence, the pool's.
+// With KV groups, its blocks less what the sliding tables hold at their
+// fullest: a sliding table keeps its entries from the block of the
+// first position of the last row emitted (a window back) to the end of the
+// chunks built since, and in one Step a sequence may get a chunk in each
+// of maxInFlight batches, so it holds at most slide =
+// ceil((Window + (maxInFlight+1)*MaxBatchTokens)/BlockSize) + 1 blocks. A
+// sequence of b blocks needs b + (Groups-1)*min(b, slide).
+func (s *Scheduler) kvPositions() int {
+	kc := s.cfg.KV
+	bs, blocks, g := kc.BlockSize, kc.Blocks, max(1, kc.Groups)
+	if g == 1 {
+		return blocks * bs
+	}
+	slide := s.slideBlocks()
+	if most := blocks - (g-1)*slide; most >= slide {
+		return most * bs
+	}
+	return blocks / g * bs
+}
+
+// slideBlocks bounds the entries a sliding table holds (kvPositions).
+func (s *Scheduler) slideBlocks() int {
+	bs := s.cfg.KV.BlockSize
+	return (s.cfg.Window+(s.maxInFlight+1)*s.cfg.MaxBatchTokens+bs-1)/bs + 1
+}
+
+// peakBlocks bounds the blocks a sequence of the given positions holds at
+// once with KV groups: every position in the global table, at most
+// slideBlocks in each sliding one.
+func (s *Scheduler) peakBlocks(positions int) int {
+	b := (positions + s.cfg.KV.BlockSize - 1) / s.cfg.KV.BlockSize
+	return b + (max(1, s.cfg.KV.Groups)-1)*min(b, s.slideBlocks())
 }
 
 // emit turns the batches built in this Step into Output, with the pending

@@ -868,3 +868,105 @@ func TestSlidingGroupsRelease(t *testing.T) {
 		t.Fatalf("%d blocks used after the end", h.used())
 	}
 }
+
+// TestSlidingGroupsLongPrompt: with KV groups a prompt is allocated chunk
+// by chunk, and its sliding tables release as the chunks go, so a 200-token
+// prompt never holds Groups times its blocks.
+func TestSlidingGroupsLongPrompt(t *testing.T) {
+	const window, bs, groups = 6, 4, 3
+	h := newHarness(t, func(c *Config) {
+		c.KV = kv.Config{Blocks: 256, BlockSize: bs, Groups: groups}
+		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+	})
+	h.add(1, 200, 4)
+	maxUsed := 0
+	for i := 0; i < 100 && h.ends[1] == 0; i++ {
+		out := h.step()
+		maxUsed = max(maxUsed, h.used())
+		for _, b := range out.Batches {
+			h.complete(b, 7)
+		}
+	}
+	if h.ends[1] != Length {
+		t.Fatalf("request ended %v", h.ends[1])
+	}
+	// 203 positions: 51 global blocks. A sliding table holds the window,
+	// the last chunk and the one being built: 16 positions a chunk, so at
+	// most (6+2*16)/4+2 = 12 blocks; all three tables whole would be 153.
+	if maxUsed > 51+(groups-1)*12 {
+		t.Fatalf("%d blocks used at most, want at most %d", maxUsed, 51+(groups-1)*12)
+	}
+}
+
+// TestSlidingGroupsPreemptionEnds: two long generations that do not fit
+// side by side in a pool with KV groups: one is preempted and recomputed
+// (a long prompt then, allocated chunk by chunk again), and both end by
+// length in a bounded number of steps: nothing wedges. A request that can
+// never fit is refused at once, by a bound that counts the sliding tables.
+func TestSlidingGroupsPreemptionEnds(t *testing.T) {
+	const window, bs, groups = 6, 4, 3
+	h := newHarness(t, func(c *Config) {
+		c.KV = kv.Config{Blocks: 60, BlockSize: bs, Groups: groups}
+		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+	})
+	// slide = ceil((6 + (2+1)*16)/4) + 1 = 15 blocks; 60 - 2*15 = 30
+	// blocks alone: 120 positions.
+	if err := h.s.Add(h.req(9, 20, 102)); !errors.Is(err, ErrNeverFits) {
+		t.Fatalf("20 + 102 - 1 positions in a pool of 120 for one sequence: %v, want ErrNeverFits", err)
+	}
+	h.add(1, 20, 90)
+	h.add(2, 20, 90)
+	for i := 0; i < 2000 && (h.ends[1] == 0 || h.ends[2] == 0); i++ {
+		h.now = h.now.Add(time.Millisecond)
+		out := h.step()
+		for _, b := range out.Batches {
+			h.complete(b, 7)
+		}
+	}
+	if h.ends[1] != Length || h.ends[2] != Length {
+		t.Fatalf("requests ended %v and %v after 2000 steps", h.ends[1], h.ends[2])
+	}
+	if h.s.Stats().Preemptions == 0 {
+		t.Fatal("nothing was preempted: the pool did not run short")
+	}
+	h.step()
+	if h.used() != 0 {
+		t.Fatalf("%d blocks used after the end", h.used())
+	}
+}
+
+// TestSlidingGroupsNoThrash: four long generations in a pool with KV
+// groups where two fit at a time. A preempted sequence is recomputed as a
+// long prompt; admitting it with a first chunk's blocks while the pool
+// cannot hold the rest would preempt it again at its next chunk, over and
+// over. Admission waits until the whole prompt fits, as it does with one
+// table, so the preemptions stay few and all four end.
+func TestSlidingGroupsNoThrash(t *testing.T) {
+	const window, bs, groups = 40, 4, 3
+	h := newHarness(t, func(c *Config) {
+		c.KV = kv.Config{Blocks: 150, BlockSize: bs, Groups: groups}
+		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+	})
+	// One sequence at 200 positions: 50 global blocks and two sliding
+	// tables of about 12: 74. Two fit in 150, three do not.
+	for id := RequestID(1); id <= 4; id++ {
+		h.add(id, 3, 196)
+	}
+	steps := 0
+	for ; steps < 5000 && len(h.ends) < 4; steps++ {
+		h.now = h.now.Add(time.Millisecond)
+		out := h.step()
+		for _, b := range out.Batches {
+			h.complete(b, 7)
+		}
+	}
+	for id := RequestID(1); id <= 4; id++ {
+		if h.ends[id] != Length {
+			t.Fatalf("after %d steps request %d ended %v (%d preemptions)", steps, id, h.ends[id], h.s.Stats().Preemptions)
+		}
+	}
+	if p := h.s.Stats().Preemptions; p > 8 {
+		t.Fatalf("%d preemptions in %d steps: admitted sequences keep preempting each other", p, steps)
+	}
+	t.Logf("%d steps, %d preemptions", steps, h.s.Stats().Preemptions)
+}

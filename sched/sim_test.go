@@ -233,7 +233,7 @@ func (m *sim) arrive() {
 	case errors.As(err, &le) && (errors.Is(err, ErrQueueFull) || errors.Is(err, ErrNeverFits)):
 		m.stats.refused++
 		if errors.Is(err, ErrNeverFits) && len(prompt)+req.MaxTokens <= m.cfg.MaxModelLen &&
-			len(prompt)+req.MaxTokens-1 <= m.cfg.KV.Blocks*m.cfg.KV.BlockSize && len(prompt) <= m.cfg.MaxWaitingTokens {
+			len(prompt)+req.MaxTokens-1 <= m.s.kvPositions() && len(prompt) <= m.cfg.MaxWaitingTokens {
 			m.fatalf("request refused as never fitting: %v", err)
 		}
 	default:

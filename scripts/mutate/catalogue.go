@@ -103,7 +103,7 @@ const (
 		"\t\treturn false\n" +
 		"\t})\n"
 	admitLoop = "\tfor rows > 0 && tokens > 0 && !s.blocked && s.waitHead != nil {\n" +
-		"\t\tseq := s.admit(s.waitHead)\n" +
+		"\t\tseq := s.admit(s.waitHead, tokens)\n" +
 		"\t\tif seq == nil {\n" +
 		"\t\t\ts.blocked = true\n" +
 		"\t\t\tbreak\n" +
@@ -323,6 +323,26 @@ var catalogue = []mutation{
 		Name: "sched/slide-past-window", File: "sched/sched.go", Pkgs: pkgSched,
 		Orig: "max(0, row.pos-s.cfg.Window+1)", Repl: "max(0, row.pos+1)",
 		Why: "a row releases the sliding blocks it reads: another sequence overwrites its window",
+	},
+	{
+		Name: "sched/admit-whole-prompt-grouped", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "positions = min(positions, budget)", Repl: "positions = max(positions, budget)",
+		Why: "a long prompt takes Groups times its blocks at admission, and a recomputed sequence may never fit again",
+	},
+	{
+		Name: "sched/admit-ignores-peak", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "if s.kv.Available() < s.peakBlocks(positions)+reserve {", Repl: "if false {",
+		Why: "a recomputed long sequence is let in on its first chunk's blocks and preempts itself at the next, over and over",
+	},
+	{
+		Name: "sched/chunk-no-grow", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "\tif !s.grow(seq, seq.scheduled+n) {\n\t\treturn 0\n\t}\n", Repl: "",
+		Why: "a prefill chunk past the admitted blocks writes through table entries that do not exist",
+	},
+	{
+		Name: "sched/never-fits-ignores-groups", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "\tif g == 1 {\n\t\treturn blocks * bs\n\t}\n", Repl: "\treturn blocks * bs\n",
+		Why: "a request whose sliding tables can never fit beside its global one is queued, and wedges the queue",
 	},
 
 	// shard/table.go: the replica table.
