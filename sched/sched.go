@@ -722,39 +722,42 @@ func (s *Scheduler) admit(r *request, budget int) *sequence {
 }
 
 // kvPositions is the most positions one sequence can reach in the pool
-// with every other sequence gone. With one table per sequence, the pool's.
-// With KV groups, its blocks less what the sliding tables hold at their
-// fullest: a sliding table keeps its entries from the block of the
-// first position of the last row emitted (a window back) to the end of the
-// chunks built since, and in one Step a sequence may get a chunk in each
-// of maxInFlight batches, so it holds at most slide =
-// ceil((Window + (maxInFlight+1)*MaxBatchTokens)/BlockSize) + 1 blocks. A
-// sequence of b blocks needs b + (Groups-1)*min(b, slide).
+// with every other sequence gone: the pool's positions with one table per
+// sequence, the most whose peakBlocks fit with KV groups.
 func (s *Scheduler) kvPositions() int {
-	kc := s.cfg.KV
-	bs, blocks, g := kc.BlockSize, kc.Blocks, max(1, kc.Groups)
-	if g == 1 {
+	blocks, bs := s.cfg.KV.Blocks, s.cfg.KV.BlockSize
+	if s.cfg.KV.Groups <= 1 {
 		return blocks * bs
 	}
-	slide := s.slideBlocks()
-	if most := blocks - (g-1)*slide; most >= slide {
-		return most * bs
+	lo, hi := 0, blocks*bs // peakBlocks grows with positions
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if s.peakBlocks(mid) <= blocks {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
 	}
-	return blocks / g * bs
-}
-
-// slideBlocks bounds the entries a sliding table holds (kvPositions).
-func (s *Scheduler) slideBlocks() int {
-	bs := s.cfg.KV.BlockSize
-	return (s.cfg.Window+(s.maxInFlight+1)*s.cfg.MaxBatchTokens+bs-1)/bs + 1
+	return lo
 }
 
 // peakBlocks bounds the blocks a sequence of the given positions holds at
-// once with KV groups: every position in the global table, at most
-// slideBlocks in each sliding one.
+// once (a recomputed one too, its positions then one long prompt). With
+// one table, one block per BlockSize positions. With KV groups, that many
+// in the global table and, in each sliding table, at most the entries from
+// the block of the first position the last emitted row reads (Window
+// back from it) to the end of the rows built since: that row and a chunk
+// in each batch of a Step, (maxInFlight+1)*MaxBatchTokens positions, and
+// never more than the sequence has.
 func (s *Scheduler) peakBlocks(positions int) int {
-	b := (positions + s.cfg.KV.BlockSize - 1) / s.cfg.KV.BlockSize
-	return b + (max(1, s.cfg.KV.Groups)-1)*min(b, s.slideBlocks())
+	bs := s.cfg.KV.BlockSize
+	b := (positions + bs - 1) / bs
+	if s.cfg.KV.Groups <= 1 {
+		return b
+	}
+	span := s.cfg.Window + min(positions, (s.maxInFlight+1)*s.cfg.MaxBatchTokens)
+	slide := (span+bs-1)/bs + 1
+	return b + (s.cfg.KV.Groups-1)*min(b, slide)
 }
 
 // emit turns the batches built in this Step into Output, with the pending

@@ -555,8 +555,11 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 		t.Skip("heavy: skipped with -short")
 	}
 	spec := archE2ESpecs[slices.IndexFunc(archE2ESpecs, func(s model.RandomSpec) bool { return s.Arch == "gemma3" })]
+	// 1 MiB: 128 blocks of one layer slot (8 KiB) on each stage. The
+	// longest request, 212 positions, holds at most 14 blocks in each of
+	// its 7 tables (98): it fits alone, and sixteen clients preempt.
 	s := startServe(t, "--model", writeSpec(t, spec), "--local-shards", "2", "--threads", "2",
-		"--kv-memory", "192KiB", "--request-timeout", "5s")
+		"--kv-memory", "1MiB", "--request-timeout", "5s")
 	before := greedy(t, s.base, "Once upon a time", 64)
 	// Layer 5 is the one global layer: every sliding layer is a group of
 	// its own, and each stage holds one layer slot per block.
@@ -613,7 +616,8 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the storm did not end within %v: %v", guard(stormLimit), endings)
 	}
-	t.Logf("%d requests: %v", clients*perClient, endings)
+	pre, _ := metric(t, strings.TrimPrefix(s.base, "http://"), "strata_preemptions_total")
+	t.Logf("%d requests: %v; %v preemptions", clients*perClient, endings, pre)
 	for k, n := range endings {
 		if !allowedStormEnding[k] {
 			t.Errorf("%d requests ended %s", n, k)

@@ -335,13 +335,18 @@ var catalogue = []mutation{
 		Why: "a recomputed long sequence is let in on its first chunk's blocks and preempts itself at the next, over and over",
 	},
 	{
+		Name: "sched/peak-ignores-sliding", File: "sched/sched.go", Pkgs: pkgSched,
+		Orig: "return b + (s.cfg.KV.Groups-1)*min(b, slide)", Repl: "return b + 0*slide",
+		Why: "admission and the never-fits bound count the global table only: sequences are let in that the sliding tables cannot hold",
+	},
+	{
 		Name: "sched/chunk-no-grow", File: "sched/sched.go", Pkgs: pkgSched,
 		Orig: "\tif !s.grow(seq, seq.scheduled+n) {\n\t\treturn 0\n\t}\n", Repl: "",
 		Why: "a prefill chunk past the admitted blocks writes through table entries that do not exist",
 	},
 	{
 		Name: "sched/never-fits-ignores-groups", File: "sched/sched.go", Pkgs: pkgSched,
-		Orig: "\tif g == 1 {\n\t\treturn blocks * bs\n\t}\n", Repl: "\treturn blocks * bs\n",
+		Orig: "\tif s.cfg.KV.Groups <= 1 {\n\t\treturn blocks * bs\n\t}\n", Repl: "\treturn blocks * bs\n",
 		Why: "a request whose sliding tables can never fit beside its global one is queued, and wedges the queue",
 	},
 
