@@ -316,22 +316,14 @@ func TestHTTPAbortStorm(t *testing.T) {
 				})
 				cut := rctx.Err() != nil && ctx.Err() == nil // the timer disconnected it
 				rcancel()
-				switch {
-				case errors.Is(err, errDisconnected) || (abortAfter == 0 && cut && err != nil):
-					count("client_disconnect")
-				case err != nil:
-					t.Errorf("request: %v", err)
-					count("error")
-				case r.status != http.StatusOK:
-					count(fmt.Sprintf("status_%d_%s", r.status, r.errCode))
-				case r.errCode != "":
-					count("stream_error_" + r.errCode)
-				case r.done:
-					count("finish_" + r.finish)
-				default:
-					t.Errorf("stream ended without [DONE] or an error: %v", r)
-					count("truncated")
+				if abortAfter == 0 && cut && err != nil {
+					err = fmt.Errorf("%w: %v", errDisconnected, err)
 				}
+				k, bad := stormEnding(err, r)
+				if bad != nil {
+					t.Error(bad)
+				}
+				count(k)
 			}
 		})
 	}
@@ -346,14 +338,42 @@ func TestHTTPAbortStorm(t *testing.T) {
 		}
 	}
 
-	// Idle soon after: the disconnects are noticed by the handlers, turned
-	// into aborts, and the tombstones reach both stages. Well under a second
-	// on an idle machine; the bound leaves room for a loaded one.
+	afterStorm(t, s.base, onceUponATime)
+}
+
+// stormEnding names the way a storm request ended, with an error to report
+// when it is none a client may see (the request failed, or its stream
+// stopped without [DONE] or an error).
+func stormEnding(err error, r streamResult) (string, error) {
+	switch {
+	case errors.Is(err, errDisconnected):
+		return "client_disconnect", nil
+	case err != nil:
+		return "error", fmt.Errorf("request: %v", err)
+	case r.status != http.StatusOK:
+		return fmt.Sprintf("status_%d_%s", r.status, r.errCode), nil
+	case r.errCode != "":
+		return "stream_error_" + r.errCode, nil
+	case r.done:
+		return "finish_" + r.finish, nil
+	}
+	return "truncated", fmt.Errorf("stream ended without [DONE] or an error: %v", r)
+}
+
+// afterStorm checks a 2-stage serve after an abort storm: idle soon after
+// (the disconnects are noticed by the handlers, turned into aborts, and the
+// tombstones reach both stages: well under a second on an idle machine;
+// the bound leaves room for a loaded one), a greedy request reads want,
+// and idle again with every stage's counts equal to the allocator's (zero),
+// which is what the invariant gauge compares: it must not have flagged
+// anything (its grace only delays a flag, so no wait is needed here).
+func afterStorm(t *testing.T, base, want string) {
+	t.Helper()
 	waitIdle := func(what string) {
 		t.Helper()
 		deadline := time.Now().Add(guard(5 * time.Second))
 		for {
-			why := idle(t, s.base, 2)
+			why := idle(t, base, 2)
 			if why == "" {
 				return
 			}
@@ -364,14 +384,11 @@ func TestHTTPAbortStorm(t *testing.T) {
 		}
 	}
 	waitIdle("the storm")
-	if got := greedy(t, s.base, "Once upon a time", 64); got != onceUponATime {
-		t.Errorf("after the storm: %q\nwant %q", got, onceUponATime)
+	if got := greedy(t, base, "Once upon a time", 64); got != want {
+		t.Errorf("after the storm: %q\nwant %q", got, want)
 	}
-	// Idle again: every stage's counts equal the allocator's (zero), which
-	// is what the invariant gauge compares; it must not have flagged
-	// anything (its grace only delays a flag, so no wait is needed here).
 	waitIdle("the greedy request")
-	if ok, found := metric(t, strings.TrimPrefix(s.base, "http://"), "strata_kv_invariant_ok"); !found || ok != 2 {
+	if ok, found := metric(t, strings.TrimPrefix(base, "http://"), "strata_kv_invariant_ok"); !found || ok != 2 {
 		t.Errorf("strata_kv_invariant_ok summed over 2 shards = %v (found %v), want 2", ok, found)
 	}
 }
@@ -593,22 +610,11 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 				r, err := streamCompletion(ctx, s.base, body, func(r *streamResult) bool {
 					return abortAfter < 0 || r.chunks < abortAfter
 				})
-				switch {
-				case errors.Is(err, errDisconnected):
-					count("client_disconnect")
-				case err != nil:
-					t.Errorf("request: %v", err)
-					count("error")
-				case r.status != http.StatusOK:
-					count(fmt.Sprintf("status_%d_%s", r.status, r.errCode))
-				case r.errCode != "":
-					count("stream_error_" + r.errCode)
-				case r.done:
-					count("finish_" + r.finish)
-				default:
-					t.Errorf("stream ended without [DONE] or an error: %v", r)
-					count("truncated")
+				k, bad := stormEnding(err, r)
+				if bad != nil {
+					t.Error(bad)
 				}
+				count(k)
 			}
 		})
 	}
@@ -623,26 +629,5 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 			t.Errorf("%d requests ended %s", n, k)
 		}
 	}
-	waitIdle := func(what string) {
-		t.Helper()
-		deadline := time.Now().Add(guard(5 * time.Second))
-		for {
-			why := idle(t, s.base, 2)
-			if why == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("not idle 5 seconds after %s: %s", what, why)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitIdle("the storm")
-	if got := greedy(t, s.base, "Once upon a time", 64); got != before {
-		t.Errorf("after the storm: %q\nbefore it: %q", got, before)
-	}
-	waitIdle("the greedy request")
-	if ok, found := metric(t, strings.TrimPrefix(s.base, "http://"), "strata_kv_invariant_ok"); !found || ok != 2 {
-		t.Errorf("strata_kv_invariant_ok summed over 2 shards = %v (found %v), want 2", ok, found)
-	}
+	afterStorm(t, s.base, before)
 }
