@@ -591,8 +591,13 @@ var catalogue = []mutation{
 	// control: placement by measured speed.
 	{
 		Name: "placement/speed-ignores-memory", File: "control/placement.go", Pkgs: []string{"./control"}, Run: `^TestPlanFor`,
-		Orig: "if free < int64(minBlocks)*int64(b-a)*shape.KVBytesPerBlockLayer {", Repl: "if false {",
+		Orig: "if free < int64(minBlocks)*int64(shape.KVSlots(a, b))*shape.KVBytesPerBlockLayer {", Repl: "if false {",
 		Why: "placement by speed gives a fast shard more layers than its memory holds beside half the memory-only KV pool",
+	},
+	{
+		Name: "placement/kv-slots-per-layer", File: "control/placement.go", Pkgs: []string{"./control"}, Run: `^TestPlanKVGroups`,
+		Orig: "\tif s.KVGroup == nil {\n\t\treturn end - first\n\t}\n", Repl: "\treturn end - first\n",
+		Why: "placement sizes a grouped model's pool by its layers, not its largest group's: a sliding model gets a fraction of the blocks it fits",
 	},
 	{
 		Name: "placement/speed-head-free", File: "control/placement.go", Pkgs: []string{"./control"}, Run: `^TestPlanFor`,
