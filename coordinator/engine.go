@@ -510,17 +510,8 @@ func (e *Engine) step(now time.Time) {
 			if l != nil {
 				l.dispatched = true
 			}
-			blocks := make([]int32, len(r.Blocks))
-			for k, bid := range r.Blocks {
-				blocks[k] = int32(bid)
-			}
-			wr := transport.Row{Seq: uint64(r.Seq), Pos: r.Pos, First: r.First, Tokens: r.Tokens, Blocks: blocks, Sample: r.Sample}
-			if len(r.Slides) > 0 {
-				wr.SlideFrom, wr.Slides = r.SlideFrom, make([]int32, len(r.Slides))
-				for k, bid := range r.Slides {
-					wr.Slides[k] = int32(bid)
-				}
-			}
+			wr := transport.Row{Seq: uint64(r.Seq), Pos: r.Pos, First: r.First, Tokens: r.Tokens, Blocks: blockIDs(r.Blocks), Sample: r.Sample,
+				SlideFrom: r.SlideFrom, Slides: blockIDs(r.Slides)}
 			if r.First && l != nil {
 				p := l.p.Sample
 				if len(p.Constraint) > 0 && r.Pos > l.promptLen {
@@ -632,4 +623,16 @@ func finishErr(r sched.Reason) error {
 		return errors.New("coordinator: request failed: its work was lost more often than the retry limit allows")
 	}
 	return nil
+}
+
+// blockIDs converts the scheduler's block IDs to the wire's (nil for none).
+func blockIDs(ids []kv.BlockID) []int32 {
+	if len(ids) == 0 {
+		return nil
+	}
+	out := make([]int32, len(ids))
+	for k, id := range ids {
+		out[k] = int32(id)
+	}
+	return out
 }

@@ -114,12 +114,14 @@ type Stage struct {
 	window int // positions the layer attends to (0: all)
 
 	// kvGroups is the model's KV groups once GroupKV has switched the
-	// stage to them (Groups 0 before: every layer in Blocks at slot ll).
-	kvGroups      KVGroups
-	headGroups    int       // attention items per token (attention)
-	softCapLogits []float32 // the logits the softCap step caps
-	norm          []float32 // weights of the norm in progress
-	steps         struct {
+	// stage to them (Groups 0 before: every layer in Blocks at slot ll),
+	// and each stage layer's slot and group, worked out there once.
+	kvGroups          KVGroups
+	kvSlot, kvGroupOf []int
+	headGroups        int       // attention items per token (attention)
+	softCapLogits     []float32 // the logits the softCap step caps
+	norm              []float32 // weights of the norm in progress
+	steps             struct {
 		embed, rope, norm, postNorm, qkv, attend, swiGLU, softCap func(worker, t int)
 		route, gather, expertGLU, sharedGLU, combine              func(worker, i int) // moe.go
 	}
@@ -176,7 +178,13 @@ func NewStage(m *Model, first, last int, be Backend, kv KV) (*Stage, error) {
 // (KVGroups().Slots(first, last)) instead of one per layer. Rows then carry
 // their sliding groups' tables (Row.Slides) when the model has any. Call
 // it before the first Forward.
-func (s *Stage) GroupKV() { s.kvGroups = s.m.KVGroups() }
+func (s *Stage) GroupKV() {
+	s.kvGroups = s.m.KVGroups()
+	s.kvSlot, s.kvGroupOf = make([]int, s.last-s.first), make([]int, s.last-s.first)
+	for l := s.first; l < s.last; l++ {
+		s.kvSlot[l-s.first], s.kvGroupOf[l-s.first] = s.kvGroups.Slot(s.first, l), s.kvGroups.Group(l)
+	}
+}
 
 // table is the block table layer s.ll reads and writes for row r, and the
 // position its first entry stands for: a sliding group's table starts at
@@ -512,7 +520,7 @@ func (s *Stage) layer(l int, rows []Row, T int) {
 	s.L, s.ll = L, l-s.first
 	s.slot, s.group = s.ll, 0
 	if s.kvGroups.Groups > 1 {
-		s.slot, s.group = s.kvGroups.Slot(s.first, l), s.kvGroups.Group(l)
+		s.slot, s.group = s.kvSlot[s.ll], s.kvGroupOf[s.ll]
 	}
 	s.rope = m.NoRopeEvery == 0 || (l+1)%m.NoRopeEvery != 0
 	s.window = m.Window(l)

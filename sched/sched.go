@@ -750,13 +750,12 @@ func (s *Scheduler) kvPositions() int {
 // in each batch of a Step, (maxInFlight+1)*MaxBatchTokens positions, and
 // never more than the sequence has.
 func (s *Scheduler) peakBlocks(positions int) int {
-	bs := s.cfg.KV.BlockSize
-	b := (positions + bs - 1) / bs
+	b := s.kv.BlocksFor(positions)
 	if s.cfg.KV.Groups <= 1 {
 		return b
 	}
 	span := s.cfg.Window + min(positions, (s.maxInFlight+1)*s.cfg.MaxBatchTokens)
-	slide := (span+bs-1)/bs + 1
+	slide := s.kv.BlocksFor(span) + 1
 	return b + (s.cfg.KV.Groups-1)*min(b, slide)
 }
 
