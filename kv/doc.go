@@ -44,7 +44,11 @@
 //     is needed. Only committed blocks are shared, so a block is never reused
 //     before its content exists everywhere. A match compares the tokens and the
 //     parent hash, so a wrong reuse needs a 64-bit collision of the chain hash.
-//     It is not built for sliding tables: Validate refuses it with groups.
+//     With groups each sliding table's committed blocks are indexed too, under
+//     the chain hash mixed with the group, and a hit stands only as far as
+//     every sliding group still holds the window the hit's first computed
+//     position reads (Config.Window); blocks Slide gives back stay cached until
+//     evicted, so a sequence's released window can serve a later prefix.
 //
 // The allocator is a plain data structure: it runs no goroutines, reads no
 // clock, does no I/O and keeps no package state. It is not safe for

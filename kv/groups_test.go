@@ -12,7 +12,7 @@ import (
 
 func newGroups(t *testing.T, blocks, bs, groups int) *Allocator {
 	t.Helper()
-	a, err := New(Config{Blocks: blocks, BlockSize: bs, Groups: groups})
+	a, err := New(Config{Blocks: blocks, BlockSize: bs, Groups: groups, Window: 2 * bs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,9 @@ func TestConfigValidateGroups(t *testing.T) {
 	for _, cfg := range []Config{
 		{Blocks: 8, BlockSize: 4, Groups: 0},
 		{Blocks: 8, BlockSize: 4, Groups: 1, PrefixCaching: true},
-		{Blocks: 8, BlockSize: 4, Groups: 2},
-		{Blocks: 8, BlockSize: 4, Groups: MaxGroups},
+		{Blocks: 8, BlockSize: 4, Groups: 2, Window: 1},
+		{Blocks: 8, BlockSize: 4, Groups: 2, Window: 5, PrefixCaching: true},
+		{Blocks: 8, BlockSize: 4, Groups: MaxGroups, Window: MaxWindow},
 	} {
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("Validate(%+v) = %v", cfg, err)
@@ -54,7 +55,8 @@ func TestConfigValidateGroups(t *testing.T) {
 	}{
 		{Config{Blocks: 8, BlockSize: 4, Groups: -1}, []string{"Groups", "-1"}},
 		{Config{Blocks: 8, BlockSize: 4, Groups: MaxGroups + 1}, []string{"Groups", "65"}},
-		{Config{Blocks: 8, BlockSize: 4, Groups: 2, PrefixCaching: true}, []string{"PrefixCaching", "Groups"}},
+		{Config{Blocks: 8, BlockSize: 4, Groups: 2}, []string{"Window", "0"}},
+		{Config{Blocks: 8, BlockSize: 4, Groups: 2, Window: MaxWindow + 1}, []string{"Window", "1073741825"}},
 	} {
 		err := tc.cfg.Validate()
 		for _, f := range tc.fields {
@@ -443,4 +445,118 @@ func TestCheckInvariantsGroups(t *testing.T) {
 			}
 		})
 	}
+}
+
+func newCachingGroups(t *testing.T, blocks, bs, groups, window int) *Allocator {
+	t.Helper()
+	a, err := New(Config{Blocks: blocks, BlockSize: bs, Groups: groups, Window: window, PrefixCaching: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// A chat's next turn: the previous turn's sequence committed its tokens
+// and slid its window as it went; its released sliding blocks stayed
+// cached. The next turn hits the whole prefix, shares the global blocks
+// and the sliding blocks of the window its first computed position reads,
+// and starts its sliding tables released before that window.
+func TestSlidingPrefixHit(t *testing.T) {
+	const bs, groups, window = 4, 3, 6
+	a := newCachingGroups(t, 64, bs, groups, window)
+	turn := toks(22, 0)
+	if _, err := a.Allocate(1, nil, len(turn), 0); err != nil {
+		t.Fatal(err)
+	}
+	a.Commit(1, turn)
+	old := tablesOf(a, 1)
+	// The last row, at position 21, reads from 16 on: blocks 0..3 go.
+	if err := a.Slide(1, len(turn)-window); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	if a.Table(1).First() != 4 || a.Stats().Cached != 2*4 {
+		t.Fatalf("first %d, stats %+v: want first 4 and the 8 released sliding blocks cached", a.Table(1).First(), a.Stats())
+	}
+	a.End(1)
+	check(t, a)
+
+	next := append(slices.Clone(turn), 100, 101, 102)
+	cached, err := a.Allocate(2, next[:len(next)-1], len(next), 0)
+	if err != nil || cached != 20 {
+		t.Fatalf("Allocate = %d, %v; want a hit of 20 positions (5 blocks)", cached, err)
+	}
+	check(t, a)
+	// Position 20 reads from 15 on: block 3 on, in every sliding group.
+	h := a.Table(2)
+	if h.First() != 3 || h.Len() != 7 {
+		t.Fatalf("first %d, len %d; want 3, 7", h.First(), h.Len())
+	}
+	for g, tbl := range tablesOf(a, 2) {
+		from := 0
+		if g > 0 {
+			from = 3
+		}
+		if !slices.Equal(tbl[from:5], old[g][from:5]) {
+			t.Fatalf("table %d is %v, want the previous turn's %v in blocks [%d, 5)", g, tbl, old[g], from)
+		}
+		if g > 0 && !slices.Equal(tbl[:3], []BlockID{released, released, released}) {
+			t.Fatalf("sliding table %d is %v, want its first 3 entries released", g, tbl)
+		}
+	}
+	if st := a.Stats(); st.PrefixHit != 20 || st.Used != 5+2*2+3*2 {
+		t.Fatalf("stats = %+v, want 20 positions hit and 15 blocks used", st)
+	}
+	// A different tail shares the prefix as far as the windows allow.
+	other := append(toks(13, 0), 7, 7, 7, 7, 7)
+	if cached, err := a.Allocate(3, other, len(other)+1, 0); err != nil || cached != 12 {
+		t.Fatalf("Allocate of a shorter shared prefix = %d, %v; want 12", cached, err)
+	}
+	check(t, a)
+	if h := a.Table(3); h.First() != 1 { // position 12 reads from 7 on
+		t.Fatalf("first %d, want 1", h.First())
+	}
+}
+
+// A window given back before its blocks were committed cannot serve a hit:
+// the hit falls back to the longest prefix whose window is cached in every
+// sliding group, and to none when there is none.
+func TestSlidingPrefixMissesReleasedWindow(t *testing.T) {
+	const bs, groups, window = 4, 3, 6
+	a := newCachingGroups(t, 64, bs, groups, window)
+	turn := toks(24, 0)
+	if _, err := a.Allocate(1, nil, len(turn), 0); err != nil {
+		t.Fatal(err)
+	}
+	a.Commit(1, turn[:12]) // blocks 0..2 committed
+	if err := a.Slide(1, 16); err != nil {
+		t.Fatal(err) // blocks 0..3 released: 3 unhashed, freed
+	}
+	a.Commit(1, turn) // blocks 3..5: the global ones, and the sliding ones still held
+	check(t, a)
+	a.End(1)
+	// Position 24 reads from 19 on: blocks 4 and 5, cached.
+	if cached, err := a.Allocate(2, turn, 30, 0); err != nil || cached != 24 {
+		t.Fatalf("Allocate = %d, %v; want 24 (window blocks 4, 5 cached)", cached, err)
+	}
+	a.End(2)
+	// A prefix of 20 positions reads from 15 on: block 3, whose sliding
+	// blocks were never committed, nor are 16's (from 11: blocks 2, 3).
+	// 12 reads from 7 on: blocks 1, 2, committed before the slide.
+	if cached, err := a.Allocate(3, turn[:20], 30, 0); err != nil || cached != 12 {
+		t.Fatalf("Allocate = %d, %v; want 12", cached, err)
+	}
+	check(t, a)
+	a.End(3)
+	// Filling all but one block of the pool evicts all but one cached
+	// block: the 7 blocks of that hit are not all there.
+	if _, err := a.Allocate(4, nil, 21*bs, 0); err != nil {
+		t.Fatal(err)
+	}
+	check(t, a)
+	a.End(4)
+	if cached, err := a.Allocate(5, turn[:13], 20, 0); err != nil || cached == 12 {
+		t.Fatalf("Allocate after eviction = %d, %v; want less than 12", cached, err)
+	}
+	check(t, a)
 }

@@ -17,7 +17,8 @@ import "fmt"
 //     exactly one of the used set, the LRU and the free list;
 //   - the free list holds no block twice and no cached block; the LRU's links
 //     are consistent and hold only unreferenced committed blocks;
-//   - the hash index and the blocks' recorded hashes agree.
+//   - the hash index and the blocks' recorded hashes agree, and a hashed
+//     block named by a live table holds that table's group.
 //
 // It runs in O(blocks + table entries) and allocates nothing.
 func (a *Allocator) CheckInvariants() error {
@@ -54,6 +55,9 @@ func (a *Allocator) CheckInvariants() error {
 			for i, id := range t.liveEntries(g) {
 				if id < 0 || int(id) >= n {
 					return fmt.Errorf("kv: sequence %d: table %d block %d is %d, outside the pool of %d", seq, g, i, id, n)
+				}
+				if a.cfg.PrefixCaching && a.hashed[id] && int(a.group[id]) != g {
+					return fmt.Errorf("kv: sequence %d: table %d names block %d, cached as group %d's", seq, g, id, a.group[id])
 				}
 				mark[id]++
 			}

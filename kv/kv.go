@@ -33,6 +33,9 @@ const (
 	// 7, Gemma 2 needs 2), and small enough that a sequence's groups times
 	// its blocks stays far inside an int.
 	MaxGroups = 64
+	// MaxWindow bounds Config.Window, so that positions stay far inside an
+	// int32 (a row's position is one).
+	MaxWindow = 1 << 30
 )
 
 // Config sizes the pool.
@@ -50,6 +53,12 @@ type Config struct {
 	// Groups-1 are sliding groups, whose entries below the window Slide
 	// gives back. 0 and 1 both mean one table, the global one.
 	Groups int
+	// Window is the sliding layers' window in positions, required with
+	// Groups > 1: a row at position p reads positions from p-Window+1 on
+	// in a sliding layer. A prefix-cache hit stands only when every
+	// sliding table still holds the window its first computed position
+	// reads, and the entries before that window start released.
+	Window int
 }
 
 // DefaultConfig returns the configuration strata starts from.
@@ -84,10 +93,8 @@ func (c Config) Validate() error {
 	if c.Groups < 0 || c.Groups > MaxGroups {
 		return fmt.Errorf("kv: Groups must be in [0, %d], got %d", MaxGroups, c.Groups)
 	}
-	// A cached prefix would have to keep its sliding blocks and refuse hits
-	// whose window was given back; that part is not built.
-	if c.PrefixCaching && c.Groups > 1 {
-		return fmt.Errorf("kv: PrefixCaching must be off when Groups > 1 (prefix caching of sliding tables is not built), got Groups %d", c.Groups)
+	if c.Groups > 1 && (c.Window < 1 || c.Window > MaxWindow) {
+		return fmt.Errorf("kv: Window must be in [1, %d] when Groups > 1 (the sliding layers' window), got %d with Groups %d", MaxWindow, c.Window, c.Groups)
 	}
 	return nil
 }
@@ -227,8 +234,9 @@ type Allocator struct {
 
 	ref    []int32  // per block: live tables naming it
 	hashed []bool   // per block: registered in index
-	hash   []uint64 // per block, when hashed: its chain hash
+	hash   []uint64 // per block, when hashed: its key in index (groupKey)
 	parent []uint64 // per block, when hashed: its parent's chain hash
+	group  []uint8  // per block, when hashed: the group whose layers it holds
 	toks   []int32  // per block, when hashed: its BlockSize tokens
 
 	free []BlockID // unreferenced, unhashed blocks (a stack)
@@ -245,7 +253,8 @@ type Allocator struct {
 
 	queried, hit uint64
 
-	mark []int32 // scratch for CheckInvariants
+	chains []uint64 // scratch for Allocate: the matched blocks' chain hashes
+	mark   []int32  // scratch for CheckInvariants
 }
 
 // New returns an allocator with every block free.
@@ -271,6 +280,7 @@ func New(cfg Config) (*Allocator, error) {
 		a.hashed = make([]bool, n)
 		a.hash = make([]uint64, n)
 		a.parent = make([]uint64, n)
+		a.group = make([]uint8, n)
 		a.toks = make([]int32, n*cfg.BlockSize)
 		a.prev = make([]int32, n)
 		a.next = make([]int32, n)
@@ -344,6 +354,12 @@ func (a *Allocator) AppendTable(dst []BlockID, seq SeqID, n int) []BlockID {
 // the tokens whose K/V a hit may replace, usually every token but the last,
 // whose logits are still needed.
 //
+// With several groups a hit must hold, besides the global blocks of the
+// prefix, every sliding group's blocks of the window that position cached
+// reads (from cached-Window+1 on); the longest matched prefix whose window
+// is cached in every group is the hit. The new sliding tables' entries
+// before that window are released, as Slide would have left them.
+//
 // Allocate fails with ErrOutOfBlocks, changing nothing, unless at least
 // reserve blocks stay available afterwards (reserve 0 asks only for the
 // blocks themselves). With several groups every table takes its own blocks,
@@ -355,30 +371,48 @@ func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) 
 	if positions < 0 {
 		positions = 0
 	}
-	bs := a.cfg.BlockSize
-	// Look up: count matched blocks and how many of them sit in the LRU
-	// (those stop being available once taken).
-	matched, fromLRU := 0, 0
-	var h uint64 = rootHash
+	bs, groups := a.cfg.BlockSize, a.cfg.groups()
+	// Look up: the global chain first, then the windows it ends on.
+	matched, from := 0, 0
+	chains := a.chains[:0]
 	if a.cfg.PrefixCaching {
+		h := rootHash
 		for i := 0; (i+1)*bs <= len(prefix); i++ {
 			blk := prefix[i*bs : (i+1)*bs]
 			nh := chain(h, blk)
-			id, ok := a.lookup(nh, h, blk)
-			if !ok {
+			if _, ok := a.lookup(nh, h, 0, blk); !ok {
 				break
 			}
-			if a.ref[id] == 0 {
-				fromLRU++
-			}
+			chains = append(chains, nh)
 			matched++
 			h = nh
 		}
+		a.chains = chains
+		if groups > 1 {
+			// Walk down from the end: a block missing in some sliding group
+			// caps the hit below it, whose window starts earlier.
+			for i := matched - 1; i >= a.windowStart(matched); i-- {
+				if !a.slidingCached(prefix, chains, i) {
+					matched = i
+				}
+			}
+			from = a.windowStart(matched)
+		}
 	}
-	// With several groups matched is 0 (Validate refuses prefix caching),
-	// so every table gets need blocks and all of them have one length.
+	// Cached blocks nobody holds stop being available once taken.
+	fromLRU := 0
+	for i := range matched {
+		if a.ref[a.index[chains[i]]] == 0 {
+			fromLRU++
+		}
+		for g := 1; g < groups && i >= from; g++ {
+			if a.ref[a.index[groupKey(chains[i], g)]] == 0 {
+				fromLRU++
+			}
+		}
+	}
 	need := a.BlocksFor(max(positions, matched*bs)) - matched
-	if need*a.cfg.groups()+reserve > a.Available()-fromLRU {
+	if need*groups+reserve > a.Available()-fromLRU {
 		return 0, ErrOutOfBlocks
 	}
 
@@ -387,23 +421,59 @@ func (a *Allocator) Allocate(seq SeqID, prefix []int32, positions, reserve int) 
 	if a.cfg.PrefixCaching {
 		a.queried += uint64(len(prefix))
 		a.hit += uint64(matched * bs)
-		h = rootHash
 		for i := range matched {
-			blk := prefix[i*bs : (i+1)*bs]
-			h = chain(h, blk)
-			id := a.index[h]
-			if a.ref[id] == 0 {
-				a.lruRemove(id)
-				a.used++
+			t.blocks = append(t.blocks, a.share(chains[i]))
+			for g := 1; g < groups; g++ {
+				id := released
+				if i >= from {
+					id = a.share(groupKey(chains[i], g))
+				}
+				t.sliding[g-1] = append(t.sliding[g-1], id)
 			}
-			a.ref[id]++
-			t.blocks = append(t.blocks, id)
 		}
-		t.nhashed, t.last = matched, h
+		t.first = from
+		t.nhashed, t.last = matched, rootHash
+		if matched > 0 {
+			t.last = chains[matched-1]
+		}
 	}
 	a.grow(t, need)
 	a.tables[seq] = t
 	return matched * bs, nil
+}
+
+// windowStart is the first block a sequence that starts computing after its
+// first m blocks reads in a sliding layer: the one holding position
+// m*BlockSize-Window+1.
+func (a *Allocator) windowStart(m int) int {
+	return max(0, m*a.cfg.BlockSize-a.cfg.Window+1) / a.cfg.BlockSize
+}
+
+// slidingCached reports whether every sliding group has block i of prefix
+// cached; chains holds the chain hashes of the prefix's blocks up to i.
+func (a *Allocator) slidingCached(prefix []int32, chains []uint64, i int) bool {
+	bs := a.cfg.BlockSize
+	parent := rootHash
+	if i > 0 {
+		parent = chains[i-1]
+	}
+	for g := 1; g < a.cfg.groups(); g++ {
+		if _, ok := a.lookup(groupKey(chains[i], g), parent, g, prefix[i*bs:(i+1)*bs]); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// share takes one more reference to the cached block indexed under key.
+func (a *Allocator) share(key uint64) BlockID {
+	id := a.index[key]
+	if a.ref[id] == 0 {
+		a.lruRemove(id)
+		a.used++
+	}
+	a.ref[id]++
+	return id
 }
 
 // Extend grows each of seq's tables to cover at least positions positions:
@@ -448,8 +518,9 @@ func (a *Allocator) grow(t *Table, need int) {
 // releases nothing. A lo past the tables' end releases all their entries;
 // those Extend appends later are live.
 //
-// A released block goes straight back to the pool. The shards need not hear
-// of it: a block reaches a stage only in a batch dispatched after the
+// A released block goes back to the pool: parked in the prefix cache when
+// its content is committed (a later sequence whose prefix ends near it may
+// hit it), freed otherwise. The shards need not hear of it: a block reaches a stage only in a batch dispatched after the
 // release, and a stage runs batches in order (docs/sliding-window-kv.md).
 //
 // Slide fails with ErrUnknownSequence when seq has no table. With one group
@@ -494,17 +565,32 @@ func (a *Allocator) Commit(seq SeqID, tokens []int32) {
 	for i := t.nhashed; i < full; i++ {
 		blk := tokens[i*bs : (i+1)*bs]
 		h := chain(t.last, blk)
-		id := t.blocks[i]
-		if _, dup := a.index[h]; !dup && !a.hashed[id] {
-			a.index[h] = id
-			a.hashed[id] = true
-			a.hash[id] = h
-			a.parent[id] = t.last
-			copy(a.toks[int(id)*bs:], blk)
+		a.register(t.blocks[i], h, t.last, 0, blk)
+		// A sliding entry Slide released is gone: its block may already
+		// hold another sequence's positions.
+		for g, sl := range t.sliding {
+			if i >= t.first {
+				a.register(sl[i], groupKey(h, g+1), t.last, g+1, blk)
+			}
 		}
 		t.last = h
 		t.nhashed = i + 1
 	}
+}
+
+// register indexes block id under key, as group g's block of the tokens
+// blk whose parent chain hash is parent, unless the key is indexed already
+// or the block is.
+func (a *Allocator) register(id BlockID, key, parent uint64, g int, blk []int32) {
+	if _, dup := a.index[key]; dup || a.hashed[id] {
+		return
+	}
+	a.index[key] = id
+	a.hashed[id] = true
+	a.hash[id] = key
+	a.parent[id] = parent
+	a.group[id] = uint8(g)
+	copy(a.toks[int(id)*a.cfg.BlockSize:], blk)
 }
 
 // End drops seq's tables: every live entry's block loses one reference, and
@@ -591,11 +677,11 @@ func (a *Allocator) take() BlockID {
 	return id
 }
 
-// lookup finds the cached block with chain hash h, parent hash parent and
-// content blk.
-func (a *Allocator) lookup(h, parent uint64, blk []int32) (BlockID, bool) {
-	id, ok := a.index[h]
-	if !ok || a.parent[id] != parent {
+// lookup finds group g's cached block indexed under key, with parent hash
+// parent and content blk.
+func (a *Allocator) lookup(key, parent uint64, g int, blk []int32) (BlockID, bool) {
+	id, ok := a.index[key]
+	if !ok || a.parent[id] != parent || int(a.group[id]) != g {
 		return 0, false
 	}
 	bs := a.cfg.BlockSize
@@ -640,6 +726,16 @@ func (a *Allocator) lruRemove(id BlockID) {
 // rootHash seeds the chain: the parent hash of a sequence's first block.
 const rootHash uint64 = 0x243f6a8885a308d3
 
+// groupKey is the index key of group g's block whose chain hash is h: the
+// chain hash itself for the global group, mixed with g for a sliding one
+// (the same tokens, other layers' K/V).
+func groupKey(h uint64, g int) uint64 {
+	if g == 0 {
+		return h
+	}
+	return mix(h ^ uint64(g)*0x9e3779b97f4a7c15)
+}
+
 // chain hashes one block's tokens onto its parent's hash.
 func chain(parent uint64, blk []int32) uint64 {
 	h := parent
@@ -648,7 +744,11 @@ func chain(parent uint64, blk []int32) uint64 {
 		h *= 0x9e3779b97f4a7c15
 		h ^= h >> 29
 	}
-	// splitmix64's finaliser, so that nearby inputs land far apart.
+	return mix(h)
+}
+
+// mix is splitmix64's finaliser, so that nearby inputs land far apart.
+func mix(h uint64) uint64 {
 	h ^= h >> 30
 	h *= 0xbf58476d1ce4e5b9
 	h ^= h >> 27

@@ -3,6 +3,7 @@ package kv
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -15,11 +16,15 @@ var propOps = flag.Int("kv.ops", 20000, "operations per seed in TestAgainstModel
 // block is identified by the whole token prefix it ends (a string, so no
 // hashing), and eviction scans for the oldest parked block. A sliding table
 // marks each released entry -1 on its own; the allocator's first index is
-// derived from them (the leading run of released entries).
+// derived from them (the leading run of released entries). A sliding
+// group's cached block is keyed by its prefix and the group (slidingKey),
+// and a hit is the longest matched prefix whose window every sliding group
+// holds, found by trying each length from the longest down.
 type refModel struct {
 	bs, n   int
 	caching bool
 	groups  int
+	window  int
 	blocks  []refBlock
 	tables  map[SeqID][]int
 	sliding map[SeqID][][]int // groups-1 tables per sequence; -1 is released
@@ -35,8 +40,8 @@ type refBlock struct {
 	parked int    // when it was last parked in the cache
 }
 
-func newRef(n, bs int, caching bool, groups int) *refModel {
-	return &refModel{bs: bs, n: n, caching: caching, groups: max(1, groups), blocks: make([]refBlock, n),
+func newRef(n, bs int, caching bool, groups, window int) *refModel {
+	return &refModel{bs: bs, n: n, caching: caching, groups: max(1, groups), window: window, blocks: make([]refBlock, n),
 		tables: map[SeqID][]int{}, sliding: map[SeqID][][]int{}, hashed: map[SeqID]int{}}
 }
 
@@ -46,6 +51,16 @@ func prefixKey(tokens []int32) string {
 		b.WriteString(string(rune('a' + t)))
 	}
 	return b.String()
+}
+
+func slidingKey(tokens []int32, g int) string { return fmt.Sprintf("%s#%d", prefixKey(tokens), g) }
+
+// park records that block id lost its last reference now.
+func (m *refModel) park(id int) {
+	if b := &m.blocks[id]; b.ref == 0 && b.key != "" {
+		m.tick++
+		b.parked = m.tick
+	}
 }
 
 func (m *refModel) find(key string) int {
@@ -98,8 +113,31 @@ func (m *refModel) allocate(seq SeqID, prefix []int32, positions, reserve int) (
 			matched = append(matched, id)
 		}
 	}
+	// The sliding groups' blocks of the hit, [from, len(matched)) of each.
+	var windows [][]int
+	from := 0
+	for k := len(matched); m.groups > 1 && k >= 0; k-- {
+		from = max(0, k*m.bs-m.window+1) / m.bs
+		windows = windows[:0]
+		for g := 1; g < m.groups; g++ {
+			var w []int
+			for i := from; i < k; i++ {
+				if id := m.find(slidingKey(prefix[:(i+1)*m.bs], g)); id >= 0 {
+					w = append(w, id)
+				}
+			}
+			windows = append(windows, w)
+			if len(w) < k-from {
+				break
+			}
+		}
+		if len(windows) == m.groups-1 && len(windows[m.groups-2]) == k-from {
+			matched = matched[:k]
+			break
+		}
+	}
 	fromLRU := 0
-	for _, id := range matched {
+	for _, id := range slices.Concat(append(windows, matched)...) {
 		if m.blocks[id].ref == 0 {
 			fromLRU++
 		}
@@ -112,19 +150,21 @@ func (m *refModel) allocate(seq SeqID, prefix []int32, positions, reserve int) (
 		m.queried += uint64(len(prefix))
 		m.hit += uint64(len(matched) * m.bs)
 	}
-	for _, id := range matched {
+	for _, id := range slices.Concat(append(windows, matched)...) {
 		m.blocks[id].ref++
+	}
+	var sliding [][]int
+	for g := range m.groups - 1 {
+		s := slices.Repeat([]int{-1}, from)
+		sliding = append(sliding, append(s, windows[g]...))
 	}
 	for range need {
 		matched = append(matched, m.take())
 	}
-	var sliding [][]int
-	for range m.groups - 1 {
-		var s []int
-		for range len(matched) {
-			s = append(s, m.take())
+	for g := range sliding {
+		for range need {
+			sliding[g] = append(sliding[g], m.take())
 		}
-		sliding = append(sliding, s)
 	}
 	m.tables[seq] = matched
 	m.sliding[seq] = sliding
@@ -168,6 +208,7 @@ func (m *refModel) slide(seq SeqID, lo int) error {
 		for i := 0; i < len(t) && i < lo/m.bs; i++ {
 			if s[i] >= 0 {
 				m.blocks[s[i]].ref--
+				m.park(s[i])
 				s[i] = -1
 			}
 		}
@@ -203,6 +244,12 @@ func (m *refModel) commit(seq SeqID, tokens []int32) {
 		if m.find(key) < 0 && m.blocks[t[i]].key == "" {
 			m.blocks[t[i]].key = key
 		}
+		for g, s := range m.sliding[seq] {
+			key := slidingKey(tokens[:(i+1)*m.bs], g+1)
+			if s[i] >= 0 && m.find(key) < 0 && m.blocks[s[i]].key == "" {
+				m.blocks[s[i]].key = key
+			}
+		}
 	}
 	m.hashed[seq] = max(m.hashed[seq], full)
 }
@@ -210,17 +257,14 @@ func (m *refModel) commit(seq SeqID, tokens []int32) {
 func (m *refModel) end(seq SeqID) {
 	t := m.tables[seq]
 	for i := len(t) - 1; i >= 0; i-- {
-		b := &m.blocks[t[i]]
-		b.ref--
-		if b.ref == 0 && b.key != "" {
-			m.tick++
-			b.parked = m.tick
-		}
+		m.blocks[t[i]].ref--
+		m.park(t[i])
 	}
 	for _, s := range m.sliding[seq] {
-		for _, id := range s {
-			if id >= 0 {
-				m.blocks[id].ref--
+		for i := len(s) - 1; i >= 0; i-- {
+			if s[i] >= 0 {
+				m.blocks[s[i]].ref--
+				m.park(s[i])
 			}
 		}
 	}
@@ -253,39 +297,42 @@ func TestAgainstModel(t *testing.T) {
 		caching := seed%4 != 0
 		bs := 1 + int(seed%4)
 		n := 4 + int(seed*3%29)
-		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, caching, 1, *propOps) })
+		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, caching, 1, 0, *propOps) })
 	}
 }
 
 // TestAgainstModelGroups is TestAgainstModel for sliding-window models:
-// several tables per sequence, no prefix caching, and Slide among the
-// operations.
+// several tables per sequence, Slide among the operations, and prefix
+// caching on for two seeds in three (hits that must hold every sliding
+// group's window).
 func TestAgainstModelGroups(t *testing.T) {
-	for seed := uint64(1); seed <= 6; seed++ {
+	for seed := uint64(1); seed <= 9; seed++ {
 		groups := []int{2, 3, 7}[seed%3]
 		bs := 1 + int(seed%4)
-		n := groups * (3 + int(seed*5%11))
-		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, false, groups, *propOps) })
+		n := groups * (5 + int(seed*5%11))
+		window := 1 + int(seed*7%(3*uint64(bs)))
+		caching := seed%3 != 1
+		t.Run("", func(t *testing.T) { runModel(t, seed, n, bs, caching, groups, window, *propOps) })
 	}
 }
 
 // runModel drives an allocator of n blocks of bs positions, with the given
-// groups, and the reference through ops random operations. Slide is among
-// them when groups > 1; with one group the operations are those the test
-// has always made, seed for seed.
-func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops int) {
+// groups and sliding window, and the reference through ops random
+// operations. Slide is among them when groups > 1; with one group the
+// operations are those the test has always made, seed for seed.
+func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, window, ops int) {
 	rng := rand.New(rand.NewPCG(seed, 99))
-	a, err := New(Config{Blocks: n, BlockSize: bs, PrefixCaching: caching, Groups: groups})
+	a, err := New(Config{Blocks: n, BlockSize: bs, PrefixCaching: caching, Groups: groups, Window: window})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newRef(n, bs, caching, groups)
+	m := newRef(n, bs, caching, groups, window)
 	G := m.groups
 	// What each sequence's tables held when the test last saw them grow
 	// (table 0 the global one): live entries never change, and nothing
 	// but Slide and End releases them.
 	shadow := map[SeqID][][]BlockID{}
-	kinds, slid := 10, 0
+	kinds, slid, windowHits := 10, 0, 0
 	if G > 1 {
 		kinds = 12
 	}
@@ -327,15 +374,25 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops in
 				t.Fatalf("op %d: Allocate(%d, %v, %d, %d) = %d, %v; model %d, %v", op, seq, prefix, positions, reserve, gc, gerr, wc, werr)
 			}
 			if gerr == nil {
-				tbl := tableOf(a, seq)
-				for i := range tbl {
-					if i < gc/bs {
-						if want := prefixKey(prefix[:(i+1)*bs]); content[tbl[i]] != want {
-							t.Fatalf("op %d: sequence %d shares block %d holding %q for prefix %q", op, seq, tbl[i], content[tbl[i]], want)
+				for g, tbl := range tablesOf(a, seq) {
+					for i, id := range tbl {
+						want := prefixKey(prefix[:min(len(prefix), (i+1)*bs)])
+						if g > 0 {
+							want = slidingKey(prefix[:min(len(prefix), (i+1)*bs)], g)
 						}
-					} else {
-						content[tbl[i]] = ""
+						switch {
+						case id == released && (g == 0 || i >= gc/bs):
+							t.Fatalf("op %d: sequence %d's table %d entry %d is released at allocation (hit of %d)", op, seq, g, i, gc)
+						case id == released:
+						case i < gc/bs && content[id] != want:
+							t.Fatalf("op %d: sequence %d shares block %d holding %q for %q", op, seq, id, content[id], want)
+						case i >= gc/bs:
+							content[id] = ""
+						}
 					}
+				}
+				if a.Table(seq).First() > 0 {
+					windowHits++
 				}
 				seqs = append(seqs, live{seq, tokens})
 				shadow[seq] = tablesOf(a, seq)
@@ -359,10 +416,12 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops in
 			if gerr != nil { // not grown: forget the new tokens
 				s.tokens = s.tokens[:old]
 			} else {
-				for _, id := range tableOf(a, s.seq)[oldLen:] {
-					content[id] = "" // newly taken: holds nothing yet
-				}
 				now := tablesOf(a, s.seq)
+				for _, tbl := range now {
+					for _, id := range tbl[oldLen:] {
+						content[id] = "" // newly taken: holds nothing yet
+					}
+				}
 				for g := range shadow[s.seq] {
 					shadow[s.seq][g] = append(shadow[s.seq][g], now[g][oldLen:]...)
 				}
@@ -372,13 +431,20 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops in
 			upto := rng.IntN(min(len(s.tokens), a.Len(s.seq)*bs) + 1)
 			a.Commit(s.seq, s.tokens[:upto])
 			m.commit(s.seq, s.tokens[:upto])
-			tbl := tableOf(a, s.seq)
-			for i := range min(upto/bs, len(tbl)) {
-				key := prefixKey(s.tokens[:(i+1)*bs])
-				if c := content[tbl[i]]; c != "" && c != key {
-					t.Fatalf("op %d: block %d holds %q, sequence %d writes %q into it", op, tbl[i], c, s.seq, key)
+			for g, tbl := range tablesOf(a, s.seq) {
+				for i := range min(upto/bs, len(tbl)) {
+					if tbl[i] == released {
+						continue
+					}
+					key := prefixKey(s.tokens[:(i+1)*bs])
+					if g > 0 {
+						key = slidingKey(s.tokens[:(i+1)*bs], g)
+					}
+					if c := content[tbl[i]]; c != "" && c != key {
+						t.Fatalf("op %d: block %d holds %q, sequence %d writes %q into it", op, tbl[i], c, s.seq, key)
+					}
+					content[tbl[i]] = key
 				}
-				content[tbl[i]] = key
 			}
 		case k < 10 && len(seqs) > 0: // end
 			i := rng.IntN(len(seqs))
@@ -448,6 +514,10 @@ func runModel(t *testing.T, seed uint64, n, bs int, caching bool, groups, ops in
 	}
 	if G > 1 && slid == 0 {
 		t.Fatalf("seed %d: no Slide released a block: the test does not exercise it", seed)
+	}
+	t.Logf("seed %d: %d blocks of %d, %d groups, window %d: %d sliding releases, %d hits past a released window, stats %+v", seed, n, bs, G, window, slid, windowHits, a.Stats())
+	if G > 1 && caching && windowHits == 0 {
+		t.Fatalf("seed %d: no hit started its sliding tables past a released window: the test does not exercise it", seed)
 	}
 	if st := a.Stats(); st.Used != 0 || st.Sequences != 0 || st.Used+st.Cached+st.Free != n {
 		t.Fatalf("after draining: %+v", st)

@@ -9,13 +9,11 @@ import (
 
 // Config sets the scheduler's limits.
 type Config struct {
-	// KV sizes the block pool (the smallest stage's capacity).
+	// KV sizes the block pool (the smallest stage's capacity). With sliding
+	// groups (KV.Groups > 1), a row at position p reads positions from
+	// p-KV.Window+1 on in the sliding layers, and the blocks of the sliding
+	// tables before that are released as it is emitted.
 	KV kv.Config
-	// Window is the sliding window of a model whose KV has sliding groups
-	// (KV.Groups > 1), in positions: a row at position p reads positions
-	// from p-Window+1 on in the sliding layers, and the blocks of the
-	// sliding tables before that are released as it is emitted.
-	Window int
 	// Stages is the number of pipeline stages P.
 	Stages int
 	// MaxInFlight bounds the batches dispatched and not yet retired; 0 means
@@ -137,9 +135,6 @@ func (c Config) Validate() error {
 	}
 	if c.ReclaimTimeout <= 0 {
 		return fmt.Errorf("sched: ReclaimTimeout must be > 0, got %v", c.ReclaimTimeout)
-	}
-	if c.KV.Groups > 1 && c.Window < 1 {
-		return fmt.Errorf("sched: KV has %d groups, and Window is %d: sliding groups need a window", c.KV.Groups, c.Window)
 	}
 	if c.FirstSeq == 0 {
 		return fmt.Errorf("sched: FirstSeq must be >= 1, got 0")

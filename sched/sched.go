@@ -754,7 +754,7 @@ func (s *Scheduler) peakBlocks(positions int) int {
 	if s.cfg.KV.Groups <= 1 {
 		return b
 	}
-	span := s.cfg.Window + min(positions, (s.maxInFlight+1)*s.cfg.MaxBatchTokens)
+	span := s.cfg.KV.Window + min(positions, (s.maxInFlight+1)*s.cfg.MaxBatchTokens)
 	slide := s.kv.BlocksFor(span) + 1
 	return b + (s.cfg.KV.Groups-1)*min(b, slide)
 }
@@ -815,7 +815,7 @@ func (s *Scheduler) emit(now time.Time, out *Output) {
 					// dispatch order on every stage, so a released block
 					// is written by its next owner only in a later batch,
 					// after every read of it.
-					if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.Window+1)); err != nil {
+					if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.KV.Window+1)); err != nil {
 						panic(fmt.Sprintf("sched: slide of running sequence %d: %v", seq.id, err))
 					}
 					slideFrom = seq.table.First()

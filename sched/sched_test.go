@@ -829,7 +829,7 @@ func TestSlidingGroupsRelease(t *testing.T) {
 	const window, bs, groups = 6, 4, 3
 	h := newHarness(t, func(c *Config) {
 		c.KV = kv.Config{Blocks: 64, BlockSize: bs, Groups: groups}
-		c.Window = window
+		c.KV.Window = window
 	})
 	h.add(1, 9, 40)
 	maxUsed, rows := 0, 0
@@ -869,6 +869,63 @@ func TestSlidingGroupsRelease(t *testing.T) {
 	}
 }
 
+// TestSlidingPrefixCacheHit: a chat's next turn with KV groups and prefix
+// caching. The first turn's sequence ends holding, in each sliding table,
+// the window of its last row; the next turn, whose prompt is the first
+// turn's tokens and more, hits every committed block: its first row starts
+// past them, shares the first turn's global blocks and the sliding blocks
+// of the window its first position reads, and slides from that window.
+func TestSlidingPrefixCacheHit(t *testing.T) {
+	const window, bs, groups = 6, 4, 3
+	h := newHarness(t, func(c *Config) {
+		c.KV = kv.Config{Blocks: 64, BlockSize: bs, Groups: groups, Window: window, PrefixCaching: true}
+	})
+	first := h.req(1, 9, 20)
+	if err := h.s.Add(first); err != nil {
+		t.Fatal(err)
+	}
+	tokens := slices.Clone(first.Prompt)
+	var last Row
+	for i := 0; i < 100 && h.ends[1] == 0; i++ {
+		out := h.step()
+		for _, r := range rowsOf(out, 1) {
+			last = r
+			last.Blocks, last.Slides = slices.Clone(r.Blocks), slices.Clone(r.Slides)
+		}
+		for _, b := range out.Batches {
+			h.complete(b, 7)
+			tokens = append(tokens, 7)
+		}
+	}
+	// 29 tokens, 28 computed: the last row, at 27, reads from 22 on.
+	if h.ends[1] != Length || len(tokens) != 29 || last.Pos != 27 || last.SlideFrom != 5 {
+		t.Fatalf("first turn: ended %v with %d tokens, last row at %d sliding from %d", h.ends[1], len(tokens), last.Pos, last.SlideFrom)
+	}
+	h.step()
+	next := Request{ID: 2, Prompt: append(slices.Clone(tokens), 11, 12, 13), MaxTokens: 2, Stop: []int32{0}, Arrival: h.now}
+	if err := h.s.Add(next); err != nil {
+		t.Fatal(err)
+	}
+	rows := rowsOf(h.step(), 2)
+	// 7 blocks hit; position 28 reads from 23 on: block 5.
+	if len(rows) != 1 || !rows[0].First || rows[0].Pos != 28 || rows[0].SlideFrom != 5 {
+		t.Fatalf("next turn's rows %+v, want a first row at 28 sliding from 5", rows)
+	}
+	r := rows[0]
+	if !slices.Equal(r.Blocks[:7], last.Blocks[:7]) {
+		t.Fatalf("next turn's global blocks %v, want the first turn's %v", r.Blocks, last.Blocks)
+	}
+	w, lw := len(r.Blocks)-5, len(last.Blocks)-5
+	for g := range groups - 1 {
+		if got, want := r.Slides[g*w:g*w+2], last.Slides[g*lw:g*lw+2]; !slices.Equal(got, want) {
+			t.Fatalf("sliding table %d starts %v, want the first turn's window %v", g+1, got, want)
+		}
+	}
+	if st := h.s.Stats().KV; st.PrefixHit != 28 {
+		t.Fatalf("kv stats %+v, want 28 positions hit", st)
+	}
+}
+
 // TestSlidingGroupsLongPrompt: with KV groups a prompt is allocated chunk
 // by chunk, and its sliding tables release as the chunks go, so a 200-token
 // prompt never holds Groups times its blocks.
@@ -876,7 +933,7 @@ func TestSlidingGroupsLongPrompt(t *testing.T) {
 	const window, bs, groups = 6, 4, 3
 	h := newHarness(t, func(c *Config) {
 		c.KV = kv.Config{Blocks: 256, BlockSize: bs, Groups: groups}
-		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+		c.KV.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
 	})
 	h.add(1, 200, 4)
 	maxUsed := 0
@@ -907,7 +964,7 @@ func TestSlidingGroupsPreemptionEnds(t *testing.T) {
 	const window, bs, groups = 6, 4, 3
 	h := newHarness(t, func(c *Config) {
 		c.KV = kv.Config{Blocks: 60, BlockSize: bs, Groups: groups}
-		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+		c.KV.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
 	})
 	// slide = ceil((6 + (2+1)*16)/4) + 1 = 15 blocks; 60 - 2*15 = 30
 	// blocks alone: 120 positions.
@@ -945,7 +1002,7 @@ func TestSlidingGroupsNoThrash(t *testing.T) {
 	const window, bs, groups = 40, 4, 3
 	h := newHarness(t, func(c *Config) {
 		c.KV = kv.Config{Blocks: 150, BlockSize: bs, Groups: groups}
-		c.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
+		c.KV.Window, c.MaxModelLen, c.MaxWaitingTokens = window, 400, 400
 	})
 	// One sequence at 200 positions: 50 global blocks and two sliding
 	// tables of about 12: 74. Two fit in 150, three do not.

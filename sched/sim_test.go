@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,6 +52,10 @@ type simReq struct {
 type replica struct {
 	length int
 	blocks []kv.BlockID
+	// With KV groups: the sliding tables, entries before from released
+	// (the shards' view of what the sequence still holds).
+	from   int
+	slides [][]kv.BlockID
 }
 
 type sim struct {
@@ -94,8 +99,8 @@ func newSim(t *testing.T, seed uint64, p int) *sim {
 	cfg.MaxRetries = rng.IntN(3)
 	cfg.WatermarkBlocks = rng.IntN(3)
 	cfg.FirstSeq = SeqID(1 + rng.IntN(1000))
-	if !cfg.KV.PrefixCaching && rng.IntN(2) == 0 { // sliding KV groups
-		cfg.KV.Groups, cfg.Window = 2+rng.IntN(3), 1+rng.IntN(40)
+	if rng.IntN(2) == 0 { // sliding KV groups
+		cfg.KV.Groups, cfg.KV.Window = 2+rng.IntN(3), 1+rng.IntN(40)
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -162,8 +167,8 @@ func (m *sim) run(events int) {
 	if st.Added != st.Ended || int(st.Added) != len(m.reqs) {
 		m.fatalf("added %d, ended %d, sim saw %d", st.Added, st.Ended, len(m.reqs))
 	}
-	m.t.Logf("%d events: %d requests (%d refused), %d batches, %d rows, %d resets; stats %+v; kv hit rate %.2f",
-		m.events, len(m.reqs), m.stats.refused, m.stats.batches, m.stats.rows, m.stats.resets, st, st.KV.HitRate())
+	m.t.Logf("%d events: %d requests (%d refused), %d batches, %d rows, %d resets; stats %+v; kv groups %d, window %d, hit rate %.2f",
+		m.events, len(m.reqs), m.stats.refused, m.stats.batches, m.stats.rows, m.stats.resets, st, m.cfg.KV.Groups, m.cfg.KV.Window, st.KV.HitRate())
 }
 
 func (m *sim) event() {
@@ -301,6 +306,11 @@ func (m *sim) output(out Output) {
 			for _, id := range rp.blocks {
 				m.holders[id]--
 			}
+			for _, sl := range rp.slides {
+				for _, id := range sl[rp.from:] {
+					m.holders[id]--
+				}
+			}
 			delete(m.replicas, tb.Seq)
 		}
 	}
@@ -360,6 +370,9 @@ func (m *sim) output(out Output) {
 					m.fatalf("sequence %d writes block %d held by %d other live sequences", row.Seq, id, others)
 				}
 			}
+			if m.cfg.KV.Groups > 1 {
+				m.slides(rp, row)
+			}
 			for _, id := range row.Blocks[len(rp.blocks):] {
 				m.holders[id]++
 			}
@@ -398,6 +411,56 @@ func (m *sim) output(out Output) {
 		}
 		m.live = live
 	}
+}
+
+// slides checks a row's sliding tables against the shards' view rp (before
+// the row's global blocks are appended to it): they start no later than the
+// first position the row reads, never start earlier than before, keep the
+// entries they held, and the blocks the row writes are held by no other
+// live sequence. Entries from the replica's from to the row's SlideFrom
+// were released: their holders lose them.
+func (m *sim) slides(rp *replica, row Row) {
+	bs, groups := m.cfg.KV.BlockSize, m.cfg.KV.Groups
+	w := len(row.Blocks) - row.SlideFrom
+	if w < 0 || len(row.Slides) != (groups-1)*w {
+		m.fatalf("sequence %d: %d sliding entries from %d for %d blocks", row.Seq, len(row.Slides), row.SlideFrom, len(row.Blocks))
+	}
+	if lo := max(0, row.Pos-m.cfg.KV.Window+1); row.SlideFrom*bs > lo {
+		m.fatalf("sequence %d: row at %d reads from %d, its sliding tables start at block %d", row.Seq, row.Pos, lo, row.SlideFrom)
+	}
+	if rp.slides == nil {
+		rp.slides = make([][]kv.BlockID, groups-1)
+		rp.from = row.SlideFrom
+		for g := range rp.slides {
+			rp.slides[g] = slices.Repeat([]kv.BlockID{-1}, row.SlideFrom)
+		}
+	}
+	if row.SlideFrom < rp.from {
+		m.fatalf("sequence %d: sliding tables back from block %d to %d", row.Seq, rp.from, row.SlideFrom)
+	}
+	for g, sl := range rp.slides {
+		now := row.Slides[g*w : (g+1)*w]
+		for i := rp.from; i < len(sl); i++ {
+			switch {
+			case i < row.SlideFrom:
+				m.holders[sl[i]]--
+				sl[i] = -1
+			case now[i-row.SlideFrom] != sl[i]:
+				m.fatalf("sequence %d: sliding table %d block %d changed from %d to %d", row.Seq, g+1, i, sl[i], now[i-row.SlideFrom])
+			}
+		}
+		for i := max(len(sl), row.SlideFrom); i < len(row.Blocks); i++ {
+			sl = append(sl, now[i-row.SlideFrom])
+			m.holders[sl[i]]++
+		}
+		for i := max(row.SlideFrom, row.Pos/bs); i < len(row.Blocks); i++ {
+			if m.holders[sl[i]] != 1 {
+				m.fatalf("sequence %d writes sliding block %d (table %d entry %d) held by %d other live sequences", row.Seq, sl[i], g+1, i, m.holders[sl[i]]-1)
+			}
+		}
+		rp.slides[g] = sl
+	}
+	rp.from = max(rp.from, row.SlideFrom)
 }
 
 func (m *sim) check() {

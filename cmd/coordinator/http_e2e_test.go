@@ -578,6 +578,19 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 	s := startServe(t, "--model", writeSpec(t, spec), "--local-shards", "2", "--threads", "2",
 		"--kv-memory", "1MiB", "--request-timeout", "5s")
 	before := greedy(t, s.base, "Once upon a time", 64)
+	// A prompt of several blocks, far past the window (8): the second run
+	// hits the prefix cache, its sliding tables starting at the window of
+	// its first computed position, and writes the same text.
+	const long = "Once upon a time there was a little girl who lived by the sea with her old dog, and every morning they walked along the sand to look for shells"
+	hits := func() float64 {
+		v, _ := metric(t, strings.TrimPrefix(s.base, "http://"), "strata_prefix_cache_hits_total")
+		return v
+	}
+	beforeLong := greedy(t, s.base, long, 24)
+	h0 := hits()
+	if again := greedy(t, s.base, long, 24); again != beforeLong || hits() <= h0 {
+		t.Fatalf("the long prompt again: %q with %v positions hit, want %q and a prefix-cache hit", again, hits()-h0, beforeLong)
+	}
 	// Layer 5 is the one global layer: every sliding layer is a group of
 	// its own, and each stage holds one layer slot per block.
 	cs, err := readCluster(s.base)
@@ -603,6 +616,9 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 13))
 			for range perClient {
 				body := map[string]any{"prompt": "Once upon a time", "max_tokens": 8 + rng.IntN(200), "temperature": 0.8, "seed": rng.IntN(1 << 30)}
+				if rng.IntN(2) == 0 { // shares the long prompt's cached blocks, windows and all
+					body["prompt"], body["max_tokens"] = long[:len(long)-rng.IntN(40)], 8+rng.IntN(40)
+				}
 				abortAfter := -1
 				if rng.IntN(2) == 0 {
 					abortAfter = 1 + rng.IntN(60)
@@ -630,4 +646,9 @@ func TestHTTPSlidingAbortStorm(t *testing.T) {
 		}
 	}
 	afterStorm(t, s.base, before)
+	h0 = hits()
+	if got := greedy(t, s.base, long, 24); got != beforeLong {
+		t.Errorf("the long prompt after the storm: %q\nwant %q", got, beforeLong)
+	}
+	t.Logf("%v prompt positions hit before and in the storm, %v after it", h0, hits()-h0)
 }

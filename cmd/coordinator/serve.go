@@ -292,10 +292,8 @@ func serve(ctx context.Context, cfg serveConfig) error {
 	info.Context = ec.Sched.MaxModelLen
 	if g := m.KVGroups().Groups; g > 1 {
 		// Sliding layers keep their own block tables, released as the
-		// window moves (docs/sliding-window-kv.md). Prefix caching of
-		// sliding tables is not built: it is off for these models.
-		ec.Sched.KV.Groups, ec.Sched.Window = g, m.SlidingWindow
-		ec.Sched.KV.PrefixCaching = false
+		// window moves (docs/sliding-window-kv.md).
+		ec.Sched.KV.Groups, ec.Sched.KV.Window = g, m.SlidingWindow
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

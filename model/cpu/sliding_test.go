@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/strata-llm/strata/kv"
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/cpu"
 	"github.com/strata-llm/strata/model/ggml"
@@ -66,47 +67,55 @@ func TestSlidingReleaseIdentical(t *testing.T) {
 	}
 }
 
-func testSlidingRelease(t *testing.T, m *model.Model, cuts []int, bs int) {
-	groups := m.KVGroups()
-	G, W := groups.Groups, m.SlidingWindow
+// slidingStages builds m's stages cut at cuts, each with a pool of blocks
+// blocks of bs positions, grouped (model.KVGroups) or not.
+func slidingStages(t *testing.T, m *model.Model, cuts []int, blocks, bs int, grouped bool) []*model.Stage {
+	t.Helper()
 	pool := cpu.NewPool(2)
 	t.Cleanup(pool.Close)
 	bounds := append(append([]int{0}, cuts...), m.Layers)
+	var out []*model.Stage
+	for i := 0; i+1 < len(bounds); i++ {
+		layers := bounds[i+1] - bounds[i]
+		if grouped {
+			layers = m.KVGroups().Slots(bounds[i], bounds[i+1])
+		}
+		kv, err := cpu.NewKV(cpu.KVConfig{Layers: layers, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: ggml.F16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := model.NewStage(m, bounds[i], bounds[i+1], cpu.NewBackend(pool), kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grouped {
+			st.GroupKV()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// forwardStages runs rows through the stages in order and returns the last
+// one's output.
+func forwardStages(t *testing.T, sts []*model.Stage, rows []model.Row) []float32 {
+	t.Helper()
+	var hidden []float32
+	for _, st := range sts {
+		out, err := st.Forward(rows, hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hidden = slices.Clone(out)
+	}
+	return hidden
+}
+
+func testSlidingRelease(t *testing.T, m *model.Model, cuts []int, bs int) {
+	G, W := m.KVGroups().Groups, m.SlidingWindow
 	const blocks = 256
-	stages := func(grouped bool) []*model.Stage {
-		var out []*model.Stage
-		for i := 0; i+1 < len(bounds); i++ {
-			layers := bounds[i+1] - bounds[i]
-			if grouped {
-				layers = groups.Slots(bounds[i], bounds[i+1])
-			}
-			kv, err := cpu.NewKV(cpu.KVConfig{Layers: layers, Blocks: blocks, BlockSize: bs, Heads: m.Heads, HeadsKV: m.HeadsKV, HeadDim: m.HeadDim, Type: ggml.F16})
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := model.NewStage(m, bounds[i], bounds[i+1], cpu.NewBackend(pool), kv)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if grouped {
-				st.GroupKV()
-			}
-			out = append(out, st)
-		}
-		return out
-	}
-	forward := func(sts []*model.Stage, rows []model.Row) []float32 {
-		t.Helper()
-		var hidden []float32
-		for _, st := range sts {
-			out, err := st.Forward(rows, hidden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hidden = slices.Clone(out)
-		}
-		return hidden
-	}
+	stages := func(grouped bool) []*model.Stage { return slidingStages(t, m, cuts, blocks, bs, grouped) }
+	forward := func(sts []*model.Stage, rows []model.Row) []float32 { t.Helper(); return forwardStages(t, sts, rows) }
 	grouped := stages(true)
 	rng := rand.New(rand.NewPCG(7, uint64(len(cuts))))
 	seqs := []*slidingSeq{
@@ -252,5 +261,117 @@ func TestSlidingRowsChecked(t *testing.T) {
 	}
 	if _, err := newStage(false).Forward(row(2, slides(2, G-1, 10)), nil); err == nil {
 		t.Error("ungrouped stage: a row with sliding tables accepted")
+	}
+}
+
+// TestSlidingPrefixHitIdentical: prefix caching of grouped KV, through the
+// coordinator's allocator (kv) and real stages. A first sequence runs a
+// prompt and a generation far past the window, committing and sliding as
+// the scheduler does, and ends; a second, whose prompt shares the first's
+// tokens, hits the cache: its global tables and the sliding blocks of the
+// window its first position reads are the first sequence's, its sliding
+// entries before that window were never its own. Its logits from there on
+// are bit-identical to the same tokens computed from position 0 in fresh
+// ungrouped blocks. Through one, two and three stages.
+func TestSlidingPrefixHitIdentical(t *testing.T) {
+	const bs, blocks = 4, 256
+	for _, spec := range archSpecs {
+		if spec.Arch != "gemma3" && spec.Arch != "gemma2" {
+			continue
+		}
+		spec.Type = ggml.Q8_0
+		m := randomModel(t, spec)
+		G, W := m.KVGroups().Groups, m.SlidingWindow
+		for _, cuts := range [][]int{nil, {3}, {1, 5}} {
+			t.Run(fmt.Sprintf("%s/cuts=%v", specName(spec), cuts), func(t *testing.T) {
+				a, err := kv.New(kv.Config{Blocks: blocks, BlockSize: bs, Groups: G, Window: W, PrefixCaching: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				grouped := slidingStages(t, m, cuts, blocks, bs, true)
+				// run computes tokens[from:] of seq in the given chunks, then
+				// one token a row, as the scheduler would: extend, slide to
+				// the row's window, forward, commit.
+				run := func(seq kv.SeqID, tokens []int32, from int, chunks []int) [][]float32 {
+					t.Helper()
+					var logits [][]float32
+					for pos, step := from, 0; pos < len(tokens); step++ {
+						n := 1
+						if step < len(chunks) {
+							n = chunks[step]
+						}
+						n = min(n, len(tokens)-pos)
+						if err := a.Extend(seq, pos+n); err != nil {
+							t.Fatal(err)
+						}
+						if err := a.Slide(seq, max(0, pos-W+1)); err != nil {
+							t.Fatal(err)
+						}
+						h := a.Table(seq)
+						r := model.Row{Seq: uint64(seq), Pos: pos, First: pos == 0, Tokens: tokens[pos : pos+n], Logits: true, SlideFrom: h.First()}
+						nblk := (pos + n + bs - 1) / bs
+						for _, id := range h.AppendBlocks(nil, nblk) {
+							r.Blocks = append(r.Blocks, int32(id))
+						}
+						for g := 1; g < G; g++ {
+							for _, id := range h.AppendSliding(nil, g, nblk) {
+								r.Slides = append(r.Slides, int32(id))
+							}
+						}
+						logits = append(logits, forwardStages(t, grouped, []model.Row{r}))
+						a.Commit(seq, tokens[:pos+n])
+						pos += n
+					}
+					return logits
+				}
+				rng := rand.New(rand.NewPCG(11, uint64(len(cuts))))
+				first := randTokens(rng, 3*W, m.Vocab)
+				if _, err := a.Allocate(1, nil, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				run(1, first, 0, []int{9, 14})
+				a.End(1)
+				if err := a.CheckInvariants(); err != nil {
+					t.Fatal(err)
+				}
+				// The next turn: all of the first's tokens but the last
+				// (whose K/V a last row never writes) and new ones.
+				next := append(slices.Clone(first[:len(first)-1]), randTokens(rng, 12, m.Vocab)...)
+				cached, err := a.Allocate(2, next[:len(next)-1], 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				from := a.Table(2).First()
+				if cached == 0 || from == 0 {
+					t.Fatalf("hit of %d positions, sliding tables from block %d: want a hit past a released window", cached, from)
+				}
+				chunks := []int{5}
+				got := run(2, next, cached, chunks)
+				// Alone, ungrouped, in fresh blocks: the prefix in one
+				// chunk, then the same rows.
+				flat := slidingStages(t, m, cuts, blocks, bs, false)
+				var table []int32
+				for i := range (len(next) + bs - 1) / bs {
+					table = append(table, int32(i))
+				}
+				pos := 0
+				for step := -1; pos < len(next); step++ {
+					n := cached
+					if step >= 0 {
+						n = 1
+						if step < len(chunks) {
+							n = chunks[step]
+						}
+						n = min(n, len(next)-pos)
+					}
+					out := forwardStages(t, flat, []model.Row{{Seq: 9, Pos: pos, First: pos == 0, Tokens: next[pos : pos+n], Blocks: table[:(pos+n+bs-1)/bs], Logits: true}})
+					if step >= 0 && !slices.Equal(out, got[step]) {
+						t.Fatalf("row %d (position %d): logits after a sliding prefix hit differ from a recompute", step, pos)
+					}
+					pos += n
+				}
+				t.Logf("window %d: hit %d positions, sliding tables from block %d", W, cached, from)
+			})
+		}
 	}
 }

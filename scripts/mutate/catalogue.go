@@ -136,12 +136,12 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "kv/lru-double-count", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need*a.cfg.groups()+reserve > a.Available() {",
+		Orig: "if need*groups+reserve > a.Available()-fromLRU {", Repl: "if need*groups+reserve > a.Available() {",
 		Why: "Allocate counts the cached blocks it is about to share as available too and over-commits",
 	},
 	{
 		Name: "kv/reserve-ignored", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need*a.cfg.groups() > a.Available()-fromLRU {",
+		Orig: "if need*groups+reserve > a.Available()-fromLRU {", Repl: "if need*groups > a.Available()-fromLRU {",
 		Why: "Allocate ignores the watermark reserve kept for running decodes",
 	},
 	{
@@ -198,7 +198,7 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "kv/allocate-one-group", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if need*a.cfg.groups()+reserve > a.Available()-fromLRU {", Repl: "if need+reserve > a.Available()-fromLRU {",
+		Orig: "if need*groups+reserve > a.Available()-fromLRU {", Repl: "if need+reserve > a.Available()-fromLRU {",
 		Why: "Allocate checks capacity for the global table alone and runs dry filling the sliding ones",
 	},
 	{
@@ -212,9 +212,39 @@ var catalogue = []mutation{
 		Why: "Allocate and Extend grow the global table only: sliding layers write through missing entries",
 	},
 	{
-		Name: "kv/groups-with-caching", File: "kv/kv.go", Pkgs: pkgKV,
-		Orig: "if c.PrefixCaching && c.Groups > 1 {", Repl: "if c.PrefixCaching && c.Groups > MaxGroups {",
-		Why: "Validate lets prefix caching share blocks of sliding tables it cannot keep",
+		Name: "kv/groups-without-window", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if c.Groups > 1 && (c.Window < 1 || c.Window > MaxWindow) {", Repl: "if c.Groups > 1 && c.Window > MaxWindow {",
+		Why: "Validate accepts sliding groups with no window: every prefix hit would need the whole prefix in every group",
+	},
+	{
+		Name: "kv/sliding-hit-unchecked", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for i := matched - 1; i >= a.windowStart(matched); i-- {", Repl: "for i := matched - 1; i >= matched; i-- {",
+		Why: "a prefix hit shares sliding blocks it never found: released ones, overwritten by other sequences",
+	},
+	{
+		Name: "kv/sliding-hit-window-late", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "return max(0, m*a.cfg.BlockSize-a.cfg.Window+1) / a.cfg.BlockSize", Repl: "return max(0, m*a.cfg.BlockSize-a.cfg.Window+1+a.cfg.BlockSize) / a.cfg.BlockSize",
+		Why: "a hit's sliding tables start a block after the window its first row reads: that row reads a block it does not hold",
+	},
+	{
+		Name: "kv/sliding-hit-first-zero", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "\t\tt.first = from\n", Repl: "\t\tt.first = 0\n",
+		Why: "a hit's sliding tables claim the released entries before its window as live",
+	},
+	{
+		Name: "kv/sliding-hit-lru-uncounted", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for g := 1; g < groups && i >= from; g++ {", Repl: "for g := 1; g < 1 && i >= from; g++ {",
+		Why: "Allocate counts the cached sliding blocks a hit takes as still available, and hands out blocks it does not have",
+	},
+	{
+		Name: "kv/commit-no-sliding", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "for g, sl := range t.sliding {\n\t\t\tif i >= t.first {", Repl: "for g, sl := range t.sliding[:0] {\n\t\t\tif i >= t.first {",
+		Why: "Commit indexes no sliding block: sliding models never hit the prefix cache (a chat re-prefills its history)",
+	},
+	{
+		Name: "kv/commit-released-sliding", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if i >= t.first {\n\t\t\t\ta.register(", Repl: "if i >= 0 {\n\t\t\t\ta.register(",
+		Why: "Commit indexes released sliding entries: a block another sequence now holds, or no block at all",
 	},
 
 	// sched: the one function every ending goes through, and the policy.
@@ -315,13 +345,13 @@ var catalogue = []mutation{
 	},
 	{
 		Name: "sched/slide-skipped", File: "sched/sched.go", Pkgs: pkgSched,
-		Orig: "if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.Window+1)); err != nil {",
+		Orig: "if err := s.kv.Slide(seq.id, max(0, row.pos-s.cfg.KV.Window+1)); err != nil {",
 		Repl: "if err := error(nil); err != nil {",
 		Why:  "sliding tables are never released: a long Gemma sequence holds every layer's KV",
 	},
 	{
 		Name: "sched/slide-past-window", File: "sched/sched.go", Pkgs: pkgSched,
-		Orig: "max(0, row.pos-s.cfg.Window+1)", Repl: "max(0, row.pos+1)",
+		Orig: "max(0, row.pos-s.cfg.KV.Window+1)", Repl: "max(0, row.pos+1)",
 		Why: "a row releases the sliding blocks it reads: another sequence overwrites its window",
 	},
 	{
