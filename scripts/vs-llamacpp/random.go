@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
@@ -39,6 +40,7 @@ func random(args []string) error {
 	out := fs.String("out", "", "GGUF file to write")
 	seed := fs.Uint64("seed", 21, "weights' seed")
 	scale := fs.Float64("head-scale", 1, "multiply the output head (the token embedding where tied) by this")
+	typ := fs.String("type", "F32", "matrices' type (model.MatrixTypes, by name: F32, F16, BF16, Q8_0, ...); llama-quantize writes the mixtures")
 	size := fs.String("size", "", `"110M": the speed tables' dense shape (12 layers of 768, 12 heads, FFN 2048, vocabulary 32000, as scripts/benchserve writes it); "moe": the mixture-of-experts one (the same layers, 4 KV heads, 8 experts of 2048 with 2 per token, qwen2moe's shared expert 2048: about 0.53 B parameters); empty: the agreement runs' small shape`)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,6 +54,14 @@ func random(args []string) error {
 	spec, err := sizedSpec(*arch, *size, *seed)
 	if err != nil {
 		return err
+	}
+	i := slices.IndexFunc(model.MatrixTypes, func(t ggml.Type) bool { return t.String() == *typ })
+	if i < 0 {
+		return fmt.Errorf("random: --type must be one of %v, got %q", model.MatrixTypes, *typ)
+	}
+	spec.Type = model.MatrixTypes[i]
+	if *scale != 1 && spec.Type != ggml.F32 {
+		return fmt.Errorf("random: --head-scale rewrites an F32 file; --type %s is not", *typ)
 	}
 	if err := model.WriteRandomFile(*out, spec); err != nil {
 		return err
