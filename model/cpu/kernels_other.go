@@ -55,5 +55,11 @@ func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, 
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
 	panic("unreachable")
 }
+func softmaxWeightsx1AVX512(n int, s, ms, vs, m, sum *float32, scale float32) {
+	panic("unreachable")
+}
+func softmaxWeightsx2AVX512(n int, s, ms, vs, m, sum *float32, scale float32) {
+	panic("unreachable")
+}
 
 var avx2Only bool

@@ -549,6 +549,11 @@ func softmaxF16x1AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m in
 //go:noescape
 func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
 
+// softmaxWeightsx1AVX512 computes the online-softmax weights of n (1..64) keys' scores of 1 heads and carries their running maximum and sum.
+//
+//go:noescape
+func softmaxWeightsx1AVX512(n int, s *float32, ms *float32, vs *float32, m *float32, sum *float32, scale float32)
+
 // softmaxF16x2AVX512 accumulates m keys' values of 2 heads into acc with Attend's online-softmax weights ms, vs.
 //
 //go:noescape
@@ -558,6 +563,11 @@ func softmaxF16x2AVX512(hd int, acc *uint16, v *byte, voff int, stride int, m in
 //
 //go:noescape
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxWeightsx2AVX512 computes the online-softmax weights of n (1..64) keys' scores of 2 heads and carries their running maximum and sum.
+//
+//go:noescape
+func softmaxWeightsx2AVX512(n int, s *float32, ms *float32, vs *float32, m *float32, sum *float32, scale float32)
 
 // scoresF16x16AVX512 sets out[r] to the f16 attention score of key r with q for r < 16 (hd a multiple of 64).
 //

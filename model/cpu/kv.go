@@ -338,21 +338,22 @@ var _ [model.AttendScratch - 6*softmaxChunk]struct{}
 // attendSIMD is Attend with the SIMD kernels, bit for bit the portable
 // loops, two heads at a time so that the value kernel has eight independent
 // dependency chains (for head dims up to 64) to interleave. Per chunk of
-// keys and per head: the scores (tile kernels, times 1/sqrt(HeadDim)); a
-// scalar pass finds the running maximum M and each key's exponent (M-s for
-// a new maximum, s-M otherwise, rounded as the portable loop rounds them;
-// both heads' passes interleaved, chunkWeights2); expSub exponentiates them; a key's weights are then ms = e, vs = 1 for a
-// new maximum and ms = 1, vs = e otherwise, and S = fma(S, ms, vs). The
-// value kernel rescales where ms != 1 (a rescale by exactly 1 is the
-// identity on every value the accumulator can hold) and accumulates the
-// values of each run of keys within one block.
+// keys and per head: the scores (tile kernels); the weights pass
+// (softmaxWeightsAVX512, both heads at once) scales them by 1/sqrt(HeadDim),
+// finds the running maximum M and each key's exponent (M-s for a new
+// maximum, s-M otherwise, rounded as the portable loop rounds them),
+// exponentiates it (expSub's expf), sets the key's weights, ms = e, vs = 1
+// for a new maximum and ms = 1, vs = e otherwise, and carries S =
+// fma(S, ms, vs). The value kernel rescales where ms != 1 (a rescale by
+// exactly 1 is the identity on every value the accumulator can hold) and
+// accumulates the values of each run of keys within one block.
 //
-// With capped > 0 the scalar pass soft-caps each score (capScore) where it
-// would scale it, as the portable loops do.
+// With capped > 0 each score is soft-capped (capScore) where it would be
+// scaled, as the portable loops do, and the weights pass scales by 1.
 //
 // Chunks start at lo, so their boundaries move with the window's start; the
 // result does not depend on them, since every step above is per key in key
-// order (the scalar pass carries M and S from chunk to chunk, the value
+// order (the weights pass carries M and S from chunk to chunk, the value
 // kernels fold one key at a time) and each key's score is the same
 // whichever kernel scores it.
 //
@@ -454,10 +455,19 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 					k += seg
 				}
 			}
+			sscale := scale
+			if capped > 0 { // capScore where the kernel would scale
+				for hh := range H {
+					for k, x := range sc[hh][:m] {
+						sc[hh][k] = capScore(x, kc, capped)
+					}
+				}
+				sscale = 1
+			}
 			if H == 2 {
-				chunkWeights2(sc[0][:m], sc[1][:m], ms[0][:m], ms[1][:m], vs[0][:m], vs[1][:m], &M, &S, scale, capped, kc)
+				softmaxWeightsx2AVX512(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
 			} else {
-				chunkWeights(sc[0][:m], ms[0][:m], vs[0][:m], &M[0], &S[0], scale, capped, kc)
+				softmaxWeightsx1AVX512(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
 			}
 			for k := 0; k < m; {
 				j := j0 + k
@@ -490,102 +500,6 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 			}
 		}
 	}
-}
-
-// chunkWeights turns one head's scores s of a chunk of keys into their
-// online-softmax weights (attendSIMD): each score scaled, or soft-capped
-// when capped > 0 (kc = scale/capped); the running maximum M; the exponent
-// e of each key, M-x for a new maximum x and x-M otherwise, exponentiated
-// by expSub; then the weights ms = e, vs = 1 for a new maximum and ms = 1,
-// vs = e otherwise, and the running sum S = fma(S, ms, vs), key by key.
-func chunkWeights(s, e, f []float32, M, S *float32, scale, capped, kc float32) {
-	e, f = e[:len(s)], f[:len(s)]
-	m := *M
-	for k, x := range s {
-		if capped > 0 {
-			x = capScore(x, kc, capped)
-		} else {
-			x *= scale
-		}
-		if x > m { // f[k] = 1 marks a new maximum until the weights are set
-			e[k], f[k] = m-x, 1
-			m = x
-		} else {
-			e[k], f[k] = x-m, 0
-		}
-	}
-	*M = m
-	expSub(e, e, 0)
-	sum := *S
-	for k := range e {
-		if f[k] == 0 {
-			f[k], e[k] = e[k], 1
-		}
-		if e[k] == 1 { // fma(S, 1, f) is S + f, one rounding: most keys
-			sum += f[k]
-			continue
-		}
-		sum = fma32(sum, e[k], f[k])
-	}
-	*S = sum
-}
-
-// chunkWeights2 is chunkWeights for two heads at once, their steps
-// interleaved key by key: each head's running maximum and running sum is a
-// chain of dependent operations, and two chains side by side run in the
-// time of one. Each head's results are chunkWeights' bit for bit.
-func chunkWeights2(s0, s1, e0, e1, f0, f1 []float32, M, S *[2]float32, scale, capped, kc float32) {
-	n := len(s0)
-	s1, e0, e1, f0, f1 = s1[:n], e0[:n], e1[:n], f0[:n], f1[:n]
-	m0, m1 := M[0], M[1]
-	for k := range n {
-		x0, x1 := s0[k], s1[k]
-		if capped > 0 {
-			x0, x1 = capScore(x0, kc, capped), capScore(x1, kc, capped)
-		} else {
-			x0, x1 = x0*scale, x1*scale
-		}
-		if x0 > m0 {
-			e0[k], f0[k] = m0-x0, 1
-			m0 = x0
-		} else {
-			e0[k], f0[k] = x0-m0, 0
-		}
-		if x1 > m1 {
-			e1[k], f1[k] = m1-x1, 1
-			m1 = x1
-		} else {
-			e1[k], f1[k] = x1-m1, 0
-		}
-	}
-	M[0], M[1] = m0, m1
-	expSub(e0, e0, 0)
-	expSub(e1, e1, 0)
-	t0, t1 := S[0], S[1]
-	for k := range n {
-		if f0[k] == 0 {
-			f0[k], e0[k] = e0[k], 1
-		}
-		if f1[k] == 0 {
-			f1[k], e1[k] = e1[k], 1
-		}
-		if e0[k] == 1 && e1[k] == 1 { // most keys
-			t0 += f0[k]
-			t1 += f1[k]
-			continue
-		}
-		if e0[k] == 1 {
-			t0 += f0[k]
-		} else {
-			t0 = fma32(t0, e0[k], f0[k])
-		}
-		if e1[k] == 1 {
-			t1 += f1[k]
-		} else {
-			t1 = fma32(t1, e1[k], f1[k])
-		}
-	}
-	S[0], S[1] = t0, t1
 }
 
 // softmaxValuesF32 is Attend's online softmax with a float32 accumulator (an

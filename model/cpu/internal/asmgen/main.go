@@ -117,6 +117,7 @@ func main() {
 	for _, H := range []int{1, 2} {
 		softmaxValues(true, H)
 		softmaxValues(false, H)
+		softmaxWeights(H)
 	}
 	scores16()
 	score1()
@@ -300,8 +301,12 @@ func expZ(z reg.VecVirtual) reg.VecVirtual {
 		idx := ZMM()
 		VPANDQ_BCST(at(expTabMask), kd, idx)
 		s := ZMM()
-		all := K()
-		KXNORB(all, all, all)
+		// All eight lanes, set without reading a mask: KXNORB of the mask
+		// with itself would read it first, which keeps it live across a
+		// caller's loop.
+		all, g := K(), GP32()
+		MOVL(U32(0xff), g)
+		KMOVB(g, all)
 		VXORPD(s, s, s)
 		VGATHERQPD(Mem{Base: tab, Index: idx, Scale: 8}, all, s)
 		e := ZMM()
