@@ -117,7 +117,10 @@ func vexpf(x float32) float32 {
 	return float32(math.Ldexp(float64(j), int(n)))
 }
 
-// expSub sets dst[i] = expf(x[i] - sub).
+// expSub sets dst[i] = expf(x[i] - sub). The attention's weights kernel
+// (softmaxWeightsAVX512) computes its expf with expSubAVX512's code (expZ);
+// expSub is how the tests hold that code to expf over every input range,
+// the limits included.
 func expSub(dst, x []float32, sub float32) {
 	dst = dst[:len(x)]
 	if len(x) == 0 {

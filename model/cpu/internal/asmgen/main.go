@@ -259,6 +259,7 @@ func expConsts() {
 	for i, t := range expTable {
 		DATA(8*(expTabT/8+i), U64(t))
 	}
+	DATA(expTabBit4, U64(16))
 	expLim = GLOBL("expLim", RODATA|NOPTR)
 	DATA(0, U32(math.Float32bits(-0x1.9fe368p6)))
 	DATA(4, U32(math.Float32bits(0x1.62e42ep6)))
@@ -268,6 +269,7 @@ func expConsts() {
 const (
 	expTabInvLn2N, expTabShift, expTabC0, expTabC1, expTabC2, expTabOne, expTabMask = 0, 8, 16, 24, 32, 40, 48
 	expTabT                                                                         = 56
+	expTabBit4                                                                      = expTabT + 8*32 // 16: an index's upper half of the table
 )
 
 // expTable is package cpu's expTable: 2^(i/32) less i<<47, as bits.
@@ -283,11 +285,17 @@ var expTable = [32]uint64{
 }
 
 // expZ returns expf (glibc's) of the 16 float32 lanes of z: each half in
-// float64, 2^(k/32) gathered from expTab, then the limits and NaN blended in.
+// float64, 2^(k/32) looked up in expTab's 32 entries (held in four
+// registers: two two-register permutes, chosen between by the index's bit
+// 4, where a gather would wait on memory), then the limits and NaN blended
+// in.
 func expZ(z reg.VecVirtual) reg.VecVirtual {
 	at := func(off int) Mem { return expTab.Offset(off) }
-	tab := GP64()
-	LEAQ(at(expTabT), tab)
+	var tab [4]reg.VecVirtual
+	for i := range tab {
+		tab[i] = ZMM()
+		VMOVUPD(at(expTabT+64*i), tab[i])
+	}
 	hiY := YMM()
 	VEXTRACTF64X4(Imm(1), z, hiY)
 	lo, hi := ZMM(), ZMM()
@@ -300,15 +308,13 @@ func expZ(z reg.VecVirtual) reg.VecVirtual {
 		VADDPD_BCST(at(expTabShift), zz, kd) // its low bits hold k
 		idx := ZMM()
 		VPANDQ_BCST(at(expTabMask), kd, idx)
-		s := ZMM()
-		// All eight lanes, set without reading a mask: KXNORB of the mask
-		// with itself would read it first, which keeps it live across a
-		// caller's loop.
-		all, g := K(), GP32()
-		MOVL(U32(0xff), g)
-		KMOVB(g, all)
-		VXORPD(s, s, s)
-		VGATHERQPD(Mem{Base: tab, Index: idx, Scale: 8}, all, s)
+		s, s2, up := ZMM(), ZMM(), K()
+		VMOVDQA64(idx, s)
+		VPERMI2PD(tab[1], tab[0], s) // entries 0..15 by the index's low 4 bits
+		VMOVDQA64(idx, s2)
+		VPERMI2PD(tab[3], tab[2], s2) // 16..31
+		VPTESTMQ_BCST(at(expTabBit4), idx, up)
+		VMOVDQA64(s2, up, s)
 		e := ZMM()
 		VPSLLQ(Imm(47), kd, e)
 		VPADDQ(e, s, s) // s = 2^(k/32)
