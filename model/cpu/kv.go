@@ -319,7 +319,11 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o
 		for i := k; i < hd; i++ {
 			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[acc[i]]))
 		}
-		S = fma32(S, ms, vs)
+		if ms == 1 { // fma(S, 1, vs) is S + vs, one rounding: most keys
+			S += vs
+		} else {
+			S = fma32(S, ms, vs)
+		}
 	}
 	inv := 1 / S
 	for i, a := range acc {
@@ -526,7 +530,11 @@ func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff, lo int, scores, o
 		for i := range o {
 			o[i] = fma32(v[i], vs, o[i])
 		}
-		S = fma32(S, ms, vs)
+		if ms == 1 { // fma(S, 1, vs) is S + vs, one rounding: most keys
+			S += vs
+		} else {
+			S = fma32(S, ms, vs)
+		}
 	}
 	inv := 1 / S
 	for i := range o {
