@@ -560,3 +560,31 @@ func TestSlidingPrefixMissesReleasedWindow(t *testing.T) {
 	}
 	check(t, a)
 }
+
+// A cached block holds one group's layers: a lookup under another group
+// misses even with the right key, parent and tokens, and CheckInvariants
+// refuses a live table naming a block cached as another group's.
+func TestCachedBlockKeepsItsGroup(t *testing.T) {
+	const bs = 4
+	a := newCachingGroups(t, 32, bs, 3, 6)
+	tokens := toks(8, 0)
+	if _, err := a.Allocate(1, nil, len(tokens), 0); err != nil {
+		t.Fatal(err)
+	}
+	a.Commit(1, tokens)
+	check(t, a)
+	h := chain(rootHash, tokens[:bs])
+	for g := range 3 {
+		id, ok := a.lookup(groupKey(h, g), rootHash, g, tokens[:bs])
+		if !ok || id != tablesOf(a, 1)[g][0] {
+			t.Fatalf("group %d's block 0: lookup = %d, %v; table holds %d", g, id, ok, tablesOf(a, 1)[g][0])
+		}
+		if _, ok := a.lookup(groupKey(h, g), rootHash, (g+1)%3, tokens[:bs]); ok {
+			t.Fatalf("group %d's block 0 found as group %d's", g, (g+1)%3)
+		}
+	}
+	a.group[tablesOf(a, 1)[2][1]] = 1
+	if err := a.CheckInvariants(); err == nil || !strings.Contains(err.Error(), "cached as group 1's") {
+		t.Fatalf("CheckInvariants with a block of group 2 cached as group 1's = %v", err)
+	}
+}

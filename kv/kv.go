@@ -520,8 +520,9 @@ func (a *Allocator) grow(t *Table, need int) {
 //
 // A released block goes back to the pool: parked in the prefix cache when
 // its content is committed (a later sequence whose prefix ends near it may
-// hit it), freed otherwise. The shards need not hear of it: a block reaches a stage only in a batch dispatched after the
-// release, and a stage runs batches in order (docs/sliding-window-kv.md).
+// hit it), freed otherwise. The shards need not hear of it: a block reaches
+// a stage only in a batch dispatched after the release, and a stage runs
+// batches in order (docs/sliding-window-kv.md).
 //
 // Slide fails with ErrUnknownSequence when seq has no table. With one group
 // it does nothing.

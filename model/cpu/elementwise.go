@@ -118,7 +118,7 @@ func vexpf(x float32) float32 {
 }
 
 // expSub sets dst[i] = expf(x[i] - sub). The attention's weights kernel
-// (softmaxWeightsAVX512) computes its expf with expSubAVX512's code (expZ);
+// (softmaxWeightsx{1,2}AVX512) computes its expf with expSubAVX512's code (expZ);
 // expSub is how the tests hold that code to expf over every input range,
 // the limits included.
 func expSub(dst, x []float32, sub float32) {

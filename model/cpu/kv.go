@@ -319,16 +319,22 @@ func (c *KV) softmaxValuesF16(layer int, blocks []int32, hoff, lo int, scores, o
 		for i := k; i < hd; i++ {
 			acc[i] = ggml.F32ToF16(fma32(t[v[i]], vs, t[acc[i]]))
 		}
-		if ms == 1 { // fma(S, 1, vs) is S + vs, one rounding: most keys
-			S += vs
-		} else {
-			S = fma32(S, ms, vs)
-		}
+		S = softmaxSum(S, ms, vs)
 	}
 	inv := 1 / S
 	for i, a := range acc {
 		o[i] = t[a] * inv
 	}
+}
+
+// softmaxSum is the online softmax's running sum after one key,
+// fma(S, ms, vs): S + vs, one rounding, where no new maximum rescales
+// (ms = 1, most keys), without the software FMA.
+func softmaxSum(S, ms, vs float32) float32 {
+	if ms == 1 {
+		return S + vs
+	}
+	return fma32(S, ms, vs)
 }
 
 // softmaxChunk is the keys whose scores and softmax weights attendSIMD
@@ -343,7 +349,7 @@ var _ [model.AttendScratch - 6*softmaxChunk]struct{}
 // loops, two heads at a time so that the value kernel has eight independent
 // dependency chains (for head dims up to 64) to interleave. Per chunk of
 // keys and per head: the scores (tile kernels); the weights pass
-// (softmaxWeightsAVX512, both heads at once) scales them by 1/sqrt(HeadDim),
+// (softmaxWeightsx2AVX512, both heads at once) scales them by 1/sqrt(HeadDim),
 // finds the running maximum M and each key's exponent (M-s for a new
 // maximum, s-M otherwise, rounded as the portable loop rounds them),
 // exponentiates it (expSub's expf), sets the key's weights, ms = e, vs = 1
@@ -373,10 +379,6 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 	f16 := cfg.Type == ggml.F16
 	n := pos + 1
 	ts := tilesFor(cfg.Type)
-	var kc float32 // capScore's factor
-	if capped > 0 {
-		kc = scale / capped
-	}
 	var buf [512]uint16
 	var acc16 []uint16
 	if f16 {
@@ -460,11 +462,9 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 				}
 			}
 			sscale := scale
-			if capped > 0 { // capScore where the kernel would scale
+			if capped > 0 { // capped where the kernel would scale
 				for hh := range H {
-					for k, x := range sc[hh][:m] {
-						sc[hh][k] = capScore(x, kc, capped)
-					}
+					capScores(sc[hh][:m], scale, capped)
 				}
 				sscale = 1
 			}
@@ -530,11 +530,7 @@ func (c *KV) softmaxValuesF32(layer int, blocks []int32, hoff, lo int, scores, o
 		for i := range o {
 			o[i] = fma32(v[i], vs, o[i])
 		}
-		if ms == 1 { // fma(S, 1, vs) is S + vs, one rounding: most keys
-			S += vs
-		} else {
-			S = fma32(S, ms, vs)
-		}
+		S = softmaxSum(S, ms, vs)
 	}
 	inv := 1 / S
 	for i := range o {

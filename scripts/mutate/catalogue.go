@@ -242,6 +242,16 @@ var catalogue = []mutation{
 		Why: "Commit indexes no sliding block: sliding models never hit the prefix cache (a chat re-prefills its history)",
 	},
 	{
+		Name: "kv/lookup-any-group", File: "kv/kv.go", Pkgs: pkgKV,
+		Orig: "if !ok || a.parent[id] != parent || int(a.group[id]) != g {", Repl: "if !ok || a.parent[id] != parent {",
+		Why: "a lookup takes a block cached for other layers' K/V as long as key, parent and tokens agree",
+	},
+	{
+		Name: "kv/invariant-group-unchecked", File: "kv/invariants.go", Pkgs: pkgKV,
+		Orig: "if a.cfg.PrefixCaching && a.hashed[id] && int(a.group[id]) != g {", Repl: "if a.cfg.PrefixCaching && a.hashed[id] && int(a.group[id]) != g && false {",
+		Why: "CheckInvariants misses a table naming a block cached as another group's",
+	},
+	{
 		Name: "kv/commit-released-sliding", File: "kv/kv.go", Pkgs: pkgKV,
 		Orig: "if i >= t.first {\n\t\t\t\ta.register(", Repl: "if i >= 0 {\n\t\t\t\ta.register(",
 		Why: "Commit indexes released sliding entries: a block another sequence now holds, or no block at all",
