@@ -34,35 +34,40 @@ func TestAVX2KernelsForEveryType(t *testing.T) {
 
 // TestSetKernels checks the values of STRATA_CPU.
 func TestSetKernels(t *testing.T) {
-	defer func() { avx2Only, portableOnly = false, false }()
+	defer func() { avx2Only, portableOnly, noAMX = false, false, false }()
 	for _, tc := range []struct {
-		v                string
-		avx2, portable   bool
-		isaSuffix, wrong string
+		v                     string
+		avx2, portable, noAMX bool
+		isaSuffix, wrong      string
 	}{
-		{v: "avx2", avx2: true, isaSuffix: "AVX2"},
-		{v: " AVX2 ", avx2: true, isaSuffix: "AVX2"},
-		{v: "portable", portable: true, isaSuffix: "portable"},
+		{v: "avx2", avx2: true, noAMX: true, isaSuffix: "AVX2"},
+		{v: " AVX2 ", avx2: true, noAMX: true, isaSuffix: "AVX2"},
+		{v: "portable", portable: true, noAMX: true, isaSuffix: "portable"},
+		{v: "avx512", noAMX: true},
 		{v: "auto"},
 		{v: ""},
-		{v: "avx512", wrong: `STRATA_CPU="avx512": want avx2, portable or auto`},
+		{v: "avx10", wrong: `STRATA_CPU="avx10": want avx512, avx2, portable or auto`},
 	} {
-		avx2Only, portableOnly = true, true // a bad value changes nothing
+		avx2Only, portableOnly, noAMX = true, true, true // a bad value changes nothing
 		err := setKernels(tc.v)
 		if tc.wrong != "" {
 			if err == nil || err.Error() != tc.wrong {
 				t.Errorf("%q: error %v, want %q", tc.v, err, tc.wrong)
 			}
-			if !avx2Only || !portableOnly {
+			if !avx2Only || !portableOnly || !noAMX {
 				t.Errorf("%q changed the kernels", tc.v)
 			}
 			continue
 		}
-		if err != nil || avx2Only != tc.avx2 || portableOnly != tc.portable {
-			t.Errorf("%q: avx2Only %v, portableOnly %v, error %v", tc.v, avx2Only, portableOnly, err)
+		if err != nil || avx2Only != tc.avx2 || portableOnly != tc.portable || noAMX != tc.noAMX {
+			t.Errorf("%q: avx2Only %v, portableOnly %v, noAMX %v, error %v", tc.v, avx2Only, portableOnly, noAMX, err)
 		}
 		if isa := ISA(ggml.Q2_K); haveF16C && tc.isaSuffix != "" && !strings.HasSuffix(isa, tc.isaSuffix) {
 			t.Errorf("%q: Q2_K runs %s", tc.v, isa)
+		}
+		// Q4_0 runs AMX tiles where the CPU has them, unless held back.
+		if isa, amx := ISA(ggml.Q4_0), haveAMX && !tc.noAMX; strings.HasSuffix(isa, "+AMX") != amx {
+			t.Errorf("%q: Q4_0 runs %s (AMX %v)", tc.v, isa, amx)
 		}
 	}
 }

@@ -17,6 +17,7 @@ type Backend struct {
 	act  []byte      // activations converted to a weight's dot-product type
 	qrow [][]byte    // per worker: one Q8_0 row on its way to the expanded layout
 	tail [][]float32 // per worker: the outputs of a panel past the last row
+	amx  [][]byte    // per worker: an AMX kernel's scratch (amxFunc), made on first use
 
 	// packed holds the repacked copy of every matrix the panel kernels
 	// read (see repack.go), made by Prepare or the first MatMul.
@@ -51,8 +52,9 @@ func NewBackend(pool *Pool) *Backend {
 		b.qrow = make([][]byte, pool.Workers())
 		b.tail = make([][]float32, pool.Workers())
 		for i := range b.tail {
-			b.tail[i] = make([]float32, panelRows*maxPanelC)
+			b.tail[i] = make([]float32, panelRows*max(maxPanelC, amxRows))
 		}
+		b.amx = make([][]byte, pool.Workers())
 	}
 	b.convFn = b.convertRow
 	b.tileFn = b.runTile
@@ -230,6 +232,18 @@ func (b *Backend) runTile(worker, tile int) {
 	}
 }
 
+// amxScratch returns worker's scratch for the AMX kernels on panels of nb
+// blocks: amxScratch(nb) bytes, 64-byte aligned, configured (amxConfigure).
+func (b *Backend) amxScratch(worker, nb int) *byte {
+	if n := amxScratch(nb); len(b.amx[worker]) < n {
+		buf := make([]byte, n+63)
+		off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
+		b.amx[worker] = buf[off : off+n]
+		amxConfigure(b.amx[worker])
+	}
+	return &b.amx[worker][0]
+}
+
 // runPanels computes weight rows [lo, hi) (lo a multiple of panelRows)
 // against every activation row with the panel kernels: activation rows in
 // groups of up to maxPanelC, and for each group the item's panels, so the
@@ -243,7 +257,29 @@ func (b *Backend) runPanels(worker, lo, hi int) {
 	_ = j.xb[j.rows*j.stride-1]
 	_ = j.out[(j.rows-1)*N+hi-1]
 	tail := b.tail[worker]
-	for c0 := 0; c0 < j.rows; c0 += maxPanelC {
+	c0 := 0
+	if k := j.ps.amxKernel(); k != nil && j.rows >= amxRows {
+		// Every whole group of amxRows activation rows on AMX tiles: the
+		// item's whole panels in one call, the last one (past the last
+		// row) group by group through the tail buffer.
+		scratch := b.amxScratch(worker, nb)
+		full := (min(hi, N/panelRows*panelRows) - lo) / panelRows
+		ng := j.rows / amxRows
+		if full > 0 {
+			k(full, nb, &j.packed[lo/panelRows*pb], &j.xb[0], j.stride, ng, &j.out[lo], 4*N, scratch)
+		}
+		if o := lo + full*panelRows; o < hi {
+			for g := range ng {
+				k(1, nb, &j.packed[o/panelRows*pb], &j.xb[g*amxRows*j.stride], j.stride, 1, &tail[0], 4*panelRows, scratch)
+				for c := range amxRows {
+					r := g*amxRows + c
+					copy(j.out[r*N+o:(r+1)*N], tail[c*panelRows:c*panelRows+N-o])
+				}
+			}
+		}
+		c0 = ng * amxRows
+	}
+	for ; c0 < j.rows; c0 += maxPanelC {
 		C := min(maxPanelC, j.rows-c0)
 		k := j.ps.k[C-1]
 		if j.rows == 1 && aheadOn && j.ps.ahead != nil {

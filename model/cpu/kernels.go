@@ -10,7 +10,9 @@ import (
 )
 
 // cpuEnv is the environment variable that limits the kernels, for
-// measuring one path on a machine that has a faster one: "avx2" runs what
+// measuring one path on a machine that has a faster one: "avx512" runs
+// what a CPU with AVX-512 and VNNI but no AMX runs (the AMX panel kernels
+// are skipped), "avx2" runs what
 // a CPU with AVX2, FMA and F16C but no AVX-512 runs (amd64; the AVX-512 and
 // VNNI kernels, activation quantizers and attention loops are skipped),
 // "portable" the portable Go kernels; unset, empty or "auto", the fastest
@@ -69,13 +71,15 @@ func setAhead(v string) error {
 func setKernels(v string) error {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "auto":
-		avx2Only, portableOnly = false, false
+		avx2Only, portableOnly, noAMX = false, false, false
+	case "avx512":
+		avx2Only, portableOnly, noAMX = false, false, true
 	case "avx2":
-		avx2Only, portableOnly = true, false
+		avx2Only, portableOnly, noAMX = true, false, true
 	case "portable":
-		avx2Only, portableOnly = false, true
+		avx2Only, portableOnly, noAMX = false, true, true
 	default:
-		return fmt.Errorf("%s=%q: want avx2, portable or auto", cpuEnv, v)
+		return fmt.Errorf("%s=%q: want avx512, avx2, portable or auto", cpuEnv, v)
 	}
 	return nil
 }
@@ -127,6 +131,9 @@ func (ts *tileSet) dot1(n int, w, x []byte) float32 {
 // only while no kernel runs.
 var portableOnly bool
 
+// noAMX skips the AMX panel kernels (cpuEnv "avx512", or a lower setting).
+var noAMX bool
+
 // tilesFor returns the SIMD kernels for weights of type t, or nil when the
 // portable kernels run (other CPUs, other types, or portableOnly set).
 func tilesFor(t ggml.Type) *tileSet {
@@ -167,6 +174,48 @@ type panelSet struct {
 	// ahead is k[0] prefetching its weights a page ahead: matrix-vector
 	// products run it where aheadOn (nil: none).
 	ahead panelFunc
+	// amx computes panels against amxRows activation rows at a time with
+	// AMX tiles, where the CPU has them (nil: none); same bits as k.
+	amx amxFunc
+}
+
+// amxFunc computes np consecutive panels of nb blocks at w against ng
+// groups of amxRows activation rows in the expanded layout (x, x+xs, …):
+// out[c*os/4 + 16p + i] is the dot product of panel p's row i with
+// activation row c. scratch is amxScratch(nb) bytes, 64-byte aligned,
+// starting with the tile configuration amxConfigure writes. Each output is
+// reduced in exactly the order of the panel kernels of its type.
+type amxFunc func(np, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// amxRows is the activation rows of one group: the rows of a tile.
+const amxRows = 16
+
+// amxScratch is the scratch bytes an amxFunc uses for panels of nb blocks:
+// the configuration (64), its counters (64), three tiles C (16 rows of 64
+// bytes) and tile B for each block of a panel (8 rows of 64).
+func amxScratch(nb int) int { return 64 + 64 + 3*1024 + nb*512 }
+
+// amxConfigure writes the AMX kernels' tile configuration (palette 1) to
+// the first 64 bytes of cfg, two sets of three tiles: TMM0 and TMM3 the
+// 16×16 int32 sums (16 rows of 64 bytes), TMM1 and TMM4 16 activation rows
+// of a block's 32 quants, TMM2 and TMM5 a block of 16 weight rows in 8 rows
+// of 64 bytes.
+func amxConfigure(cfg []byte) {
+	clear(cfg[:64])
+	cfg[0] = 1 // palette
+	for t, shape := range [][2]int{{16, 64}, {16, 32}, {8, 64}, {16, 64}, {16, 32}, {8, 64}} {
+		cfg[16+2*t] = byte(shape[1]) // bytes per row (little-endian uint16)
+		cfg[48+t] = byte(shape[0])   // rows
+	}
+}
+
+// amxKernel returns the AMX kernel of ps when this process runs AMX
+// kernels, else nil.
+func (ps *panelSet) amxKernel() amxFunc {
+	if !haveAMX || noAMX || ps.amx == nil {
+		return nil
+	}
+	return ps.amx
 }
 
 // panelsFor returns the kernels for repacked weights of type t, or nil when
@@ -181,6 +230,9 @@ func panelsFor(t ggml.Type) *panelSet {
 // ISA names the instruction set the kernels for weights of type t use.
 func ISA(t ggml.Type) string {
 	if ps := panelsFor(t); ps != nil {
+		if ps.amxKernel() != nil {
+			return ps.name + "+AMX"
+		}
 		return ps.name
 	}
 	if ts := matTilesFor(t); ts != nil {

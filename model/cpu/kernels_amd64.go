@@ -18,6 +18,10 @@ var (
 	// haveF16C adds VCVTPH2PS, which the AVX2 block kernels use for the
 	// scales (every AVX2 CPU has it).
 	haveF16C = haveAVX2 && cpu.X86.HasF16C
+	// haveAMX adds the AMX tile instructions (TDPBSSD, TDPBSUD), which the
+	// AMX panel kernels use beside AVX-512, once Linux has let this process
+	// use tile data (requestAMX).
+	haveAMX = haveVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && requestAMX()
 )
 
 // intelCPU reports whether CPUID names the vendor GenuineIntel. It runs
@@ -135,7 +139,7 @@ var q80Panels = panelSet{name: "q80VNNI", ahead: q80LanePanel_1Ahead, k: [maxPan
 	q80LanePanel_1, q80LanePanel_2, q80LanePanel_3, q80LanePanel_4, q80LanePanel_5, q80LanePanel_6, q80LanePanel_7, q80LanePanel_8,
 }}
 
-var q40Panels = panelSet{name: "q40VNNI", ahead: q40Panel_1Ahead, k: [maxPanelC]panelFunc{
+var q40Panels = panelSet{name: "q40VNNI", ahead: q40Panel_1Ahead, amx: q40AMX, k: [maxPanelC]panelFunc{
 	q40Panel_1, q40Panel_2, q40Panel_3, q40Panel_4, q40Panel_5, q40Panel_6, q40Panel_7, q40Panel_8,
 }}
 
@@ -167,7 +171,7 @@ var iq4XSPanels = panelSet{name: "iq4XSVNNI", ahead: iq4XSPanel_1Ahead, k: [maxP
 	iq4XSPanel_1, iq4XSPanel_2, iq4XSPanel_3, iq4XSPanel_4, iq4XSPanel_5, iq4XSPanel_6, iq4XSPanel_7, iq4XSPanel_8,
 }}
 
-var iq4NLPanels = panelSet{name: "iq4NLVNNI", ahead: iq4NLPanel_1Ahead, k: [maxPanelC]panelFunc{
+var iq4NLPanels = panelSet{name: "iq4NLVNNI", ahead: iq4NLPanel_1Ahead, amx: iq4NLAMX, k: [maxPanelC]panelFunc{
 	iq4NLPanel_1, iq4NLPanel_2, iq4NLPanel_3, iq4NLPanel_4, iq4NLPanel_5, iq4NLPanel_6, iq4NLPanel_7, iq4NLPanel_8,
 }}
 

@@ -22,6 +22,7 @@ func intelCPU() bool { return false }
 const (
 	haveAVX512 = false
 	haveF16C   = false
+	haveAMX    = false
 )
 
 func f16AxpyAVX2(n int, acc *uint16, v *uint16, vs float32) { panic("unreachable") }

@@ -1416,3 +1416,13 @@ func iq4XSPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order; it needs AVX (VZEROUPPER).
 func cpuVendor() (ebx uint32, edx uint32, ecx uint32)
+
+// q40AMX computes np 16-row panels of Q4_0 weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func q40AMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// iq4NLAMX computes np 16-row panels of IQ4_NL weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func iq4NLAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)

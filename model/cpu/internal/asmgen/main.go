@@ -208,6 +208,8 @@ func main() {
 	iq4XSPanel(1)
 	ahead = 0
 	cpuVendor()
+	amxPanel("q40AMX", "Q4_0", false)
+	amxPanel("iq4NLAMX", "IQ4_NL", true)
 	Generate()
 }
 

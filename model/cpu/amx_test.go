@@ -1,0 +1,85 @@
+package cpu
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/strata-llm/strata/model/ggml"
+)
+
+// TestAMXPanelsEqualPortable checks the AMX panel kernels (several panels
+// and groups of 16 activation rows per call) against the portable kernel, bit for bit,
+// with extreme quants in weights and activations, on a CPU that has AMX.
+func TestAMXPanelsEqualPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	ran := false
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL} {
+		ps := archPanels(typ)
+		if ps == nil || ps.amxKernel() == nil {
+			continue
+		}
+		ran = true
+		portable, err := VecDotFor(typ)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nb := range []int{1, 2, 3, 24, 67} {
+			buf := make([]byte, amxScratch(nb)+63)
+			scratch := buf[int(-uintptr(unsafe.Pointer(&buf[0]))&63):][:amxScratch(nb)]
+			amxConfigure(scratch)
+			n := 32 * nb
+			wrow := mustRowBytes(t, typ, n)
+			qrow := nb * q80Bytes
+			rows := []int{16, 17, 40, 64}[r.IntN(4)]
+			w := make([]byte, rows*wrow)
+			for i := range rows {
+				copy(w[i*wrow:], randRow(t, r, typ, n))
+			}
+			packed := repack(typ, rows, n, w)
+			panels := (rows + panelRows - 1) / panelRows
+			xb := expandedBlockBytes(typ)
+			xs := nb*xb + 24 // a gap between rows, to test the stride
+			ng := 1 + r.IntN(3)
+			xrows := ng * amxRows
+			q := make([]byte, xrows*qrow)
+			x := make([]byte, xrows*xs)
+			for c := range xrows {
+				qc := q[c*qrow : (c+1)*qrow]
+				ConvertActivation(typ, randBytesVec(r, n), qc)
+				if r.IntN(3) == 0 { // extreme quants (the quantizer never makes -128)
+					for b := range nb {
+						for i := 2; i < q80Bytes; i++ {
+							qc[b*q80Bytes+i] = byte(max(int8(r.Uint32()), -127))
+						}
+					}
+				}
+				expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xb])
+			}
+			os := panels*panelRows + 5
+			out := make([]float32, xrows*os)
+			ps.amx(panels, nb, &packed[0], &x[0], xs, ng, &out[0], 4*os, &scratch[0])
+			for c := range xrows {
+				for o := range os {
+					got := out[c*os+o]
+					if o >= rows {
+						if o >= panels*panelRows && got != 0 {
+							t.Fatalf("%s: wrote out[%d][%d] past the panels", typ, o, c)
+						}
+						continue // padding rows
+					}
+					var want float32
+					withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+					if math.Float32bits(got) != math.Float32bits(want) {
+						t.Fatalf("%s AMX nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+							typ, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
+					}
+				}
+			}
+		}
+	}
+	if !ran {
+		t.Skip("no AMX kernels on this CPU")
+	}
+}

@@ -1,0 +1,352 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	"github.com/mmcloughlin/avo/ir"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// AMX panel kernels. Intel's Advanced Matrix Extensions multiply byte tiles:
+// TDPBSSD adds to each int32 of a 16×16 tile C the dot product of a row of
+// tile A (16 rows of 32 signed bytes here) with four-byte groups of tile B
+// (8 rows of 64 bytes: row k holds elements 4k..4k+3 of 16 columns, column
+// i's four bytes at 4i). A Q4_0 or IQ4_NL panel block is already B's layout
+// once its nibbles are split (vector j's low nibbles are B's row j, its high
+// nibbles row 4+j), and 16 expanded activation rows (40 bytes a block, the
+// quants at 8) are A with the rows' stride. So one TDPBSSD gives the exact
+// integer sums of one block for 16 weight rows × 16 activation rows; the
+// kernel adds each activation row's correction, converts, and folds them in
+// with acc = fma(float32(sum), wd*xd, acc) — the VNNI panel kernels' (and
+// dotQ40Q80's) order, bit for bit, since integer sums are exact in any
+// order.
+//
+// Go's assembler knows no AMX instruction, so they are emitted as bytes
+// (amxOp). The kernels use physical registers only (avo allocates none
+// here): the bytes name registers avo cannot see.
+
+// amxSignature: np panels (contiguous, nb blocks each) against 16
+// activation rows x, x+xs, …; panel p's outputs for row c at out + c*os +
+// 64p; scratch is 64-byte aligned: the tile configuration (64 bytes, filled
+// by the caller), then two areas for B and two for C.
+const amxSignature = "func(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)"
+
+// Scratch layout, in bytes from its start: the tile configuration (64),
+// the kernel's counters and pointers (64), three C areas (1024 each), then
+// B's rows for each block of a panel (512 each).
+const (
+	amxSlots = 64
+	amxBArea = 128 + 3*1024
+)
+
+func amxC(k int) int { return 128 + 1024*k }
+
+// amxOp emits one VEX-encoded AMX instruction (map 0F38, W0, L0): pp (0:
+// none, 1: 66, 2: F3, 3: F2), opcode, vvvv (a tile, or 0 when unused:
+// encoded as 1111), and ModRM's reg field with either a register r/m
+// (mod 11) or a memory operand [base + index*1 + disp] (SIB, index ≥ 0) or
+// [base + disp] (index < 0).
+type amxMem struct {
+	base, index reg.Physical // index nil: none
+	disp        int
+}
+
+// gpNum is the hardware number of a 64-bit general register.
+func gpNum(r reg.Physical) byte {
+	for i, g := range []reg.Physical{reg.RAX, reg.RCX, reg.RDX, reg.RBX, reg.RSP, reg.RBP, reg.RSI, reg.RDI,
+		reg.R8, reg.R9, reg.R10, reg.R11, reg.R12, reg.R13, reg.R14, reg.R15} {
+		if r == g {
+			return byte(i)
+		}
+	}
+	panic("amx: not a 64-bit general register: " + r.Asm())
+}
+
+func amxBytes(pp, opcode, vvvv, regField byte, rm *byte, m *amxMem) []byte {
+	rx, xx, bx := byte(1), byte(1), byte(1) // inverted REX bits
+	var modrm byte
+	var tail []byte
+	if rm != nil {
+		modrm = 0xC0 | regField<<3 | *rm
+	} else {
+		b := gpNum(m.base)
+		if b&8 != 0 {
+			bx = 0
+		}
+		var mod byte
+		switch {
+		case m.disp == 0 && b&7 != 5:
+			mod = 0
+		case m.disp >= -128 && m.disp < 128:
+			mod = 1
+		default:
+			mod = 2
+		}
+		if m.index != nil {
+			ix := gpNum(m.index)
+			if ix&8 != 0 {
+				xx = 0
+			}
+			modrm = mod<<6 | regField<<3 | 4
+			tail = append(tail, (ix&7)<<3|b&7) // scale 1
+		} else {
+			if b&7 == 4 {
+				panic("amx: RSP/R12 base needs a SIB byte")
+			}
+			modrm = mod<<6 | regField<<3 | b&7
+		}
+		switch mod {
+		case 1:
+			tail = append(tail, byte(int8(m.disp)))
+		case 2:
+			d := uint32(int32(m.disp))
+			tail = append(tail, byte(d), byte(d>>8), byte(d>>16), byte(d>>24))
+		}
+	}
+	b1 := rx<<7 | xx<<6 | bx<<5 | 0x02
+	b2 := (^vvvv&0xF)<<3 | pp
+	return append([]byte{0xC4, b1, b2, opcode, modrm}, tail...)
+}
+
+// emitBytes emits b as BYTE directives, with a comment naming the
+// instruction.
+func emitBytes(what string, b []byte) {
+	Comment(what)
+	for _, x := range b {
+		Instruction(&ir.Instruction{Opcode: "BYTE", Operands: []Op{U8(x)}})
+	}
+}
+
+func ldtilecfg(base reg.Physical) {
+	emitBytes("LDTILECFG ("+base.Asm()+")", amxBytes(0, 0x49, 0, 0, nil, &amxMem{base: base}))
+}
+
+func tilerelease() {
+	rm := byte(0)
+	emitBytes("TILERELEASE", amxBytes(0, 0x49, 0, 0, &rm, nil))
+}
+
+func tilezero(t byte) {
+	rm := byte(0)
+	emitBytes(fmt.Sprintf("TILEZERO TMM%d", t), amxBytes(3, 0x49, 0, t, &rm, nil))
+}
+
+func tileloadd(t byte, m amxMem) {
+	emitBytes(fmt.Sprintf("TILELOADD TMM%d, %d(%s)(%s*1)", t, m.disp, m.base.Asm(), m.index.Asm()), amxBytes(3, 0x4B, 0, t, nil, &m))
+}
+
+func tilestored(m amxMem, t byte) {
+	emitBytes(fmt.Sprintf("TILESTORED %d(%s)(%s*1), TMM%d", m.disp, m.base.Asm(), m.index.Asm(), t), amxBytes(2, 0x4B, 0, t, nil, &m))
+}
+
+// tdpb emits TDPBSSD c, a, b (signed A and B bytes) or, with unsignedB,
+// TDPBSUD (signed A, unsigned B). A is ModRM's r/m, B is VEX.vvvv.
+func tdpb(c, a, b byte, unsignedB bool) {
+	pp, name := byte(3), "TDPBSSD"
+	if unsignedB {
+		pp, name = 2, "TDPBSUD"
+	}
+	emitBytes(fmt.Sprintf("%s TMM%d, TMM%d, TMM%d", name, c, a, b), amxBytes(pp, 0x5E, b, c, &a, nil))
+}
+
+// amxPanel emits name (Q4_0's panels; with lut, IQ4_NL's, whose nibbles
+// index the levels): np 16-row panels against ng groups of 16 activation
+// rows. Each panel's blocks are first split into B's rows in scratch, the
+// nibbles made signed bytes (Q4_0's minus 8, IQ4_NL's levels), so that
+// TDPBSSD leaves the exact integer sums (the activations' corrections go
+// unused) and no tile load waits on the stores just before it. Then for
+// each group two sets of tiles (TMM0–2, TMM3–5: C, A, B) and C areas
+// alternate between blocks: block b's tiles run while the sums of block
+// b-1 are folded in, in block order.
+func amxPanel(name, what string, lut bool) {
+	TEXT(name, NOSPLIT, amxSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s computes np 16-row panels of %s weights against ng groups of 16 activation rows with AMX tiles.", name, what))
+	var (
+		np, bp, blocks    = reg.R8, reg.R9, reg.R10
+		wp, xs, xs3       = reg.RCX, reg.RDI, reg.R11
+		r0, r4, r8, r12   = reg.RBX, reg.R12, reg.R13, reg.RDX
+		scratch, stride64 = reg.RAX, reg.RSI
+		tmp               = reg.R14
+		nibble, tbl       = reg.Z31, reg.Z30
+		wv, hv, dd, s, m  = reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20
+		acc               = []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7, reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15}
+		rows              = []reg.Physical{r0, r4, r8, r12}
+	)
+	// Slots in scratch: the groups left, the current group's activations
+	// and outputs, the panel's weights and outputs.
+	var (
+		groupsLeft = Mem{Base: scratch, Disp: amxSlots}
+		groupX     = Mem{Base: scratch, Disp: amxSlots + 8}
+		groupOut   = Mem{Base: scratch, Disp: amxSlots + 16}
+		panelW     = Mem{Base: scratch, Disp: amxSlots + 24}
+		panelOut   = Mem{Base: scratch, Disp: amxSlots + 32}
+	)
+	Load(Param("np"), np)
+	Load(Param("w"), wp)
+	Load(Param("xs"), xs)
+	Load(Param("scratch"), scratch)
+	Load(Param("out"), tmp)
+	MOVQ(tmp, panelOut)
+	LEAQ(Mem{Base: xs, Index: xs, Scale: 2}, xs3)
+	MOVL(U32(64), reg.ESI)
+	MOVL(U32(0x0f0f0f0f), reg.R10L)
+	VPBROADCASTD(reg.R10L, nibble)
+	if lut {
+		VBROADCASTI32X4(iq4SignedTable(), tbl)
+	} else {
+		MOVL(U32(0x08080808), reg.R10L)
+		VPBROADCASTD(reg.R10L, tbl)
+	}
+	ldtilecfg(scratch)
+	const blockBytes = 32 + 4*64
+	// row is activation row i's bytes at disp within the current block.
+	row := func(i, disp int) Mem {
+		m := Mem{Base: rows[i/4], Disp: disp}
+		switch i % 4 {
+		case 1:
+			m.Index, m.Scale = xs, 1
+		case 2:
+			m.Index, m.Scale = xs, 2
+		case 3:
+			m.Index, m.Scale = xs3, 1
+		}
+		return m
+	}
+	// tiles runs the current block's tiles with set k (TMM0–2 or TMM3–5:
+	// C, A, B): C = A·B, stored to C area a.
+	tiles := func(k, a int) {
+		tc, ta, tb := byte(3*k), byte(3*k+1), byte(3*k+2)
+		tileloadd(tb, amxMem{base: bp, index: stride64})
+		tileloadd(ta, amxMem{base: r0, index: xs, disp: 8})
+		tilezero(tc)
+		tdpb(tc, ta, tb, false)
+		tilestored(amxMem{base: scratch, index: stride64, disp: amxC(a)}, tc)
+	}
+	// fold adds the sums in C area a, of the block lag blocks before the
+	// current one, to the accumulators.
+	fold := func(a, lag int) {
+		VCVTPH2PS(Mem{Base: wp, Disp: -lag * blockBytes}, dd)
+		for i, acc := range acc {
+			VCVTDQ2PS(Mem{Base: scratch, Disp: amxC(a) + 64*i}, s)
+			VMULPS_BCST(row(i, -lag*xBlock), dd, m)
+			VFMADD231PS(m, s, acc)
+		}
+	}
+	next := func() {
+		ADDQ(U32(blockBytes), wp)
+		ADDQ(U32(512), bp)
+		for _, r := range rows {
+			ADDQ(Imm(xBlock), r)
+		}
+		DECQ(blocks)
+	}
+
+	Label("panel")
+	// B's rows for every block of the panel.
+	MOVQ(wp, panelW)
+	LEAQ(Mem{Base: scratch, Disp: amxBArea}, bp)
+	Load(Param("nb"), blocks)
+	Label("split")
+	for j := range 4 {
+		VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*j}, wv)
+		VPSRLW(Imm(4), wv, hv)
+		VPANDD(nibble, wv, wv)
+		VPANDD(nibble, hv, hv)
+		if lut {
+			VPSHUFB(wv, tbl, wv)
+			VPSHUFB(hv, tbl, hv)
+		} else {
+			VPSUBB(tbl, wv, wv)
+			VPSUBB(tbl, hv, hv)
+		}
+		VMOVDQU64(wv, Mem{Base: bp, Disp: 64 * j})
+		VMOVDQU64(hv, Mem{Base: bp, Disp: 64 * (4 + j)})
+	}
+	ADDQ(U32(blockBytes), wp)
+	ADDQ(U32(512), bp)
+	DECQ(blocks)
+	JNZ(LabelRef("split"))
+	Load(Param("ng"), tmp)
+	MOVQ(tmp, groupsLeft)
+	Load(Param("x"), tmp)
+	MOVQ(tmp, groupX)
+	MOVQ(panelOut, tmp)
+	MOVQ(tmp, groupOut)
+
+	Label("group")
+	MOVQ(groupX, r0)
+	LEAQ(Mem{Base: r0, Index: xs, Scale: 4}, r4)
+	LEAQ(Mem{Base: r4, Index: xs, Scale: 4}, r8)
+	LEAQ(Mem{Base: r8, Index: xs, Scale: 4}, r12)
+	MOVQ(panelW, wp)
+	LEAQ(Mem{Base: scratch, Disp: amxBArea}, bp)
+	for _, a := range acc {
+		VXORPS(a, a, a)
+	}
+	// Block b runs on tile set b%2 into C area b%3 and is folded in two
+	// blocks later, so that its tiles have long been stored when the loads
+	// read them.
+	Load(Param("nb"), blocks)
+	tiles(0, 0)
+	next()
+	JZ(LabelRef("one"))
+	tiles(1, 1)
+	next()
+	JZ(LabelRef("exit1"))
+	Label("block")
+	for u := range 6 {
+		b := 2 + u
+		tiles(b%2, b%3)
+		fold((b-2)%3, 2)
+		next()
+		JZ(LabelRef(fmt.Sprintf("exit%d", b%3)))
+	}
+	JMP(LabelRef("block"))
+	// Block b was the last (C area b%3): fold b-1, then b.
+	for a := range 3 {
+		Label(fmt.Sprintf("exit%d", a))
+		fold((a+2)%3, 2)
+		fold(a, 1)
+		JMP(LabelRef("store"))
+	}
+	Label("one")
+	fold(0, 1)
+	Label("store")
+	// Row i's 16 outputs at the group's out + i*os.
+	Load(Param("os"), r4)
+	LEAQ(Mem{Base: r4, Index: r4, Scale: 2}, r8)
+	MOVQ(groupOut, r0)
+	for i, a := range acc {
+		if i > 0 && i%4 == 0 {
+			LEAQ(Mem{Base: r0, Index: r4, Scale: 4}, r0)
+		}
+		m := Mem{Base: r0}
+		switch i % 4 {
+		case 1:
+			m.Index, m.Scale = r4, 1
+		case 2:
+			m.Index, m.Scale = r4, 2
+		case 3:
+			m.Index, m.Scale = r8, 1
+		}
+		VMOVUPS(a, m)
+	}
+	// The next group: 16 rows on in x and out.
+	SHLQ(Imm(4), r4)
+	ADDQ(r4, groupOut)
+	MOVQ(xs, tmp)
+	SHLQ(Imm(4), tmp)
+	ADDQ(tmp, groupX)
+	DECQ(groupsLeft)
+	JNZ(LabelRef("group"))
+	// The next panel: its weights follow this one's (wp is there), its
+	// outputs 16 floats on.
+	ADDQ(Imm(64), panelOut)
+	DECQ(np)
+	JNZ(LabelRef("panel"))
+	tilerelease()
+	ret()
+}
