@@ -15,7 +15,7 @@ import (
 func TestAMXPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	ran := false
-	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL} {
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS} {
 		ps := archPanels(typ)
 		if ps == nil || ps.amxKernel() == nil {
 			continue
@@ -25,17 +25,28 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		k := typ == ggml.IQ4_XS
 		for _, nb := range []int{1, 2, 3, 24, 67} {
-			buf := make([]byte, amxScratch(nb)+63)
-			scratch := buf[int(-uintptr(unsafe.Pointer(&buf[0]))&63):][:amxScratch(nb)]
+			if k && nb > 8 {
+				continue
+			}
+			n := panelBlock(typ) * nb
+			buf := make([]byte, amxScratch(n/32)+63)
+			scratch := buf[int(-uintptr(unsafe.Pointer(&buf[0]))&63):][:amxScratch(n/32)]
 			amxConfigure(scratch)
-			n := 32 * nb
 			wrow := mustRowBytes(t, typ, n)
 			qrow := nb * q80Bytes
+			if k {
+				qrow = nb * q8KBytes
+			}
 			rows := []int{16, 17, 40, 64}[r.IntN(4)]
 			w := make([]byte, rows*wrow)
-			for i := range rows {
-				copy(w[i*wrow:], randRow(t, r, typ, n))
+			if k {
+				w = kWeights(t, r, typ, rows, n)
+			} else {
+				for i := range rows {
+					copy(w[i*wrow:], randRow(t, r, typ, n))
+				}
 			}
 			packed := repack(typ, rows, n, w)
 			panels := (rows + panelRows - 1) / panelRows
@@ -47,6 +58,11 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 			x := make([]byte, xrows*xs)
 			for c := range xrows {
 				qc := q[c*qrow : (c+1)*qrow]
+				if k {
+					copy(qc, kActivations(t, r, n, r.IntN(3) == 0))
+					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xb])
+					continue
+				}
 				ConvertActivation(typ, randBytesVec(r, n), qc)
 				if r.IntN(3) == 0 { // extreme quants (the quantizer never makes -128)
 					for b := range nb {

@@ -232,10 +232,11 @@ func (b *Backend) runTile(worker, tile int) {
 	}
 }
 
-// amxScratch returns worker's scratch for the AMX kernels on panels of nb
-// blocks: amxScratch(nb) bytes, 64-byte aligned, configured (amxConfigure).
-func (b *Backend) amxScratch(worker, nb int) *byte {
-	if n := amxScratch(nb); len(b.amx[worker]) < n {
+// amxScratch returns worker's scratch for the AMX kernels on panels of subs
+// 32-element sub-blocks: amxScratch(subs) bytes, 64-byte aligned,
+// configured (amxConfigure).
+func (b *Backend) amxScratch(worker, subs int) *byte {
+	if n := amxScratch(subs); len(b.amx[worker]) < n {
 		buf := make([]byte, n+63)
 		off := int(-uintptr(unsafe.Pointer(&buf[0])) & 63)
 		b.amx[worker] = buf[off : off+n]
@@ -262,7 +263,7 @@ func (b *Backend) runPanels(worker, lo, hi int) {
 		// Every whole group of amxRows activation rows on AMX tiles: the
 		// item's whole panels in one call, the last one (past the last
 		// row) group by group through the tail buffer.
-		scratch := b.amxScratch(worker, nb)
+		scratch := b.amxScratch(worker, j.w.Cols/ggml.QK)
 		full := (min(hi, N/panelRows*panelRows) - lo) / panelRows
 		ng := j.rows / amxRows
 		if full > 0 {

@@ -182,7 +182,7 @@ type panelSet struct {
 // amxFunc computes np consecutive panels of nb blocks at w against ng
 // groups of amxRows activation rows in the expanded layout (x, x+xs, …):
 // out[c*os/4 + 16p + i] is the dot product of panel p's row i with
-// activation row c. scratch is amxScratch(nb) bytes, 64-byte aligned,
+// activation row c. scratch is amxScratch(nb*panelBlock(t)/32) bytes, 64-byte aligned,
 // starting with the tile configuration amxConfigure writes. Each output is
 // reduced in exactly the order of the panel kernels of its type.
 type amxFunc func(np, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
@@ -190,10 +190,11 @@ type amxFunc func(np, nb int, w *byte, x *byte, xs int, ng int, out *float32, os
 // amxRows is the activation rows of one group: the rows of a tile.
 const amxRows = 16
 
-// amxScratch is the scratch bytes an amxFunc uses for panels of nb blocks:
-// the configuration (64), its counters (64), three tiles C (16 rows of 64
-// bytes) and tile B for each block of a panel (8 rows of 64).
-func amxScratch(nb int) int { return 64 + 64 + 3*1024 + nb*512 }
+// amxScratch is the scratch bytes an amxFunc uses for panels of subs
+// 32-element sub-blocks: the configuration (64), its counters (64), three
+// tiles C (16 rows of 64 bytes) and tile B for each sub-block of a panel
+// (8 rows of 64).
+func amxScratch(subs int) int { return 64 + 64 + 3*1024 + subs*512 }
 
 // amxConfigure writes the AMX kernels' tile configuration (palette 1) to
 // the first 64 bytes of cfg, two sets of three tiles: TMM0 and TMM3 the

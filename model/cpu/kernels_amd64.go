@@ -167,7 +167,7 @@ var q3KPanels = panelSet{name: "q3KVNNI", ahead: q3KPanel_1Ahead, k: [maxPanelC]
 	q3KPanel_1, q3KPanel_2, q3KPanel_3, q3KPanel_4, q3KPanel_5, q3KPanel_6, q3KPanel_7, q3KPanel_8,
 }}
 
-var iq4XSPanels = panelSet{name: "iq4XSVNNI", ahead: iq4XSPanel_1Ahead, k: [maxPanelC]panelFunc{
+var iq4XSPanels = panelSet{name: "iq4XSVNNI", ahead: iq4XSPanel_1Ahead, amx: iq4XSAMX, k: [maxPanelC]panelFunc{
 	iq4XSPanel_1, iq4XSPanel_2, iq4XSPanel_3, iq4XSPanel_4, iq4XSPanel_5, iq4XSPanel_6, iq4XSPanel_7, iq4XSPanel_8,
 }}
 

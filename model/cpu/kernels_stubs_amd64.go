@@ -1426,3 +1426,8 @@ func q40AMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os i
 //
 //go:noescape
 func iq4NLAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// iq4XSAMX computes np 16-row panels of IQ4_XS weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func iq4XSAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)

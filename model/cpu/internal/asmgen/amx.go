@@ -35,7 +35,7 @@ const amxSignature = "func(np int, nb int, w *byte, x *byte, xs int, ng int, out
 
 // Scratch layout, in bytes from its start: the tile configuration (64),
 // the kernel's counters and pointers (64), three C areas (1024 each), then
-// B's rows for each block of a panel (512 each).
+// B's rows for each sub-block of a panel (512 each).
 const (
 	amxSlots = 64
 	amxBArea = 128 + 3*1024
@@ -151,19 +151,42 @@ func tdpb(c, a, b byte, unsignedB bool) {
 	emitBytes(fmt.Sprintf("%s TMM%d, TMM%d, TMM%d", name, c, a, b), amxBytes(pp, 0x5E, b, c, &a, nil))
 }
 
-// amxPanel emits name (Q4_0's panels; with lut, IQ4_NL's, whose nibbles
-// index the levels): np 16-row panels against ng groups of 16 activation
-// rows. Each panel's blocks are first split into B's rows in scratch, the
-// nibbles made signed bytes (Q4_0's minus 8, IQ4_NL's levels), so that
-// TDPBSSD leaves the exact integer sums (the activations' corrections go
-// unused) and no tile load waits on the stores just before it. Then for
-// each group two sets of tiles (TMM0–2, TMM3–5: C, A, B) and C areas
-// alternate between blocks: block b's tiles run while the sums of block
-// b-1 are folded in, in block order.
-func amxPanel(name, what string, lut bool) {
-	TEXT(name, NOSPLIT, amxSignature)
+// amxLayout describes a panel type the AMX kernels read: blocks of subs
+// 32-element sub-blocks, each stored as four vectors of nibbles as Q4_0's
+// panels store a block (vector j's low nibbles are elements 4j..4j+3,
+// its high nibbles 16+4j..).
+type amxLayout struct {
+	name, what string
+	lut        bool // the nibbles index ggml's IQ4 levels (else: minus 8)
+	subs       int  // sub-blocks per block: 1 (Q4_0, IQ4_NL) or 8 (IQ4_XS)
+	wBytes     int  // a panel block's bytes: f16 scales of the 16 rows at 0
+	quants     int  // sub-block s's vectors at quants + 256s
+	scales     int  // sub-block s's int8 row scales at scales + 16s (subs > 1)
+	xBytes     int  // an expanded activation block's bytes: f32 scale at 0
+	xQuants    int  // sub-block s's 32 quants at xQuants + 32s
+}
+
+var (
+	amxQ40   = amxLayout{name: "q40AMX", what: "Q4_0", subs: 1, wBytes: 32 + 4*64, quants: 32, xBytes: xBlock, xQuants: 8}
+	amxIQ4NL = amxLayout{name: "iq4NLAMX", what: "IQ4_NL", lut: true, subs: 1, wBytes: 32 + 4*64, quants: 32, xBytes: xBlock, xQuants: 8}
+	amxIQ4XS = amxLayout{name: "iq4XSAMX", what: "IQ4_XS", lut: true, subs: 8, wBytes: iq4XSPanelBytes, quants: 160, scales: 32, xBytes: xKBlock, xQuants: xKQuants}
+)
+
+// amxPanel emits the kernel of layout l: np 16-row panels against ng
+// groups of 16 activation rows. Each panel's sub-blocks are first split
+// into B's rows in scratch, the nibbles made signed bytes (Q4_0's minus 8,
+// the IQ4 types' levels), so that TDPBSSD leaves the exact integer sums
+// (the activations' corrections go unused) and no tile load waits on the
+// stores just before it. Then, for each group, two sets of tiles (TMM0–2,
+// TMM3–5: C, A, B) alternate between sub-blocks, each sub-block's sums
+// folded in while a later one's tiles run, in sub-block order: the fold of
+// the VNNI panel kernels of the type, acc = fma(float32(sum), wd*xd, acc)
+// per block for Q4_0 and IQ4_NL, acc = fma(float32(sum)*scale, wd*xd, acc)
+// per sub-block for IQ4_XS (foldSum).
+func amxPanel(l amxLayout) {
+	TEXT(l.name, NOSPLIT, amxSignature)
 	Pragma("noescape")
-	Doc(fmt.Sprintf("%s computes np 16-row panels of %s weights against ng groups of 16 activation rows with AMX tiles.", name, what))
+	Doc(fmt.Sprintf("%s computes np 16-row panels of %s weights against ng groups of 16 activation rows with AMX tiles.", l.name, l.what))
 	var (
 		np, bp, blocks    = reg.R8, reg.R9, reg.R10
 		wp, xs, xs3       = reg.RCX, reg.RDI, reg.R11
@@ -172,6 +195,7 @@ func amxPanel(name, what string, lut bool) {
 		tmp               = reg.R14
 		nibble, tbl       = reg.Z31, reg.Z30
 		wv, hv, dd, s, m  = reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20
+		sc                = reg.Z21
 		acc               = []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7, reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15}
 		rows              = []reg.Physical{r0, r4, r8, r12}
 	)
@@ -194,14 +218,13 @@ func amxPanel(name, what string, lut bool) {
 	MOVL(U32(64), reg.ESI)
 	MOVL(U32(0x0f0f0f0f), reg.R10L)
 	VPBROADCASTD(reg.R10L, nibble)
-	if lut {
+	if l.lut {
 		VBROADCASTI32X4(iq4SignedTable(), tbl)
 	} else {
 		MOVL(U32(0x08080808), reg.R10L)
 		VPBROADCASTD(reg.R10L, tbl)
 	}
 	ldtilecfg(scratch)
-	const blockBytes = 32 + 4*64
 	// row is activation row i's bytes at disp within the current block.
 	row := func(i, disp int) Mem {
 		m := Mem{Base: rows[i/4], Disp: disp}
@@ -215,58 +238,69 @@ func amxPanel(name, what string, lut bool) {
 		}
 		return m
 	}
-	// tiles runs the current block's tiles with set k (TMM0–2 or TMM3–5:
-	// C, A, B): C = A·B, stored to C area a.
-	tiles := func(k, a int) {
+	// tiles runs sub-block sub of the current block on tile set k (TMM0–2
+	// or TMM3–5: C, A, B): C = A·B, stored to C area a.
+	tiles := func(sub, k, a int) {
 		tc, ta, tb := byte(3*k), byte(3*k+1), byte(3*k+2)
-		tileloadd(tb, amxMem{base: bp, index: stride64})
-		tileloadd(ta, amxMem{base: r0, index: xs, disp: 8})
+		tileloadd(tb, amxMem{base: bp, index: stride64, disp: 512 * sub})
+		tileloadd(ta, amxMem{base: r0, index: xs, disp: l.xQuants + 32*sub})
 		tilezero(tc)
 		tdpb(tc, ta, tb, false)
 		tilestored(amxMem{base: scratch, index: stride64, disp: amxC(a)}, tc)
 	}
-	// fold adds the sums in C area a, of the block lag blocks before the
-	// current one, to the accumulators.
-	fold := func(a, lag int) {
-		VCVTPH2PS(Mem{Base: wp, Disp: -lag * blockBytes}, dd)
+	// fold adds the sums in C area a, of sub-block sub of the block lag
+	// blocks before the current one, to the accumulators.
+	fold := func(sub, a, lag int) {
+		if sub == 0 || l.subs == 1 {
+			VCVTPH2PS(Mem{Base: wp, Disp: -lag * l.wBytes}, dd)
+		}
+		if l.subs > 1 {
+			VPMOVSXBD(Mem{Base: wp, Disp: -lag*l.wBytes + l.scales + 16*sub}, sc)
+			VCVTDQ2PS(sc, sc)
+		}
 		for i, acc := range acc {
 			VCVTDQ2PS(Mem{Base: scratch, Disp: amxC(a) + 64*i}, s)
-			VMULPS_BCST(row(i, -lag*xBlock), dd, m)
+			if l.subs > 1 {
+				VMULPS(sc, s, s)
+			}
+			VMULPS_BCST(row(i, -lag*l.xBytes), dd, m)
 			VFMADD231PS(m, s, acc)
 		}
 	}
 	next := func() {
-		ADDQ(U32(blockBytes), wp)
-		ADDQ(U32(512), bp)
+		ADDQ(U32(l.wBytes), wp)
+		ADDQ(U32(512*l.subs), bp)
 		for _, r := range rows {
-			ADDQ(Imm(xBlock), r)
+			ADDQ(U32(l.xBytes), r)
 		}
 		DECQ(blocks)
 	}
 
 	Label("panel")
-	// B's rows for every block of the panel.
+	// B's rows for every sub-block of the panel.
 	MOVQ(wp, panelW)
 	LEAQ(Mem{Base: scratch, Disp: amxBArea}, bp)
 	Load(Param("nb"), blocks)
 	Label("split")
-	for j := range 4 {
-		VMOVDQU64(Mem{Base: wp, Disp: 32 + 64*j}, wv)
-		VPSRLW(Imm(4), wv, hv)
-		VPANDD(nibble, wv, wv)
-		VPANDD(nibble, hv, hv)
-		if lut {
-			VPSHUFB(wv, tbl, wv)
-			VPSHUFB(hv, tbl, hv)
-		} else {
-			VPSUBB(tbl, wv, wv)
-			VPSUBB(tbl, hv, hv)
+	for sub := range l.subs {
+		for j := range 4 {
+			VMOVDQU64(Mem{Base: wp, Disp: l.quants + 256*sub + 64*j}, wv)
+			VPSRLW(Imm(4), wv, hv)
+			VPANDD(nibble, wv, wv)
+			VPANDD(nibble, hv, hv)
+			if l.lut {
+				VPSHUFB(wv, tbl, wv)
+				VPSHUFB(hv, tbl, hv)
+			} else {
+				VPSUBB(tbl, wv, wv)
+				VPSUBB(tbl, hv, hv)
+			}
+			VMOVDQU64(wv, Mem{Base: bp, Disp: 512*sub + 64*j})
+			VMOVDQU64(hv, Mem{Base: bp, Disp: 512*sub + 64*(4+j)})
 		}
-		VMOVDQU64(wv, Mem{Base: bp, Disp: 64 * j})
-		VMOVDQU64(hv, Mem{Base: bp, Disp: 64 * (4 + j)})
 	}
-	ADDQ(U32(blockBytes), wp)
-	ADDQ(U32(512), bp)
+	ADDQ(U32(l.wBytes), wp)
+	ADDQ(U32(512*l.subs), bp)
 	DECQ(blocks)
 	JNZ(LabelRef("split"))
 	Load(Param("ng"), tmp)
@@ -286,34 +320,55 @@ func amxPanel(name, what string, lut bool) {
 	for _, a := range acc {
 		VXORPS(a, a, a)
 	}
-	// Block b runs on tile set b%2 into C area b%3 and is folded in two
-	// blocks later, so that its tiles have long been stored when the loads
-	// read them.
 	Load(Param("nb"), blocks)
-	tiles(0, 0)
-	next()
-	JZ(LabelRef("one"))
-	tiles(1, 1)
-	next()
-	JZ(LabelRef("exit1"))
-	Label("block")
-	for u := range 6 {
-		b := 2 + u
-		tiles(b%2, b%3)
-		fold((b-2)%3, 2)
+	if l.subs == 1 {
+		// Block b runs on tile set b%2 into C area b%3 and is folded in
+		// two blocks later, so that its tiles have long been stored when
+		// the loads read them.
+		tiles(0, 0, 0)
 		next()
-		JZ(LabelRef(fmt.Sprintf("exit%d", b%3)))
+		JZ(LabelRef("one"))
+		tiles(0, 1, 1)
+		next()
+		JZ(LabelRef("exit1"))
+		Label("block")
+		for u := range 6 {
+			b := 2 + u
+			tiles(0, b%2, b%3)
+			fold(0, (b-2)%3, 2)
+			next()
+			JZ(LabelRef(fmt.Sprintf("exit%d", b%3)))
+		}
+		JMP(LabelRef("block"))
+		// Block b was the last (C area b%3): fold b-1, then b.
+		for a := range 3 {
+			Label(fmt.Sprintf("exit%d", a))
+			fold(0, (a+2)%3, 2)
+			fold(0, a, 1)
+			JMP(LabelRef("store"))
+		}
+		Label("one")
+		fold(0, 0, 1)
+	} else {
+		// Sub-block s runs on tile set s%2 into C area s%2 and is folded
+		// in after the next one's tiles; the block's last (odd) one after
+		// the next block's first.
+		JMP(LabelRef("first"))
+		Label("block")
+		tiles(0, 0, 0)
+		fold(l.subs-1, 1, 1)
+		JMP(LabelRef("rest"))
+		Label("first")
+		tiles(0, 0, 0)
+		Label("rest")
+		for sub := 1; sub < l.subs; sub++ {
+			tiles(sub, sub%2, sub%2)
+			fold(sub-1, (sub-1)%2, 0)
+		}
+		next()
+		JNZ(LabelRef("block"))
+		fold(l.subs-1, 1, 1)
 	}
-	JMP(LabelRef("block"))
-	// Block b was the last (C area b%3): fold b-1, then b.
-	for a := range 3 {
-		Label(fmt.Sprintf("exit%d", a))
-		fold((a+2)%3, 2)
-		fold(a, 1)
-		JMP(LabelRef("store"))
-	}
-	Label("one")
-	fold(0, 1)
 	Label("store")
 	// Row i's 16 outputs at the group's out + i*os.
 	Load(Param("os"), r4)

@@ -208,8 +208,9 @@ func main() {
 	iq4XSPanel(1)
 	ahead = 0
 	cpuVendor()
-	amxPanel("q40AMX", "Q4_0", false)
-	amxPanel("iq4NLAMX", "IQ4_NL", true)
+	amxPanel(amxQ40)
+	amxPanel(amxIQ4NL)
+	amxPanel(amxIQ4XS)
 	Generate()
 }
 
