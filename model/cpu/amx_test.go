@@ -15,7 +15,7 @@ import (
 func TestAMXPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	ran := false
-	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS} {
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K} {
 		ps := archPanels(typ)
 		if ps == nil || ps.amxKernel() == nil {
 			continue
@@ -25,7 +25,7 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := typ == ggml.IQ4_XS
+		k := isKPanel(typ)
 		for _, nb := range []int{1, 2, 3, 24, 67} {
 			if k && nb > 8 {
 				continue

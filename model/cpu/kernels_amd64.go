@@ -147,11 +147,11 @@ var q50Panels = panelSet{name: "q50VNNI", ahead: q50Panel_1Ahead, k: [maxPanelC]
 	q50Panel_1, q50Panel_2, q50Panel_3, q50Panel_4, q50Panel_5, q50Panel_6, q50Panel_7, q50Panel_8,
 }}
 
-var q4KPanels = panelSet{name: "q4KVNNI", ahead: q4KPanel_1Ahead, k: [maxPanelC]panelFunc{
+var q4KPanels = panelSet{name: "q4KVNNI", ahead: q4KPanel_1Ahead, amx: q4KAMX, k: [maxPanelC]panelFunc{
 	q4KPanel_1, q4KPanel_2, q4KPanel_3, q4KPanel_4, q4KPanel_5, q4KPanel_6, q4KPanel_7, q4KPanel_8,
 }}
 
-var q5KPanels = panelSet{name: "q5KVNNI", ahead: q5KPanel_1Ahead, k: [maxPanelC]panelFunc{
+var q5KPanels = panelSet{name: "q5KVNNI", ahead: q5KPanel_1Ahead, amx: q5KAMX, k: [maxPanelC]panelFunc{
 	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
 }}
 

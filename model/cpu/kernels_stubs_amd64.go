@@ -1431,3 +1431,13 @@ func iq4NLAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os
 //
 //go:noescape
 func iq4XSAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// q4KAMX computes np 16-row panels of Q4_K weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func q4KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// q5KAMX computes np 16-row panels of Q5_K weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func q5KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)

@@ -157,19 +157,28 @@ func tdpb(c, a, b byte, unsignedB bool) {
 // its high nibbles 16+4j..).
 type amxLayout struct {
 	name, what string
-	lut        bool // the nibbles index ggml's IQ4 levels (else: minus 8)
-	subs       int  // sub-blocks per block: 1 (Q4_0, IQ4_NL) or 8 (IQ4_XS)
+	lut        bool // the nibbles index ggml's IQ4 levels
+	minus8     bool // the nibbles are biased by 8 (Q4_0)
+	subs       int  // sub-blocks per block: 1 (Q4_0, IQ4_NL) or 8 (K)
 	wBytes     int  // a panel block's bytes: f16 scales of the 16 rows at 0
 	quants     int  // sub-block s's vectors at quants + 256s
-	scales     int  // sub-block s's int8 row scales at scales + 16s (subs > 1)
+	scales     int  // sub-block s's row scales at scales + 16s (subs > 1)
 	xBytes     int  // an expanded activation block's bytes: f32 scale at 0
 	xQuants    int  // sub-block s's 32 quants at xQuants + 32s
+	// Q4_K and Q5_K: eight vectors for each pair of sub-blocks (2g, 2g+1)
+	// at quants + 512g, vector j holding elements 4j..4j+3 of sub-block 2g
+	// in its low nibbles and of 2g+1 in its high ones; unsigned 6-bit
+	// scales; after each block the mins (see q4KPanel); with five, the
+	// fifth bits' masks at q4KPanelBytes + 64s + 8j (see q50Panel).
+	pairs, five bool
 }
 
 var (
-	amxQ40   = amxLayout{name: "q40AMX", what: "Q4_0", subs: 1, wBytes: 32 + 4*64, quants: 32, xBytes: xBlock, xQuants: 8}
+	amxQ40   = amxLayout{name: "q40AMX", what: "Q4_0", minus8: true, subs: 1, wBytes: 32 + 4*64, quants: 32, xBytes: xBlock, xQuants: 8}
 	amxIQ4NL = amxLayout{name: "iq4NLAMX", what: "IQ4_NL", lut: true, subs: 1, wBytes: 32 + 4*64, quants: 32, xBytes: xBlock, xQuants: 8}
 	amxIQ4XS = amxLayout{name: "iq4XSAMX", what: "IQ4_XS", lut: true, subs: 8, wBytes: iq4XSPanelBytes, quants: 160, scales: 32, xBytes: xKBlock, xQuants: xKQuants}
+	amxQ4K   = amxLayout{name: "q4KAMX", what: "Q4_K", subs: 8, wBytes: q4KPanelBytes, quants: 320, scales: 64, xBytes: xKBlock, xQuants: xKQuants, pairs: true}
+	amxQ5K   = amxLayout{name: "q5KAMX", what: "Q5_K", subs: 8, wBytes: q5KPanelBytes, quants: 320, scales: 64, xBytes: xKBlock, xQuants: xKQuants, pairs: true, five: true}
 )
 
 // amxPanel emits the kernel of layout l: np 16-row panels against ng
@@ -195,7 +204,8 @@ func amxPanel(l amxLayout) {
 		tmp               = reg.R14
 		nibble, tbl       = reg.Z31, reg.Z30
 		wv, hv, dd, s, m  = reg.Z16, reg.Z17, reg.Z18, reg.Z19, reg.Z20
-		sc                = reg.Z21
+		sc, dmin, c10     = reg.Z21, reg.Z26, reg.Z29
+		mv                = []reg.VecPhysical{reg.Z22, reg.Z23, reg.Z24, reg.Z25}
 		acc               = []reg.VecPhysical{reg.Z0, reg.Z1, reg.Z2, reg.Z3, reg.Z4, reg.Z5, reg.Z6, reg.Z7, reg.Z8, reg.Z9, reg.Z10, reg.Z11, reg.Z12, reg.Z13, reg.Z14, reg.Z15}
 		rows              = []reg.Physical{r0, r4, r8, r12}
 	)
@@ -218,11 +228,16 @@ func amxPanel(l amxLayout) {
 	MOVL(U32(64), reg.ESI)
 	MOVL(U32(0x0f0f0f0f), reg.R10L)
 	VPBROADCASTD(reg.R10L, nibble)
-	if l.lut {
+	switch {
+	case l.lut:
 		VBROADCASTI32X4(iq4SignedTable(), tbl)
-	} else {
+	case l.minus8:
 		MOVL(U32(0x08080808), reg.R10L)
 		VPBROADCASTD(reg.R10L, tbl)
+	}
+	if l.five {
+		MOVL(U32(0x10101010), reg.R10L)
+		VPBROADCASTD(reg.R10L, c10)
 	}
 	ldtilecfg(scratch)
 	// row is activation row i's bytes at disp within the current block.
@@ -255,7 +270,11 @@ func amxPanel(l amxLayout) {
 			VCVTPH2PS(Mem{Base: wp, Disp: -lag * l.wBytes}, dd)
 		}
 		if l.subs > 1 {
-			VPMOVSXBD(Mem{Base: wp, Disp: -lag*l.wBytes + l.scales + 16*sub}, sc)
+			if l.pairs {
+				VPMOVZXBD(Mem{Base: wp, Disp: -lag*l.wBytes + l.scales + 16*sub}, sc)
+			} else {
+				VPMOVSXBD(Mem{Base: wp, Disp: -lag*l.wBytes + l.scales + 16*sub}, sc)
+			}
 			VCVTDQ2PS(sc, sc)
 		}
 		for i, acc := range acc {
@@ -265,6 +284,26 @@ func amxPanel(l amxLayout) {
 			}
 			VMULPS_BCST(row(i, -lag*l.xBytes), dd, m)
 			VFMADD231PS(m, s, acc)
+		}
+	}
+	// fold the mins of the block lag blocks back (Q4_K, Q5_K), after its
+	// sub-blocks: acc -= mins*dm, rounded once, as q4KPanel does.
+	foldMins := func(lag int) {
+		if !l.pairs {
+			return
+		}
+		for k, v := range mv {
+			VPMOVZXBW(Mem{Base: wp, Disp: -lag*l.wBytes + 192 + 32*k}, v)
+		}
+		VCVTPH2PS(Mem{Base: wp, Disp: -lag*l.wBytes + 32}, dmin)
+		for i, acc := range acc {
+			VPXORD(s, s, s)
+			for k, v := range mv {
+				vpdpwssdBcst(row(i, -lag*l.xBytes+xKSums+4*k), v, s)
+			}
+			VCVTDQ2PS(s, s)
+			VMULPS_BCST(row(i, -lag*l.xBytes), dmin, m)
+			VFNMADD231PS(m, s, acc)
 		}
 	}
 	next := func() {
@@ -282,7 +321,29 @@ func amxPanel(l amxLayout) {
 	LEAQ(Mem{Base: scratch, Disp: amxBArea}, bp)
 	Load(Param("nb"), blocks)
 	Label("split")
+	for g := range 4 {
+		if !l.pairs {
+			break
+		}
+		for j := range 8 {
+			VMOVDQU64(Mem{Base: wp, Disp: l.quants + 512*g + 64*j}, wv)
+			VPSRLW(Imm(4), wv, hv)
+			VPANDD(nibble, wv, wv)
+			VPANDD(nibble, hv, hv)
+			if l.five {
+				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g) + 8*j}, reg.K1)
+				VPADDB(c10, wv, reg.K1, wv)
+				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g+1) + 8*j}, reg.K1)
+				VPADDB(c10, hv, reg.K1, hv)
+			}
+			VMOVDQU64(wv, Mem{Base: bp, Disp: 512*(2*g) + 64*j})
+			VMOVDQU64(hv, Mem{Base: bp, Disp: 512*(2*g+1) + 64*j})
+		}
+	}
 	for sub := range l.subs {
+		if l.pairs {
+			break
+		}
 		for j := range 4 {
 			VMOVDQU64(Mem{Base: wp, Disp: l.quants + 256*sub + 64*j}, wv)
 			VPSRLW(Imm(4), wv, hv)
@@ -291,7 +352,7 @@ func amxPanel(l amxLayout) {
 			if l.lut {
 				VPSHUFB(wv, tbl, wv)
 				VPSHUFB(hv, tbl, hv)
-			} else {
+			} else if l.minus8 {
 				VPSUBB(tbl, wv, wv)
 				VPSUBB(tbl, hv, hv)
 			}
@@ -357,6 +418,7 @@ func amxPanel(l amxLayout) {
 		Label("block")
 		tiles(0, 0, 0)
 		fold(l.subs-1, 1, 1)
+		foldMins(1)
 		JMP(LabelRef("rest"))
 		Label("first")
 		tiles(0, 0, 0)
@@ -368,6 +430,7 @@ func amxPanel(l amxLayout) {
 		next()
 		JNZ(LabelRef("block"))
 		fold(l.subs-1, 1, 1)
+		foldMins(1)
 	}
 	Label("store")
 	// Row i's 16 outputs at the group's out + i*os.

@@ -211,6 +211,8 @@ func main() {
 	amxPanel(amxQ40)
 	amxPanel(amxIQ4NL)
 	amxPanel(amxIQ4XS)
+	amxPanel(amxQ4K)
+	amxPanel(amxQ5K)
 	Generate()
 }
 
