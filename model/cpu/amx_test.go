@@ -15,7 +15,7 @@ import (
 func TestAMXPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
 	ran := false
-	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K} {
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
 		ps := archPanels(typ)
 		if ps == nil || ps.amxKernel() == nil {
 			continue

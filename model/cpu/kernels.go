@@ -191,22 +191,26 @@ type amxFunc func(np, nb int, w *byte, x *byte, xs int, ng int, out *float32, os
 const amxRows = 16
 
 // amxScratch is the scratch bytes an amxFunc uses for panels of subs
-// 32-element sub-blocks: the configuration (64), its counters (64), three
-// tiles C (16 rows of 64 bytes) and tile B for each sub-block of a panel
-// (8 rows of 64).
-func amxScratch(subs int) int { return 64 + 64 + 3*1024 + subs*512 }
+// 32-element sub-blocks: two configurations (64 each), its counters (64),
+// three tiles C (16 rows of 64 bytes) and the B tiles of a panel (16 bytes
+// an element).
+func amxScratch(subs int) int { return 2*64 + 64 + 3*1024 + subs*512 }
 
-// amxConfigure writes the AMX kernels' tile configuration (palette 1) to
-// the first 64 bytes of cfg, two sets of three tiles: TMM0 and TMM3 the
-// 16×16 int32 sums (16 rows of 64 bytes), TMM1 and TMM4 16 activation rows
-// of a block's 32 quants, TMM2 and TMM5 a block of 16 weight rows in 8 rows
-// of 64 bytes.
+// amxConfigure writes the AMX kernels' two tile configurations (palette
+// 1) to the first 128 bytes of cfg, each two sets of three tiles: TMM0 and
+// TMM3 the 16×16 int32 sums (16 rows of 64 bytes), TMM1 and TMM4 16
+// activation rows of a sub-block's quants, TMM2 and TMM5 a sub-block of
+// 16 weight rows in rows of 64 bytes, four elements of each weight row to
+// a B row. At 0, sub-blocks of 32 elements; at 64, Q6_K's groups of 16.
 func amxConfigure(cfg []byte) {
-	clear(cfg[:64])
-	cfg[0] = 1 // palette
-	for t, shape := range [][2]int{{16, 64}, {16, 32}, {8, 64}, {16, 64}, {16, 32}, {8, 64}} {
-		cfg[16+2*t] = byte(shape[1]) // bytes per row (little-endian uint16)
-		cfg[48+t] = byte(shape[0])   // rows
+	clear(cfg[:128])
+	for c, depth := range []int{32, 16} {
+		cf := cfg[64*c : 64*(c+1)]
+		cf[0] = 1 // palette
+		for t, shape := range [][2]int{{16, 64}, {16, depth}, {depth / 4, 64}, {16, 64}, {16, depth}, {depth / 4, 64}} {
+			cf[16+2*t] = byte(shape[1]) // bytes per row (little-endian uint16)
+			cf[48+t] = byte(shape[0])   // rows
+		}
 	}
 }
 

@@ -1441,3 +1441,8 @@ func q4KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os i
 //
 //go:noescape
 func q5KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// q6KAMX computes np 16-row panels of Q6_K weights against ng groups of 16 activation rows with AMX tiles.
+//
+//go:noescape
+func q6KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)

@@ -33,15 +33,16 @@ import (
 // by the caller), then two areas for B and two for C.
 const amxSignature = "func(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)"
 
-// Scratch layout, in bytes from its start: the tile configuration (64),
-// the kernel's counters and pointers (64), three C areas (1024 each), then
-// B's rows for each sub-block of a panel (512 each).
+// Scratch layout, in bytes from its start: two tile configurations (64
+// each: 32-element sub-blocks, then Q6_K's 16-element groups), the
+// kernel's counters and pointers (64), three C areas (1024 each), then B's
+// rows for each sub-block of a panel (16 bytes an element).
 const (
-	amxSlots = 64
-	amxBArea = 128 + 3*1024
+	amxSlots = 128
+	amxBArea = 192 + 3*1024
 )
 
-func amxC(k int) int { return 128 + 1024*k }
+func amxC(k int) int { return 192 + 1024*k }
 
 // amxOp emits one VEX-encoded AMX instruction (map 0F38, W0, L0): pp (0:
 // none, 1: 66, 2: F3, 3: F2), opcode, vvvv (a tile, or 0 when unused:
@@ -171,6 +172,18 @@ type amxLayout struct {
 	// scales; after each block the mins (see q4KPanel); with five, the
 	// fifth bits' masks at q4KPanelBytes + 64s + 8j (see q50Panel).
 	pairs, five bool
+	// Q6_K: sub-blocks of 16 elements (the groups of its int8 scales),
+	// made from the vectors A, B, H at quants + 192g as q6KPanel makes
+	// them, minus 32; the tiles of the second configuration.
+	q6 bool
+}
+
+// subLen is the elements of one of l's sub-blocks: a tile's depth.
+func (l amxLayout) subLen() int {
+	if l.q6 {
+		return 16
+	}
+	return 32
 }
 
 var (
@@ -179,6 +192,7 @@ var (
 	amxIQ4XS = amxLayout{name: "iq4XSAMX", what: "IQ4_XS", lut: true, subs: 8, wBytes: iq4XSPanelBytes, quants: 160, scales: 32, xBytes: xKBlock, xQuants: xKQuants}
 	amxQ4K   = amxLayout{name: "q4KAMX", what: "Q4_K", subs: 8, wBytes: q4KPanelBytes, quants: 320, scales: 64, xBytes: xKBlock, xQuants: xKQuants, pairs: true}
 	amxQ5K   = amxLayout{name: "q5KAMX", what: "Q5_K", subs: 8, wBytes: q5KPanelBytes, quants: 320, scales: 64, xBytes: xKBlock, xQuants: xKQuants, pairs: true, five: true}
+	amxQ6K   = amxLayout{name: "q6KAMX", what: "Q6_K", subs: 16, wBytes: q6KPanelBytes, quants: 288, scales: 32, xBytes: xKBlock, xQuants: xKQuants, q6: true}
 )
 
 // amxPanel emits the kernel of layout l: np 16-row panels against ng
@@ -239,7 +253,13 @@ func amxPanel(l amxLayout) {
 		MOVL(U32(0x10101010), reg.R10L)
 		VPBROADCASTD(reg.R10L, c10)
 	}
-	ldtilecfg(scratch)
+	if l.q6 {
+		LEAQ(Mem{Base: scratch, Disp: 64}, tmp)
+		ldtilecfg(tmp)
+	} else {
+		ldtilecfg(scratch)
+	}
+	subB := 16 * l.subLen() // bytes of a sub-block's B
 	// row is activation row i's bytes at disp within the current block.
 	row := func(i, disp int) Mem {
 		m := Mem{Base: rows[i/4], Disp: disp}
@@ -257,8 +277,8 @@ func amxPanel(l amxLayout) {
 	// or TMM3–5: C, A, B): C = A·B, stored to C area a.
 	tiles := func(sub, k, a int) {
 		tc, ta, tb := byte(3*k), byte(3*k+1), byte(3*k+2)
-		tileloadd(tb, amxMem{base: bp, index: stride64, disp: 512 * sub})
-		tileloadd(ta, amxMem{base: r0, index: xs, disp: l.xQuants + 32*sub})
+		tileloadd(tb, amxMem{base: bp, index: stride64, disp: subB * sub})
+		tileloadd(ta, amxMem{base: r0, index: xs, disp: l.xQuants + l.subLen()*sub})
 		tilezero(tc)
 		tdpb(tc, ta, tb, false)
 		tilestored(amxMem{base: scratch, index: stride64, disp: amxC(a)}, tc)
@@ -308,7 +328,7 @@ func amxPanel(l amxLayout) {
 	}
 	next := func() {
 		ADDQ(U32(l.wBytes), wp)
-		ADDQ(U32(512*l.subs), bp)
+		ADDQ(U32(subB*l.subs), bp)
 		for _, r := range rows {
 			ADDQ(U32(l.xBytes), r)
 		}
@@ -341,7 +361,7 @@ func amxPanel(l amxLayout) {
 		}
 	}
 	for sub := range l.subs {
-		if l.pairs {
+		if l.pairs || l.q6 {
 			break
 		}
 		for j := range 4 {
@@ -360,8 +380,14 @@ func amxPanel(l amxLayout) {
 			VMOVDQU64(hv, Mem{Base: bp, Disp: 512*sub + 64*(4+j)})
 		}
 	}
+	for g := range l.subs {
+		if !l.q6 {
+			break
+		}
+		q6KWeights(Mem{Base: wp, Disp: l.quants + 192*g}, bp, subB*g)
+	}
 	ADDQ(U32(l.wBytes), wp)
-	ADDQ(U32(512*l.subs), bp)
+	ADDQ(U32(subB*l.subs), bp)
 	DECQ(blocks)
 	JNZ(LabelRef("split"))
 	Load(Param("ng"), tmp)
@@ -467,4 +493,35 @@ func amxPanel(l amxLayout) {
 	JNZ(LabelRef("panel"))
 	tilerelease()
 	ret()
+}
+
+// q6KWeights stores group g's four weight vectors of a Q6_K panel (A at a,
+// B and H after it), made as q6KPanel makes them and less 32 (signed), at
+// bp+disp: B's four rows for the group. It uses Z16–Z17, Z19–Z20,
+// Z22–Z25 and Z27–Z28, which the fold leaves alone outside its loop.
+func q6KWeights(a Mem, bp reg.Physical, disp int) {
+	m0f, m33, c32 := reg.Z31, reg.Z28, reg.Z27
+	MOVL(U32(0x33333333), reg.R14L)
+	VPBROADCASTD(reg.R14L, m33)
+	MOVL(U32(0x20202020), reg.R14L)
+	VPBROADCASTD(reg.R14L, c32)
+	A, B, H := a, a.Offset(64), a.Offset(128)
+	sel := func(src Op, dst reg.VecPhysical) { VPTERNLOGD(Imm(0xb8), src, m0f, dst) }
+	hlo, hhi, w0, w1, a1, w3, b1 := reg.Z16, reg.Z17, reg.Z19, reg.Z20, reg.Z22, reg.Z23, reg.Z24
+	VPANDD(H, m33, hlo)
+	VPANDND(H, m33, hhi)
+	VPSLLW(Imm(4), hlo, w0)
+	sel(A, w0)
+	VPSLLW(Imm(2), hhi, w1)
+	VPSRLW(Imm(4), A, a1)
+	sel(a1, w1)
+	w2 := hlo
+	sel(B, w2)
+	VPSRLW(Imm(2), hhi, w3)
+	VPSRLW(Imm(4), B, b1)
+	sel(b1, w3)
+	for k, w := range []reg.VecPhysical{w0, w1, w2, w3} {
+		VPSUBB(c32, w, w)
+		VMOVDQU64(w, Mem{Base: bp, Disp: disp + 64*k})
+	}
 }

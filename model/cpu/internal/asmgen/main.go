@@ -213,6 +213,7 @@ func main() {
 	amxPanel(amxIQ4XS)
 	amxPanel(amxQ4K)
 	amxPanel(amxQ5K)
+	amxPanel(amxQ6K)
 	Generate()
 }
 
