@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
@@ -74,6 +75,30 @@ func BenchmarkPanel(b *testing.B) {
 				out := make([]float32, C*panelRows)
 				for b.Loop() {
 					ps.k[C-1](nb, &packed[0], &x[0], xb, &out[0], 4*panelRows)
+				}
+				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+		// The AMX kernel, where this CPU runs one, on 16 and 128 rows
+		// (one call splits the panel's nibbles once for all its groups).
+		amx := ps.amxKernel()
+		if amx == nil {
+			continue
+		}
+		scratch := make([]byte, amxScratch(n/32)+63)
+		scratch = scratch[int(-uintptr(unsafe.Pointer(&scratch[0]))&63):][:amxScratch(n/32)]
+		amxConfigure(scratch)
+		for _, C := range []int{16, 128} {
+			b.Run(fmt.Sprintf("%s/amx%d", typ, C), func(b *testing.B) {
+				q := make([]byte, mustRowBytes(b, typ.VecDotType(), n))
+				x := make([]byte, C*xb)
+				for c := range C {
+					ConvertActivation(typ, randVec(r, n), q)
+					expandRow(typ, nb, q, x[c*xb:])
+				}
+				out := make([]float32, C*panelRows)
+				for b.Loop() {
+					amx(1, nb, &packed[0], &x[0], xb, C/amxRows, &out[0], 4*panelRows, &scratch[0])
 				}
 				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
