@@ -6,6 +6,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/strata-llm/strata/model"
 	"github.com/strata-llm/strata/model/ggml"
 )
 
@@ -91,6 +92,54 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 						t.Fatalf("%s AMX nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 							typ, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
 					}
+				}
+			}
+		}
+	}
+	if !ran {
+		t.Skip("no AMX kernels on this CPU")
+	}
+}
+
+// TestAMXMatMulEqualsPortable: MatMul with enough activation rows for the
+// AMX kernels (whole groups, a partial last panel, rows left for the VNNI
+// kernels, one and two workers) gives the portable kernels' bits.
+func TestAMXMatMulEqualsPortable(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	p1, p2 := NewPool(1), NewPool(2)
+	defer p1.Close()
+	defer p2.Close()
+	ran := false
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
+		ps := archPanels(typ)
+		if ps == nil || ps.amxKernel() == nil {
+			continue
+		}
+		ran = true
+		const N, K = 150, 512
+		var data []byte
+		if isKPanel(typ) {
+			data = kWeights(t, r, typ, N, K)
+		} else {
+			wrow := mustRowBytes(t, typ, K)
+			data = make([]byte, N*wrow)
+			for i := range N {
+				copy(data[i*wrow:], randRow(t, r, typ, K))
+			}
+		}
+		w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
+		for _, R := range []int{16, 35, 64} {
+			x := randBytesVec(r, R*K)
+			var want []float32
+			withPortable(func() {
+				want = make([]float32, R*N)
+				NewBackend(p1).MatMul(w, x, R, want)
+			})
+			for _, p := range []*Pool{p1, p2} {
+				got := make([]float32, R*N)
+				NewBackend(p).MatMul(w, x, R, got)
+				if !sameBits(got, want) {
+					t.Fatalf("%s, %d rows, %d workers: MatMul differs from the portable kernels", ISA(typ), R, p.Workers())
 				}
 			}
 		}

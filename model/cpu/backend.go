@@ -259,7 +259,7 @@ func (b *Backend) runPanels(worker, lo, hi int) {
 	_ = j.out[(j.rows-1)*N+hi-1]
 	tail := b.tail[worker]
 	c0 := 0
-	if k := j.ps.amxKernel(); k != nil && j.rows >= amxRows {
+	if k := j.ps.amxKernel(); k != nil && j.rows >= j.ps.amxFrom() {
 		// Every whole group of amxRows activation rows on AMX tiles: the
 		// item's whole panels in one call, the last one (past the last
 		// row) group by group through the tail buffer.

@@ -177,6 +177,11 @@ type panelSet struct {
 	// amx computes panels against amxRows activation rows at a time with
 	// AMX tiles, where the CPU has them (nil: none); same bits as k.
 	amx amxFunc
+	// amxMin is the activation rows from which a product runs amx (0:
+	// amxRows). Q6_K's 16-deep tiles are slower than its VNNI kernel on
+	// one group of 16 rows (BenchmarkPanel Q6_K: 159 GMAC/s against 178 on
+	// the 2-core Intel Xeon with AMX) and faster from two (185).
+	amxMin int
 }
 
 // amxFunc computes np consecutive panels of nb blocks at w against ng
@@ -222,6 +227,10 @@ func (ps *panelSet) amxKernel() amxFunc {
 	}
 	return ps.amx
 }
+
+// amxFrom is the activation rows from which a product runs ps's AMX
+// kernel.
+func (ps *panelSet) amxFrom() int { return max(ps.amxMin, amxRows) }
 
 // panelsFor returns the kernels for repacked weights of type t, or nil when
 // the weights are used as stored.

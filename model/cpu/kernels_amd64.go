@@ -175,7 +175,7 @@ var iq4NLPanels = panelSet{name: "iq4NLVNNI", ahead: iq4NLPanel_1Ahead, amx: iq4
 	iq4NLPanel_1, iq4NLPanel_2, iq4NLPanel_3, iq4NLPanel_4, iq4NLPanel_5, iq4NLPanel_6, iq4NLPanel_7, iq4NLPanel_8,
 }}
 
-var q6KPanels = panelSet{name: "q6KVNNI", ahead: q6KPanel_1Ahead, amx: q6KAMX, k: [maxPanelC]panelFunc{
+var q6KPanels = panelSet{name: "q6KVNNI", ahead: q6KPanel_1Ahead, amx: q6KAMX, amxMin: 32, k: [maxPanelC]panelFunc{
 	q6KPanel_1, q6KPanel_2, q6KPanel_3, q6KPanel_4, q6KPanel_5, q6KPanel_6, q6KPanel_7, q6KPanel_8,
 }}
 

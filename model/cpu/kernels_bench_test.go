@@ -79,7 +79,7 @@ func BenchmarkPanel(b *testing.B) {
 				b.ReportMetric(float64(panelRows*C*n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
 		}
-		// The AMX kernel, where this CPU runs one, on 16 and 128 rows
+		// The AMX kernel, where this CPU runs one, on 16, 32 and 128 rows
 		// (one call splits the panel's nibbles once for all its groups).
 		amx := ps.amxKernel()
 		if amx == nil {
@@ -88,7 +88,7 @@ func BenchmarkPanel(b *testing.B) {
 		scratch := make([]byte, amxScratch(n/32)+63)
 		scratch = scratch[int(-uintptr(unsafe.Pointer(&scratch[0]))&63):][:amxScratch(n/32)]
 		amxConfigure(scratch)
-		for _, C := range []int{16, 128} {
+		for _, C := range []int{16, 32, 128} {
 			b.Run(fmt.Sprintf("%s/amx%d", typ, C), func(b *testing.B) {
 				q := make([]byte, mustRowBytes(b, typ.VecDotType(), n))
 				x := make([]byte, C*xb)
