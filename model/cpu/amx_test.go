@@ -15,13 +15,8 @@ import (
 // with extreme quants in weights and activations, on a CPU that has AMX.
 func TestAMXPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(41, 42))
-	ran := false
-	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
+	for _, typ := range amxTypes(t) {
 		ps := archPanels(typ)
-		if ps == nil || ps.amxKernel() == nil {
-			continue
-		}
-		ran = true
 		portable, err := VecDotFor(typ)
 		if err != nil {
 			t.Fatal(err)
@@ -96,9 +91,25 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 			}
 		}
 	}
-	if !ran {
+}
+
+// amxTypes returns the weight types this CPU runs AMX kernels for, with the
+// AMX kernels on for the test whatever STRATA_CPU says, and skips the test
+// when there are none.
+func amxTypes(t *testing.T) []ggml.Type {
+	saved := noAMX
+	noAMX = false
+	t.Cleanup(func() { noAMX = saved })
+	var types []ggml.Type
+	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
+		if ps := archPanels(typ); ps != nil && ps.amxKernel() != nil {
+			types = append(types, typ)
+		}
+	}
+	if len(types) == 0 {
 		t.Skip("no AMX kernels on this CPU")
 	}
+	return types
 }
 
 // TestAMXMatMulEqualsPortable: MatMul with enough activation rows for the
@@ -109,13 +120,7 @@ func TestAMXMatMulEqualsPortable(t *testing.T) {
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
 	defer p2.Close()
-	ran := false
-	for _, typ := range []ggml.Type{ggml.Q4_0, ggml.IQ4_NL, ggml.IQ4_XS, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K} {
-		ps := archPanels(typ)
-		if ps == nil || ps.amxKernel() == nil {
-			continue
-		}
-		ran = true
+	for _, typ := range amxTypes(t) {
 		const N, K = 150, 512
 		var data []byte
 		if isKPanel(typ) {
@@ -143,8 +148,5 @@ func TestAMXMatMulEqualsPortable(t *testing.T) {
 				}
 			}
 		}
-	}
-	if !ran {
-		t.Skip("no AMX kernels on this CPU")
 	}
 }

@@ -352,50 +352,48 @@ func amxPanel(l amxLayout) {
 	LEAQ(Mem{Base: scratch, Disp: amxBArea}, bp)
 	Load(Param("nb"), blocks)
 	Label("split")
-	for g := range 4 {
-		if !l.pairs {
-			break
-		}
-		for j := range 8 {
-			VMOVDQU64(Mem{Base: wp, Disp: l.quants + 512*g + 64*j}, wv)
-			VPSRLW(Imm(4), wv, hv)
-			VPANDD(nibble, wv, wv)
-			VPANDD(nibble, hv, hv)
-			if l.five {
-				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g) + 8*j}, reg.K1)
-				VPADDB(c10, wv, reg.K1, wv)
-				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g+1) + 8*j}, reg.K1)
-				VPADDB(c10, hv, reg.K1, hv)
-			}
-			VMOVDQU64(wv, Mem{Base: bp, Disp: 512*(2*g) + 64*j})
-			VMOVDQU64(hv, Mem{Base: bp, Disp: 512*(2*g+1) + 64*j})
-		}
+	// nibbles splits the vector at m into its low nibbles (wv) and high
+	// ones (hv), as bytes.
+	nibbles := func(m Mem) {
+		VMOVDQU64(m, wv)
+		VPSRLW(Imm(4), wv, hv)
+		VPANDD(nibble, wv, wv)
+		VPANDD(nibble, hv, hv)
 	}
-	for sub := range l.subs {
-		if l.pairs || l.q6 {
-			break
-		}
-		for j := range 4 {
-			VMOVDQU64(Mem{Base: wp, Disp: l.quants + 256*sub + 64*j}, wv)
-			VPSRLW(Imm(4), wv, hv)
-			VPANDD(nibble, wv, wv)
-			VPANDD(nibble, hv, hv)
-			if l.lut {
-				VPSHUFB(wv, tbl, wv)
-				VPSHUFB(hv, tbl, hv)
-			} else if l.minus8 {
-				VPSUBB(tbl, wv, wv)
-				VPSUBB(tbl, hv, hv)
+	switch {
+	case l.pairs: // vector j of pair g: row j of sub-blocks 2g (low) and 2g+1 (high)
+		for g := range 4 {
+			for j := range 8 {
+				nibbles(Mem{Base: wp, Disp: l.quants + 512*g + 64*j})
+				if l.five {
+					KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g) + 8*j}, reg.K1)
+					VPADDB(c10, wv, reg.K1, wv)
+					KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*(2*g+1) + 8*j}, reg.K1)
+					VPADDB(c10, hv, reg.K1, hv)
+				}
+				VMOVDQU64(wv, Mem{Base: bp, Disp: 512*(2*g) + 64*j})
+				VMOVDQU64(hv, Mem{Base: bp, Disp: 512*(2*g+1) + 64*j})
 			}
-			VMOVDQU64(wv, Mem{Base: bp, Disp: 512*sub + 64*j})
-			VMOVDQU64(hv, Mem{Base: bp, Disp: 512*sub + 64*(4+j)})
 		}
-	}
-	for g := range l.subs {
-		if !l.q6 {
-			break
+	case l.q6:
+		for g := range l.subs {
+			q6KWeights(Mem{Base: wp, Disp: l.quants + 192*g}, bp, subB*g)
 		}
-		q6KWeights(Mem{Base: wp, Disp: l.quants + 192*g}, bp, subB*g)
+	default: // vector j of a sub-block: its rows j (low) and 4+j (high)
+		for sub := range l.subs {
+			for j := range 4 {
+				nibbles(Mem{Base: wp, Disp: l.quants + 256*sub + 64*j})
+				if l.lut {
+					VPSHUFB(wv, tbl, wv)
+					VPSHUFB(hv, tbl, hv)
+				} else if l.minus8 {
+					VPSUBB(tbl, wv, wv)
+					VPSUBB(tbl, hv, hv)
+				}
+				VMOVDQU64(wv, Mem{Base: bp, Disp: 512*sub + 64*j})
+				VMOVDQU64(hv, Mem{Base: bp, Disp: 512*sub + 64*(4+j)})
+			}
+		}
 	}
 	ADDQ(U32(l.wBytes), wp)
 	ADDQ(U32(subB*l.subs), bp)
