@@ -248,7 +248,9 @@ func (b *Backend) amxScratch(worker, subs int) *byte {
 // runPanels computes weight rows [lo, hi) (lo a multiple of panelRows)
 // against every activation row with the panel kernels: activation rows in
 // groups of up to maxPanelC, and for each group the item's panels, so the
-// item's weights stay in cache while the activations stream. A panel that
+// item's weights stay in cache while the activations stream; where the AMX
+// kernel runs (amxKernel, amxFrom), every whole group of amxRows rows goes
+// to it first, the rest to the VNNI kernels (the same bits). A panel that
 // runs past the last row writes to the worker's tail buffer first.
 func (b *Backend) runPanels(worker, lo, hi int) {
 	j := &b.job

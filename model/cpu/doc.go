@@ -23,10 +23,11 @@
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
 // repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q4_0, IQ4_NL, Q5_0
 // and Q5_1 (on the stored rows) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
-// (on the same panels), and AMX tiles for Q4_0 and IQ4_NL products of 16
-// activation rows or more (prompts) where the CPU has AMX-INT8 and Linux
-// lets the process use it (amx.go in asmgen: the tiles sum each block in
-// integers, the fold is the VNNI kernels'), chosen at run time with
+// (on the same panels), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
+// and Q6_K products of 16 activation rows or more (32 for Q6_K: prompts,
+// batched decode) where the CPU has AMX-INT8 and Linux lets the process
+// use it (amx.go in asmgen: the tiles sum each sub-block in integers, the
+// fold is the VNNI kernels'), chosen at run time with
 // golang.org/x/sys/cpu (the STRATA_CPU environment variable can hold a
 // process to the AVX-512 kernels without AMX, the AVX2 or the portable
 // kernels, for measuring; see cpuEnv). Other architectures (or the

@@ -187,9 +187,10 @@ type panelSet struct {
 // amxFunc computes np consecutive panels of nb blocks at w against ng
 // groups of amxRows activation rows in the expanded layout (x, x+xs, …):
 // out[c*os/4 + 16p + i] is the dot product of panel p's row i with
-// activation row c. scratch is amxScratch(nb*panelBlock(t)/32) bytes, 64-byte aligned,
-// starting with the tile configuration amxConfigure writes. Each output is
-// reduced in exactly the order of the panel kernels of its type.
+// activation row c. scratch is amxScratch(nb*panelBlock(t)/32) bytes,
+// 64-byte aligned, starting with the tile configurations amxConfigure
+// writes. Each output is reduced in exactly the order of the panel
+// kernels of its type.
 type amxFunc func(np, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
 
 // amxRows is the activation rows of one group: the rows of a tile.

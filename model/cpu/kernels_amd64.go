@@ -18,9 +18,9 @@ var (
 	// haveF16C adds VCVTPH2PS, which the AVX2 block kernels use for the
 	// scales (every AVX2 CPU has it).
 	haveF16C = haveAVX2 && cpu.X86.HasF16C
-	// haveAMX adds the AMX tile instructions (TDPBSSD, TDPBSUD), which the
-	// AMX panel kernels use beside AVX-512, once Linux has let this process
-	// use tile data (requestAMX).
+	// haveAMX adds the AMX tile instructions (TDPBSSD and the tile loads
+	// and stores), which the AMX panel kernels use beside AVX-512, once
+	// Linux has let this process use tile data (requestAMX).
 	haveAMX = haveVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && requestAMX()
 )
 

@@ -38,10 +38,10 @@ import (
 // (amxBytes). The kernels use physical registers only (avo allocates none
 // here): the bytes name registers avo cannot see.
 
-// amxSignature: np panels (contiguous, nb blocks each) against 16
-// activation rows x, x+xs, …; panel p's outputs for row c at out + c*os +
-// 64p; scratch is 64-byte aligned: the tile configuration (64 bytes, filled
-// by the caller), then two areas for B and two for C.
+// amxSignature: np panels (contiguous, nb blocks each) against ng groups
+// of 16 activation rows x, x+xs, …; panel p's outputs for row c at out +
+// c*os + 64p; scratch is 64-byte aligned and starts with the two tile
+// configurations the caller wrote (amxConfigure in package cpu).
 const amxSignature = "func(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)"
 
 // Scratch layout, in bytes from its start: two tile configurations (64
@@ -55,11 +55,8 @@ const (
 
 func amxC(k int) int { return 192 + 1024*k }
 
-// amxOp emits one VEX-encoded AMX instruction (map 0F38, W0, L0): pp (0:
-// none, 1: 66, 2: F3, 3: F2), opcode, vvvv (a tile, or 0 when unused:
-// encoded as 1111), and ModRM's reg field with either a register r/m
-// (mod 11) or a memory operand [base + index*1 + disp] (SIB, index ≥ 0) or
-// [base + disp] (index < 0).
+// amxMem is a memory operand of an AMX instruction: [base + index*1 +
+// disp], or [base + disp] without an index.
 type amxMem struct {
 	base, index reg.Physical // index nil: none
 	disp        int
@@ -76,6 +73,10 @@ func gpNum(r reg.Physical) byte {
 	panic("amx: not a 64-bit general register: " + r.Asm())
 }
 
+// amxBytes encodes one VEX-encoded AMX instruction (map 0F38, W0, L0): pp
+// (0: none, 1: 66, 2: F3, 3: F2), opcode, vvvv (a tile, or 0 when unused:
+// encoded as 1111), and ModRM's reg field with either the register r/m rm
+// (mod 11) or the memory operand m.
 func amxBytes(pp, opcode, vvvv, regField byte, rm *byte, m *amxMem) []byte {
 	rx, xx, bx := byte(1), byte(1), byte(1) // inverted REX bits
 	var modrm byte
@@ -153,14 +154,10 @@ func tilestored(m amxMem, t byte) {
 	emitBytes(fmt.Sprintf("TILESTORED %d(%s)(%s*1), TMM%d", m.disp, m.base.Asm(), m.index.Asm(), t), amxBytes(2, 0x4B, 0, t, nil, &m))
 }
 
-// tdpb emits TDPBSSD c, a, b (signed A and B bytes) or, with unsignedB,
-// TDPBSUD (signed A, unsigned B). A is ModRM's r/m, B is VEX.vvvv.
-func tdpb(c, a, b byte, unsignedB bool) {
-	pp, name := byte(3), "TDPBSSD"
-	if unsignedB {
-		pp, name = 2, "TDPBSUD"
-	}
-	emitBytes(fmt.Sprintf("%s TMM%d, TMM%d, TMM%d", name, c, a, b), amxBytes(pp, 0x5E, b, c, &a, nil))
+// tdpbssd emits TDPBSSD c, a, b: C += A·B on signed bytes. A is ModRM's
+// r/m, B is VEX.vvvv.
+func tdpbssd(c, a, b byte) {
+	emitBytes(fmt.Sprintf("TDPBSSD TMM%d, TMM%d, TMM%d", c, a, b), amxBytes(3, 0x5E, b, c, &a, nil))
 }
 
 // amxLayout describes a panel type the AMX kernels read: blocks of subs
@@ -291,7 +288,7 @@ func amxPanel(l amxLayout) {
 		tileloadd(tb, amxMem{base: bp, index: stride64, disp: subB * sub})
 		tileloadd(ta, amxMem{base: r0, index: xs, disp: l.xQuants + l.subLen()*sub})
 		tilezero(tc)
-		tdpb(tc, ta, tb, false)
+		tdpbssd(tc, ta, tb)
 		tilestored(amxMem{base: scratch, index: stride64, disp: amxC(a)}, tc)
 	}
 	// fold adds the sums in C area a, of sub-block sub of the block lag
