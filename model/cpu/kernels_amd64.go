@@ -84,9 +84,9 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS) have AVX2 panel
-// kernels as well; Q8_0, Q4_0, Q5_0, Q5_1 and IQ4_NL have AVX2 tile
-// kernels on the stored rows instead.
+// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), Q4_0 and
+// IQ4_NL have AVX2 panel kernels as well; Q8_0, Q5_0 and Q5_1 have AVX2
+// tile kernels on the stored rows instead.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		if !haveF16C {
@@ -105,6 +105,10 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q3KPanelsAVX2
 		case ggml.IQ4_XS:
 			return &iq4XSPanelsAVX2
+		case ggml.Q4_0:
+			return &q40PanelsAVX2
+		case ggml.IQ4_NL:
+			return &iq4NLPanelsAVX2
 		}
 		return nil
 	}
@@ -197,6 +201,14 @@ var q2KPanelsAVX2 = panelSet{name: "q2KAVX2", k: [maxPanelC]panelFunc{
 
 var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", k: [maxPanelC]panelFunc{
 	q3KPanelAVX2_1, q3KPanelAVX2_2, q3KPanelAVX2_3, q3KPanelAVX2_4, q3KPanelAVX2_5, q3KPanelAVX2_6, q3KPanelAVX2_7, q3KPanelAVX2_8,
+}}
+
+var q40PanelsAVX2 = panelSet{name: "q40AVX2", k: [maxPanelC]panelFunc{
+	q40PanelAVX2_1, q40PanelAVX2_2, q40PanelAVX2_3, q40PanelAVX2_4, q40PanelAVX2_5, q40PanelAVX2_6, q40PanelAVX2_7, q40PanelAVX2_8,
+}}
+
+var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", k: [maxPanelC]panelFunc{
+	iq4NLPanelAVX2_1, iq4NLPanelAVX2_2, iq4NLPanelAVX2_3, iq4NLPanelAVX2_4, iq4NLPanelAVX2_5, iq4NLPanelAVX2_6, iq4NLPanelAVX2_7, iq4NLPanelAVX2_8,
 }}
 
 var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{

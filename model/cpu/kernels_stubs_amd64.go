@@ -1446,3 +1446,83 @@ func q5KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os i
 //
 //go:noescape
 func q6KAMX(np int, nb int, w *byte, x *byte, xs int, ng int, out *float32, os int, scratch *byte)
+
+// q40PanelAVX2_1 computes a 16-row panel of Q4_0 weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_1 computes a 16-row panel of IQ4_NL weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_2 computes a 16-row panel of Q4_0 weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_2 computes a 16-row panel of IQ4_NL weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_3 computes a 16-row panel of Q4_0 weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_3 computes a 16-row panel of IQ4_NL weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_4 computes a 16-row panel of Q4_0 weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_4 computes a 16-row panel of IQ4_NL weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_5 computes a 16-row panel of Q4_0 weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_5 computes a 16-row panel of IQ4_NL weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_6 computes a 16-row panel of Q4_0 weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_6 computes a 16-row panel of IQ4_NL weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_7 computes a 16-row panel of Q4_0 weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_7 computes a 16-row panel of IQ4_NL weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_8 computes a 16-row panel of Q4_0 weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q40PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_8 computes a 16-row panel of IQ4_NL weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func iq4NLPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

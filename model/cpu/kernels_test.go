@@ -331,16 +331,23 @@ func TestAttendWindowReadsOnlyItsKeys(t *testing.T) {
 	}
 }
 
-// TestPanelsEqualPortable checks the panel kernels (every C, odd and even
-// block counts, row counts that leave a partial panel, extreme quants) on
-// repacked weights against the portable kernel on the stored rows, bit for
-// bit.
+// TestPanelsEqualPortable checks the panel kernels (VNNI and AVX2, every
+// C, odd and even block counts, row counts that leave a partial panel,
+// extreme quants) on repacked weights against the portable kernel on the
+// stored rows, bit for bit.
 func TestPanelsEqualPortable(t *testing.T) {
+	testPanelsEqualPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testPanelsEqualPortable(t)
+}
+
+func testPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
 	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
 		ps := archPanels(typ)
 		if ps == nil {
-			t.Logf("%s: no panel kernels on this CPU", typ)
+			t.Logf("%s (avx2Only %v): no panel kernels on this CPU", typ, avx2Only)
 			continue
 		}
 		portable, err := VecDotFor(typ)

@@ -214,6 +214,10 @@ func main() {
 	amxPanel(amxQ4K)
 	amxPanel(amxQ5K)
 	amxPanel(amxQ6K)
+	for C := 1; C <= maxPanelC; C++ {
+		q4PanelAVX2(C, false)
+		q4PanelAVX2(C, true)
+	}
 	Generate()
 }
 
