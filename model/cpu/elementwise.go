@@ -69,9 +69,12 @@ func expf(x float32) float32 {
 func (b *Backend) SwiGLU(gate, up []float32) {
 	up = up[:len(gate)]
 	n := len(gate) &^ 15
-	if n > 0 && haveElementwise() {
+	switch {
+	case n > 0 && haveElementwise():
 		swigluAVX512(n, &gate[0], &up[0])
-	} else {
+	case n > 0 && haveElementwiseAVX2():
+		swigluAVX2(n, &gate[0], &up[0]) // eight lanes at a time: the same bits
+	default:
 		for i, g := range gate[:n] {
 			gate[i] = g / (1 + vexpf(0-g)) * up[i]
 		}
@@ -138,11 +141,17 @@ func expSub(dst, x []float32, sub float32) {
 // convertActivation is ConvertActivation with the SIMD Q8_0 quantizer where
 // the CPU has one (the same bytes as ggml.QuantizeActivationRow).
 func convertActivation(t ggml.Type, src []float32, dst []byte) {
-	if t.VecDotType() == ggml.Q8_0 && haveElementwise() && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q80Bytes {
-		if len(src) > 0 {
+	if t.VecDotType() == ggml.Q8_0 && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q80Bytes {
+		switch {
+		case len(src) == 0:
+			return
+		case haveElementwise():
 			quantQ80AVX512(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst))
+			return
+		case haveElementwiseAVX2():
+			quantQ80AVX2(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst))
+			return
 		}
-		return
 	}
 	ConvertActivation(t, src, dst)
 }
@@ -150,3 +159,8 @@ func convertActivation(t ggml.Type, src []float32, dst []byte) {
 // haveElementwise reports whether the AVX-512 element-wise kernels run
 // (not under avx2Only, which stands for a CPU without AVX-512).
 func haveElementwise() bool { return !portableOnly && !avx2Only && haveAVX512 }
+
+// haveElementwiseAVX2 reports whether the AVX2 element-wise kernels (AVX2,
+// FMA and F16C: SwiGLU, the Q8_0 quantizer, f32→f16) run where the AVX-512
+// ones do not.
+func haveElementwiseAVX2() bool { return !portableOnly && haveF16C }

@@ -65,11 +65,27 @@ func TestVexpfAccuracy(t *testing.T) {
 }
 
 // TestElementwiseEqualsPortable checks the SIMD expSub, SwiGLU and Q8_0
-// quantizer against the portable code bit for bit.
+// quantizer against the portable code bit for bit: the AVX-512 kernels
+// where the CPU has them, then the AVX2 ones (SwiGLU and the quantizer;
+// expSub has none and stays portable there).
 func TestElementwiseEqualsPortable(t *testing.T) {
-	if !haveElementwise() {
-		t.Skip("no AVX-512")
+	ran := false
+	if haveElementwise() {
+		testElementwiseEqualsPortable(t)
+		ran = true
 	}
+	if haveF16C {
+		avx2Only = true
+		defer func() { avx2Only = false }()
+		testElementwiseEqualsPortable(t)
+		ran = true
+	}
+	if !ran {
+		t.Skip("no AVX-512 or AVX2")
+	}
+}
+
+func testElementwiseEqualsPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(53, 54))
 	b := NewBackend(nil)
 	for _, n := range []int{1, 5, 16, 17, 31, 64, 100, 2048} {
@@ -172,18 +188,23 @@ func f16Edge(r *rand.Rand) uint32 {
 // table, bit for bit, on rounding ties, subnormals, overflow, infinities
 // and NaNs. STRATA_EXHAUSTIVE=1 tries all 2^32 inputs.
 func TestF32ToF16EqualsVCVTPS2PH(t *testing.T) {
-	if !haveElementwise() {
-		t.Skip("no AVX-512")
+	if !haveF16C {
+		t.Skip("no F16C")
 	}
 	r := rand.New(rand.NewPCG(55, 56))
 	check := func(src []float32) {
-		got := make([]uint16, len(src))
-		f32ToF16(got, src)
-		for i, x := range src {
-			if want := ggml.F32ToF16(x); got[i] != want {
-				t.Fatalf("F32ToF16(%08x): SIMD %04x, portable %04x", math.Float32bits(x), got[i], want)
+		// f32ToF16 as this CPU runs it, then with the AVX2 kernel.
+		for _, avx2 := range []bool{false, true} {
+			avx2Only = avx2
+			got := make([]uint16, len(src))
+			f32ToF16(got, src)
+			for i, x := range src {
+				if want := ggml.F32ToF16(x); got[i] != want {
+					t.Fatalf("F32ToF16(%08x) (avx2Only %v): SIMD %04x, portable %04x", math.Float32bits(x), avx2, got[i], want)
+				}
 			}
 		}
+		avx2Only = false
 	}
 	for _, n := range []int{1, 5, 16, 17, 31, 64, 100, 1000} {
 		for range 200 {
@@ -192,6 +213,9 @@ func TestF32ToF16EqualsVCVTPS2PH(t *testing.T) {
 				src[i] = math.Float32frombits(f16Edge(r))
 			}
 			check(src)
+			if !haveElementwise() {
+				continue
+			}
 			h := make([]uint16, n)
 			for i := range h {
 				h[i] = uint16(r.Uint32())

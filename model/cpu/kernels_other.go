@@ -33,6 +33,9 @@ func expSubAVX512(n int, x *float32, sub float32, dst *float32) { panic("unreach
 func quantQ80AVX512(nb int, x *float32, dst *byte)              { panic("unreachable") }
 func quantQ8KXAVX512(nb int, x *float32, dst *byte)             { panic("unreachable") }
 func f32ToF16AVX512(n int, src *float32, dst *uint16)           { panic("unreachable") }
+func swigluAVX2(n int, gate, up *float32)                       { panic("unreachable") }
+func quantQ80AVX2(nb int, x *float32, dst *byte)                { panic("unreachable") }
+func f32ToF16AVX2(n int, src *float32, dst *uint16)             { panic("unreachable") }
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32) {
 	panic("unreachable")
 }

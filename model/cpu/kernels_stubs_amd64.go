@@ -1526,3 +1526,18 @@ func q40PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4NLPanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// swigluAVX2 sets gate[i] = silu(gate[i]) * up[i] for i < n (a multiple of 8), silu with ggml_v_expf.
+//
+//go:noescape
+func swigluAVX2(n int, gate *float32, up *float32)
+
+// quantQ80AVX2 quantizes nb blocks of 32 activations to Q8_0.
+//
+//go:noescape
+func quantQ80AVX2(nb int, x *float32, dst *byte)
+
+// f32ToF16AVX2 sets dst[i] = ggml.F32ToF16(src[i]) for i < n (a multiple of 8).
+//
+//go:noescape
+func f32ToF16AVX2(n int, src *float32, dst *uint16)

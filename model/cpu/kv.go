@@ -132,7 +132,7 @@ func (c *KV) put(dst []byte, src []float32) {
 }
 
 // f32ToF16 sets dst[i] = ggml.F32ToF16(src[i]) (VCVTPS2PH where the CPU has
-// it: the same bits for every input).
+// it, AVX-512 or F16C: the same bits for every input).
 func f32ToF16(dst []uint16, src []float32) {
 	dst = dst[:len(src)]
 	if len(src) == 0 {
@@ -142,8 +142,13 @@ func f32ToF16(dst []uint16, src []float32) {
 		f32ToF16AVX512(len(src), &src[0], &dst[0])
 		return
 	}
-	for i, x := range src {
-		dst[i] = ggml.F32ToF16(x)
+	n := 0
+	if haveElementwiseAVX2() && len(src) >= 8 {
+		n = len(src) &^ 7
+		f32ToF16AVX2(n, &src[0], &dst[0])
+	}
+	for i, x := range src[n:] {
+		dst[n+i] = ggml.F32ToF16(x)
 	}
 }
 

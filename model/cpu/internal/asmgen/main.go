@@ -218,6 +218,9 @@ func main() {
 		q4PanelAVX2(C, false)
 		q4PanelAVX2(C, true)
 	}
+	swiGLUAVX2()
+	quantQ80AVX2()
+	f32ToF16AVX2()
 	Generate()
 }
 
