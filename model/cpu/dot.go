@@ -17,7 +17,11 @@ import (
 // at least the row bytes of n elements of their types; shorter slices panic.
 // The result depends only on n and the bytes of w and x: the reduction order
 // of every kernel is fixed (see the kernel's comment) so that a SIMD
-// implementation can reproduce it bit for bit.
+// implementation can reproduce it bit for bit. A Q8_0 activation row holds
+// quants in -127..127, as ConvertActivation makes them (a -128 comes only
+// from a non-finite activation, whose block's scale makes the product
+// non-finite anyway): the AVX2 Q8_0 kernel multiplies the activations by
+// the weights' signs, which a -128 activation would overflow.
 type VecDot func(n int, w, x []byte) float32
 
 // VecDotFor returns the dot-product kernel for weights of type t.
