@@ -8,20 +8,27 @@ import (
 	"github.com/mmcloughlin/avo/reg"
 )
 
-// blockAVX2Lanes is dotQ80Q80's order — ggml's, eight lanes — with AVX2:
-// each output keeps eight float32 lanes in a YMM, lane l accumulating the
-// exact integer sum of elements 4l..4l+3 of each block with acc =
-// fma(float32(sum), f16(w.d)*f16(x.d), acc); at the end hsum8 folds them.
-// The quants are sign-extended to int16, VPMADDWD sums the products in
-// pairs and VPHADDD the pairs in fours, which leaves the lanes in the
-// order 0 1 4 5 | 2 3 6 7; foldLanes reads them in that order. wquants
-// loads the int16 weights of the block of row r (elements 0..15, 16..31).
-// The activation blocks have xsz bytes with their 32 quants from byte xq
-// (Q8_0: 34, 2; Q8_1: 36, 4). With mins (Q5_1's weights on Q8_1), a second
-// accumulator per output adds ms = fma(f16(w.m), f16(x.s), ms) per block,
-// w.m the f16 at byte 2 of the weight block and x.s that of the activation
-// block, and the result is hsum8(lanes) + ms: dotQ51Q81's order.
-func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins bool, wquants func(r, disp int) (reg.VecVirtual, reg.VecVirtual)) {
+// blockAVX2Lanes is dotQ80Q80's order — ggml's, eight lanes — with AVX2,
+// as ggml's own AVX2 code computes it: each output keeps eight float32
+// lanes in a YMM, lane l accumulating the exact integer sum of elements
+// 4l..4l+3 of each block with acc = fma(float32(sum), f16(w.d)*f16(x.d),
+// acc); at the end hsum8 folds them (foldLanes). wbytes loads the 32
+// weights of the block of row r as bytes in element order. With signed
+// (weights -128..127), VPMADDUBSW multiplies the weights' magnitudes
+// (VPABSB: 0..128, unsigned) by the activations with the weights' signs
+// (VPSIGNB): exact for activation quants in -127..127, which is all the
+// quantizer makes (see VecDot in package cpu); unsigned weights (Q5_1's
+// 0..31) multiply the activations as they are. The pairs (at most
+// 2*128*127) are summed in fours by VPMADDWD with ones. The activation
+// blocks have xsz bytes with their 32 quants from byte xq (Q8_0: 34, 2;
+// Q8_1: 36, 4). With mins (Q5_1's weights on Q8_1), a second accumulator
+// per output adds ms = fma(f16(w.m), f16(x.s), ms) per block, w.m the f16
+// at byte 2 of the weight block and x.s that of the activation block, and
+// the result is hsum8(lanes) + ms: dotQ51Q81's order. This replaced
+// sign-extending the quants to words and VPHADDD (0.6-0.7x llama.cpp's
+// speed for Q8_0, Q5_0 and Q5_1 on an AVX2-only AMD EPYC, session 16).
+func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r, disp int) reg.VecVirtual) {
+	ones := bcastConstY(0x00010001)
 	acc := make([][]reg.VecVirtual, t.R)
 	for r := range acc {
 		acc[r] = make([]reg.VecVirtual, t.C)
@@ -63,23 +70,29 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins bool, wquants func(r, disp 
 		}
 	}
 	for r := 0; r < t.R; r++ {
-		wa, wb := wquants(r, 0)
+		w := wbytes(r, 0)
+		aw := w
+		if signed {
+			aw = YMM()
+			VPABSB(w, aw)
+		}
 		wd := YMM()
 		VPBROADCASTW(t.w(r, 0), wd.AsX())
 		VCVTPH2PS(wd.AsX(), wd)
 		for c := 0; c < t.C; c++ {
-			xa, xb := YMM(), YMM()
-			VPMOVSXBW(t.x(c, xq), xa)
-			VPMOVSXBW(t.x(c, xq+16), xb)
-			VPMADDWD(wa, xa, xa)
-			VPMADDWD(wb, xb, xb)
-			VPHADDD(xb, xa, xa) // lanes 0 1 4 5 | 2 3 6 7, each exact
-			VCVTDQ2PS(xa, xa)
+			s := YMM()
+			VMOVDQU(t.x(c, xq), s)
+			if signed {
+				VPSIGNB(w, s, s) // the activations times the weights' signs
+			}
+			VPMADDUBSW(s, aw, s)
+			VPMADDWD(ones, s, s) // lane l: elements 4l..4l+3, exact
+			VCVTDQ2PS(s, s)
 			dd := YMM()
 			VPBROADCASTW(t.x(c, 0), dd.AsX())
 			VCVTPH2PS(dd.AsX(), dd)
 			VMULPS(dd, wd, dd)
-			VFMADD231PS(dd, xa, acc[r][c])
+			VFMADD231PS(dd, s, acc[r][c])
 		}
 	}
 	t.advance(wsz, xsz, 1)
@@ -108,19 +121,16 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins bool, wquants func(r, disp 
 }
 
 // foldLanes is hsum8 (ggml's hsum_float_8: ((l0+l4)+(l2+l6)) +
-// ((l1+l5)+(l3+l7))) of a YMM holding lanes l0 l1 l4 l5 | l2 l3 l6 l7, as
-// blockAVX2Lanes leaves them; it returns an XMM whose lane 0 is the result.
+// ((l1+l5)+(l3+l7))) of a YMM of eight lanes in order; it returns an XMM
+// whose lane 0 is the result.
 func foldLanes(y reg.VecVirtual) reg.VecVirtual {
-	lo, hi, t := XMM(), XMM(), XMM()
-	VMOVAPS(y.AsX(), lo)
-	VEXTRACTF128(Imm(1), y, hi)
-	VMOVHLPS(lo, lo, t)
-	VADDPS(t, lo, lo) // l0+l4, l1+l5
-	VMOVHLPS(hi, hi, t)
-	VADDPS(t, hi, hi) // l2+l6, l3+l7
-	VADDPS(hi, lo, lo)
-	VMOVSHDUP(lo, t)
-	VADDSS(t, lo, lo)
+	lo, h := XMM(), XMM()
+	VEXTRACTF128(Imm(1), y, lo)
+	VADDPS(lo, y.AsX(), lo) // l0+l4, l1+l5, l2+l6, l3+l7
+	VMOVHLPS(lo, lo, h)
+	VADDPS(h, lo, lo) // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
+	VMOVSHDUP(lo, h)
+	VADDSS(h, lo, lo)
 	return lo
 }
 

@@ -1420,81 +1420,16 @@ func panelKernel(name, what string, C int, q4, lut bool) {
 	ret()
 }
 
-// q80AVX2 is dotQ80Q80's order (ggml's eight lanes, as blockAVX2Lanes
-// keeps them) as ggml's own AVX2 code computes it: VPMADDUBSW multiplies
-// the weights' magnitudes (VPABSB: 0..128, unsigned) by the activations
-// with the weights' signs (VPSIGNB; the quantizer never makes a -128
-// activation, so the product is exact), pairs at most 2*128*127, and
-// VPMADDWD by ones sums each pair of pairs: lane l is the exact sum of
-// elements 4l..4l+3, in order, with no VPHADDD. Then acc = fma(float32(sum),
-// f16(w.d)*f16(x.d), acc) per block and hsum8 at the end. It replaced
-// blockAVX2Lanes' sign-extension to words for Q8_0: 0.6-0.7x llama.cpp on
-// an AVX2-only AMD EPYC (session 16).
+// q80AVX2 is the Q8_0 tile kernel for AVX2: blockAVX2Lanes on the stored
+// quants, signed.
 func q80AVX2(t *tile) {
-	ones := bcastConstY(0x00010001)
-	acc := make([][]reg.VecVirtual, t.R)
-	for r := range acc {
-		acc[r] = make([]reg.VecVirtual, t.C)
-		for c := range acc[r] {
-			acc[r][c] = YMM()
-			VXORPS(acc[r][c], acc[r][c], acc[r][c])
-		}
-	}
-	Label("loop")
-	TESTQ(t.n, t.n)
-	JZ(LabelRef("done"))
-	w := make([]reg.VecVirtual, t.R)
-	aw := make([]reg.VecVirtual, t.R)
-	wd := make([]reg.VecVirtual, t.R)
-	for r := range w {
-		w[r], aw[r], wd[r] = YMM(), YMM(), YMM()
-		VMOVDQU(t.w(r, 2), w[r])
-		VPABSB(w[r], aw[r])
-		VPBROADCASTW(t.w(r, 0), wd[r].AsX())
-		VCVTPH2PS(wd[r].AsX(), wd[r])
-	}
-	for c := 0; c < t.C; c++ {
-		x, xd := YMM(), YMM()
-		VMOVDQU(t.x(c, 2), x)
-		VPBROADCASTW(t.x(c, 0), xd.AsX())
-		VCVTPH2PS(xd.AsX(), xd)
-		for r := range w {
-			s := YMM()
-			VPSIGNB(w[r], x, s) // the activations times the weights' signs
-			VPMADDUBSW(s, aw[r], s)
-			VPMADDWD(ones, s, s)
-			VCVTDQ2PS(s, s)
-			d := YMM()
-			VMULPS(xd, wd[r], d)
-			VFMADD231PS(d, s, acc[r][c])
-		}
-	}
-	t.advance(q80, q80, 1)
-	JMP(LabelRef("loop"))
-	Label("done")
-	op := param("out")
-	os := param("os")
-	for r := range acc {
-		for c := range acc[r] {
-			y := acc[r][c]
-			lo, h := XMM(), XMM()
-			VEXTRACTF128(Imm(1), y, lo)
-			VADDPS(lo, y.AsX(), lo) // l0+l4, l1+l5, l2+l6, l3+l7
-			VMOVHLPS(lo, lo, h)
-			VADDPS(h, lo, lo) // (l0+l4)+(l2+l6), (l1+l5)+(l3+l7)
-			VMOVSHDUP(lo, h)
-			VADDSS(h, lo, lo)
-			if c == 0 {
-				VMOVSS(lo, Mem{Base: op, Disp: 4 * r})
-			} else {
-				VMOVSS(lo, Mem{Base: op, Index: os, Scale: 1, Disp: 4 * r})
-			}
-		}
-	}
+	t.blockAVX2Lanes(q80, q80, 2, false, true, func(r, disp int) reg.VecVirtual {
+		w := YMM()
+		VMOVDQU(t.w(r, disp+2), w)
+		return w
+	})
 }
 
-// q40AVX2 widens the 16 bytes of a block to words: the low nibbles are
-// elements 0..15, the high ones 16..31, each minus 8.
 func q40AVX2(t *tile) {
 	g := GP32()
 	MOVL(U32(0x000f000f), g)

@@ -146,58 +146,68 @@ func q50Panel(C int, one bool) {
 	ret()
 }
 
-// q50AVX2 is the Q5_0 tile kernel for AVX2 (blockAVX2's order, dotQ50Q80's):
-// the 16 bytes of a block widened to words give the low nibbles (elements
-// 0..15) and the high ones (16..31); each word j of qh's low or high half,
-// broadcast, is tested against bit j (q50Bits) and adds 16 where set; then
-// 16 is subtracted from every quant.
+// q50AVX2 is the Q5_0 tile kernel for AVX2 (blockAVX2Lanes, signed:
+// dotQ50Q80's order): the block's 16 bytes in both halves of a YMM, the
+// upper half shifted right by 4 (VPSRLVD), masked to nibbles: elements
+// 0..15 then 16..31; qh broadcast and spread to one byte per bit
+// (q5KBits); a clear fifth bit ORs 0xf0 into the nibble (ggml's own AVX2
+// trick), which makes the byte the quant minus 16, -16..15.
 func q50AVX2(t *tile) { q5AVX2(t, false) }
 
-// q51AVX2 is the Q5_1 tile kernel for AVX2 (blockAVX2Q's order with the
-// mins, dotQ51Q81's): q50AVX2's quants from Q5_1's block (d, m, qh, qs)
-// without the 16 subtracted, against Q8_1 activations.
+// q51AVX2 is the Q5_1 tile kernel for AVX2 (blockAVX2Lanes with the mins,
+// unsigned: dotQ51Q81's order): q50AVX2's bytes from Q5_1's block (d, m,
+// qh, qs) with 0x10 ORed in where the fifth bit is set, 0..31, against
+// Q8_1 activations.
 func q51AVX2(t *tile) { q5AVX2(t, true) }
+
+// q5AVX2Consts is q5AVX2's constants: VPSRLVD's dword shifts (0 in the
+// lower half, 4 in the upper) at 0, 0x0f bytes at 32, 0xf0 bytes at 64.
+var q5AVX2Consts *Mem
 
 // q5AVX2 is q50AVX2, or q51AVX2 with one.
 func q5AVX2(t *tile, one bool) {
-	if q50Bits == nil {
-		m := GLOBL("q50Bits", RODATA|NOPTR)
-		for j := range 16 {
-			DATA(2*j, U16(uint16(1)<<j))
+	if q5AVX2Consts == nil {
+		m := GLOBL("q5AVX2Consts", RODATA|NOPTR)
+		for i := range 8 {
+			DATA(4*i, U32(uint32(4*(i/4))))
 		}
-		q50Bits = &m
+		for i := range 8 {
+			DATA(32+4*i, U32(0x0f0f0f0f))
+		}
+		for i := range 8 {
+			DATA(64+4*i, U32(0xf0f0f0f0))
+		}
+		q5AVX2Consts = &m
 	}
-	c0f := bcastConstY(0x000f000f)
-	c10 := bcastConstY(0x00100010)
-	sel := YMM()
-	VMOVDQU(*q50Bits, sel)
-	wquants := func(r, disp int) (reg.VecVirtual, reg.VecVirtual) {
-		off := 0 // Q5_1: qh and qs two bytes on, after m
+	k := *q5AVX2Consts
+	bits := q5KBits()
+	off := 0 // Q5_1: qh and qs two bytes on, after m
+	if one {
+		off = 2
+	}
+	wbytes := func(r, disp int) reg.VecVirtual {
+		w := YMM()
+		VBROADCASTI128(t.w(r, disp+off+6), w)
+		VPSRLVD(k, w, w)
+		VPAND(k.Offset(32), w, w)
+		hb := YMM()
+		VPBROADCASTD(t.w(r, disp+off+2), hb)
+		VPSHUFB(bits, hb, hb)
+		VPAND(bits.Offset(32), hb, hb)
+		VPCMPEQB(bits.Offset(32), hb, hb) // 0xff where the fifth bit is set
 		if one {
-			off = 2
+			VPAND(bits.Offset(64), hb, hb) // 0x10
+		} else {
+			VPANDN(k.Offset(64), hb, hb) // 0xf0 where it is clear
 		}
-		a, b := YMM(), YMM()
-		VPMOVZXBW(t.w(r, disp+off+6), a)
-		VPSRLW(Imm(4), a, b)
-		VPAND(c0f, a, a)
-		for i, v := range []reg.VecVirtual{a, b} {
-			h := YMM()
-			VPBROADCASTW(t.w(r, disp+off+2+2*i), h)
-			VPAND(sel, h, h)
-			VPCMPEQW(sel, h, h)
-			VPAND(c10, h, h)
-			VPADDW(h, v, v)
-			if !one {
-				VPSUBW(c10, v, v)
-			}
-		}
-		return a, b
+		VPOR(hb, w, w)
+		return w
 	}
 	if one {
-		t.blockAVX2Lanes(q51Bytes, q81Bytes, 4, true, wquants)
+		t.blockAVX2Lanes(q51Bytes, q81Bytes, 4, true, false, wbytes)
 		return
 	}
-	t.blockAVX2Lanes(q50Bytes, q80, 2, false, wquants)
+	t.blockAVX2Lanes(q50Bytes, q80, 2, false, true, wbytes)
 }
 
 const (
@@ -206,9 +216,6 @@ const (
 )
 
 const q50Bytes = 22
-
-// q50Bits is 16 words, word j holding bit j, made by the first q50AVX2.
-var q50Bits *Mem
 
 // iq4NLAVX2 is the IQ4_NL tile kernel for AVX2 (blockAVX2's order,
 // dotIQ4NLQ80's): the block's 16 bytes split into low nibbles (elements
