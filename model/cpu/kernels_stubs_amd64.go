@@ -1541,3 +1541,8 @@ func quantQ80AVX2(nb int, x *float32, dst *byte)
 //
 //go:noescape
 func f32ToF16AVX2(n int, src *float32, dst *uint16)
+
+// quantQ8KXAVX2 quantizes nb super-blocks of 256 activations to Q8_K in the K-quant panel kernels' expanded layout.
+//
+//go:noescape
+func quantQ8KXAVX2(nb int, x *float32, dst *byte)

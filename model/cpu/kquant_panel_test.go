@@ -186,15 +186,29 @@ func sameBits(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }
 
-// TestQuantExpandKEqualsPortable checks the AVX-512 Q8_K quantizer, which
-// writes the panel kernels' expanded layout directly, against
-// ConvertActivation followed by expandRowK, byte for byte: awkward values,
-// magnitude ties of either sign first, all-zero super-blocks, NaNs,
+// TestQuantExpandKEqualsPortable checks the AVX-512 and AVX2 Q8_K
+// quantizers, which write the panel kernels' expanded layout directly,
+// against ConvertActivation followed by expandRowK, byte for byte: awkward
+// values, magnitude ties of either sign first, all-zero super-blocks, NaNs,
 // infinities, subnormals and halves that round to even.
 func TestQuantExpandKEqualsPortable(t *testing.T) {
-	if !haveElementwise() {
-		t.Skip("no AVX-512")
+	ran := false
+	if haveElementwise() {
+		testQuantExpandKEqualsPortable(t)
+		ran = true
 	}
+	if haveF16C {
+		avx2Only = true
+		defer func() { avx2Only = false }()
+		testQuantExpandKEqualsPortable(t)
+		ran = true
+	}
+	if !ran {
+		t.Skip("no AVX-512 or AVX2")
+	}
+}
+
+func testQuantExpandKEqualsPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
 	for trial := range 400 {
 		nb := 1 + r.IntN(4)

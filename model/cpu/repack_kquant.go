@@ -320,16 +320,20 @@ func expandRowK(nb int, q, dst []byte) {
 
 // quantExpandK converts the activation row src (whole super-blocks) to dst
 // in the K-quant panel kernels' layout: ggml.QuantizeActivationRow's Q8_K,
-// expanded as expandRowK does. The AVX-512 quantizer writes the layout
-// directly, with the same bits; the portable path converts through q, which
+// expanded as expandRowK does. The AVX-512 and AVX2 quantizers write the
+// layout directly, with the same bits; the portable path converts through q, which
 // must hold a Q8_K row of len(src) elements.
 func quantExpandK(src []float32, dst, q []byte) {
 	nb := len(src) / ggml.QKK
 	_ = dst[nb*xKBlock-1]
-	if haveElementwise() {
-		if nb > 0 {
-			quantQ8KXAVX512(nb, &src[0], &dst[0])
-		}
+	switch {
+	case nb == 0:
+		return
+	case haveElementwise():
+		quantQ8KXAVX512(nb, &src[0], &dst[0])
+		return
+	case haveElementwiseAVX2():
+		quantQ8KXAVX2(nb, &src[0], &dst[0])
 		return
 	}
 	ConvertActivation(ggml.Q4_K, src, q[:nb*q8KBytes])

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"math"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -222,4 +224,195 @@ func f32ToF16AVX2() {
 	JMP(LabelRef("loop"))
 	Label("done")
 	ret()
+}
+
+// quantQ8KXAVX2 emits quantQ8KXAVX512's function with AVX2: the same
+// signed max and min (VMAXPS and VMINPS keep the accumulator on a NaN, as
+// there), mx, iscale and quants; the quants are truncated to bytes as
+// VPMOVDB truncates (masked to their low byte, then packed without
+// saturation by VPACKUSDW and VPACKUSWB, and put back in order by
+// VPERMD); the group sums of the stored bytes are exact integers, so
+// VPHADDD may add them in any order.
+func quantQ8KXAVX2() {
+	TEXT("quantQ8KXAVX2", NOSPLIT, "func(nb int, x *float32, dst *byte)")
+	Pragma("noescape")
+	Doc("quantQ8KXAVX2 quantizes nb super-blocks of 256 activations to Q8_K in the K-quant panel kernels' expanded layout.")
+	n := param("nb")
+	x := param("x")
+	dst := param("dst")
+	g := GP32()
+	MOVL(U32(math.Float32bits(-127)), g)
+	m127 := XMM()
+	VMOVD(g, m127)
+	MOVL(U32(math.Float32bits(1)), g)
+	one := XMM()
+	VMOVD(g, one)
+	xm := func(v int) Mem { return Mem{Base: x, Disp: 32 * v} }
+
+	Label("loop")
+	TESTQ(n, n)
+	JZ(LabelRef("done"))
+	zero := YMM()
+	VPXOR(zero, zero, zero)
+	var hi, lo [2]reg.VecVirtual
+	for i := range 2 {
+		hi[i], lo[i] = YMM(), YMM()
+		VMOVDQA(zero, hi[i])
+		VMOVDQA(zero, lo[i])
+	}
+	for v := range 32 {
+		z := YMM()
+		VMOVUPS(xm(v), z)
+		VMAXPS(hi[v%2], z, hi[v%2])
+		VMINPS(lo[v%2], z, lo[v%2])
+	}
+	VMAXPS(hi[1], hi[0], hi[0])
+	VMINPS(lo[1], lo[0], lo[0])
+	maxS := hmaxY(hi[0], VMAXPS, VMAXSS)
+	minS := hmaxY(lo[0], VMINPS, VMINSS)
+	negMin := XMM()
+	VXORPS(negMin, negMin, negMin)
+	VSUBSS(minS, negMin, negMin) // -min, exact
+	amax := XMM()
+	VMAXSS(negMin, maxS, amax)
+	mx := XMM()
+	VUCOMISS(zero.AsX(), amax)
+	JE(LabelRef("zero"))
+	VUCOMISS(amax, maxS)
+	JNE(LabelRef("negative"))
+	VUCOMISS(amax, negMin)
+	JE(LabelRef("tie"))
+	VMOVAPS(maxS, mx)
+	JMP(LabelRef("quant"))
+	Label("negative")
+	VMOVAPS(minS, mx)
+	JMP(LabelRef("quant"))
+
+	Label("quant")
+	is := XMM()
+	VDIVSS(mx, m127, is) // -127/mx
+	d := XMM()
+	VDIVSS(is, one, d) // 1/iscale
+	VMOVSS(d, Mem{Base: dst})
+	isy := YMM()
+	VBROADCASTSS(is, isy)
+	magic := bcastConstY(0x4b400000) // 1.5*2^23
+	var sums [4]reg.VecVirtual       // group sums, four groups an XMM
+	for q4 := range 8 {              // 32 quants at a time
+		var t, s [4]reg.VecVirtual
+		for i := range 4 {
+			v := 4*q4 + i
+			t[i] = YMM()
+			VMULPS(xm(v), isy, t[i])
+			VADDPS(magic, t[i], t[i])
+			VPAND(q8KConst(0), t[i], t[i])  // the mantissa
+			VPSUBD(q8KConst(32), t[i], t[i]) // minus 2^22
+			VPMINSD(q8KConst(64), t[i], t[i])
+			s[i] = YMM()
+			VPSLLD(Imm(24), t[i], s[i])
+			VPSRAD(Imm(24), s[i], s[i]) // the stored byte, sign-extended
+			VPAND(q8KConst(96), t[i], t[i])
+			if i%2 == 1 { // groups 2q4 and 2q4+1: vectors 0+1 and 2+3
+				VPADDD(s[i], s[i-1], s[i-1])
+				VPACKUSDW(t[i], t[i-1], t[i-1])
+			}
+		}
+		VPACKUSWB(t[2], t[0], t[0])
+		perm := YMM()
+		VMOVDQU(q80Perm(), perm)
+		VPERMD(t[0], perm, t[0])
+		VMOVDQU(t[0], Mem{Base: dst, Disp: xKQuants + 32*q4})
+		VPHADDD(s[2], s[0], s[0]) // per 128 bits: g0 g0 g1 g1 | …
+		if q4%2 == 0 {
+			sums[q4/2] = s[0]
+			continue
+		}
+		VPHADDD(s[0], sums[q4/2], sums[q4/2]) // g0 g1 g2 g3 | g0 g1 g2 g3
+		h := XMM()
+		VEXTRACTI128(Imm(1), sums[q4/2], h)
+		VPADDD(h, sums[q4/2].AsX(), h)
+		sums[q4/2] = h
+	}
+	for i, s := range sums {
+		c, z := XMM(), XMM()
+		VPSLLD(Imm(5), s, c)
+		VPXOR(z, z, z)
+		VPSUBD(c, z, c) // -32 times the sum
+		VMOVDQU(c, Mem{Base: dst, Disp: xKCorr + 16*i})
+	}
+	p0, p1 := XMM(), XMM()
+	VPHADDD(sums[1], sums[0], p0) // groups 2k and 2k+1
+	VPHADDD(sums[3], sums[2], p1)
+	VPACKSSDW(p1, p0, p0) // at most 32*128 in magnitude: the low words
+	VMOVDQU(p0, Mem{Base: dst, Disp: xKSums})
+	Label("next")
+	ADDQ(U32(1024), x)
+	ADDQ(U32(xKBlock), dst)
+	DECQ(n)
+	JMP(LabelRef("loop"))
+
+	Label("zero")
+	zero = YMM()
+	VPXOR(zero, zero, zero)
+	for off := 0; off+32 <= xKBlock; off += 32 {
+		VMOVDQU(zero, Mem{Base: dst, Disp: off})
+	}
+	VMOVDQU(zero, Mem{Base: dst, Disp: xKBlock - 32})
+	JMP(LabelRef("next"))
+
+	// Both +amax and -amax occur: mx is the first value of magnitude amax.
+	Label("tie")
+	ab := YMM()
+	VBROADCASTSS(amax, ab)
+	absMask := bcastConstY(0x7fffffff)
+	m := GP32()
+	base := GP64()
+	for v := range 32 {
+		a := YMM()
+		VANDPS(xm(v), absMask, a)
+		VCMPPS(Imm(0), ab, a, a) // |x| == amax, ordered
+		VMOVMSKPS(a, m)
+		MOVQ(U32(uint32(8*v)), base)
+		TESTL(m, m)
+		JNZ(LabelRef("found"))
+	}
+	Label("found")
+	TZCNTL(m, m)
+	ADDQ(m.As64(), base)
+	VMOVSS(Mem{Base: x, Index: base, Scale: 4}, mx)
+	JMP(LabelRef("quant"))
+
+	Label("done")
+	ret()
+}
+
+var q8KConstMem *Mem
+
+// q8KConst is quantQ8KXAVX2's constants at off: the mantissa mask (0),
+// 2^22 (32), 127 (64), 0xff (96), eight dwords each.
+func q8KConst(off int) Mem {
+	if q8KConstMem == nil {
+		m := GLOBL("q8KConstAVX2", RODATA|NOPTR)
+		for i, v := range []uint32{0x007fffff, 0x00400000, 127, 0xff} {
+			for l := range 8 {
+				DATA(32*i+4*l, U32(v))
+			}
+		}
+		q8KConstMem = &m
+	}
+	return q8KConstMem.Offset(off)
+}
+
+// hmaxY reduces the eight lanes of y with op (VMAXPS or VMINPS; no NaNs)
+// and returns an XMM whose lane 0 is the result.
+func hmaxY(y reg.VecVirtual, op, ops func(...Op)) reg.VecVirtual {
+	x := XMM()
+	VEXTRACTF128(Imm(1), y, x)
+	op(x, y.AsX(), x)
+	h := XMM()
+	VMOVHLPS(x, x, h)
+	op(h, x, x)
+	VMOVSHDUP(x, h)
+	ops(h, x, x)
+	return x
 }

@@ -221,6 +221,7 @@ func main() {
 	swiGLUAVX2()
 	quantQ80AVX2()
 	f32ToF16AVX2()
+	quantQ8KXAVX2()
 	Generate()
 }
 
