@@ -305,7 +305,7 @@ func quantQ8KXAVX2() {
 			t[i] = YMM()
 			VMULPS(xm(v), isy, t[i])
 			VADDPS(magic, t[i], t[i])
-			VPAND(q8KConst(0), t[i], t[i])  // the mantissa
+			VPAND(q8KConst(0), t[i], t[i])   // the mantissa
 			VPSUBD(q8KConst(32), t[i], t[i]) // minus 2^22
 			VPMINSD(q8KConst(64), t[i], t[i])
 			s[i] = YMM()
