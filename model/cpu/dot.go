@@ -18,10 +18,12 @@ import (
 // The result depends only on n and the bytes of w and x: the reduction order
 // of every kernel is fixed (see the kernel's comment) so that a SIMD
 // implementation can reproduce it bit for bit. A Q8_0 activation row holds
-// quants in -127..127, as ConvertActivation makes them (a -128 comes only
-// from a non-finite activation, whose block's scale makes the product
-// non-finite anyway): the AVX2 Q8_0 kernel multiplies the activations by
-// the weights' signs, which a -128 activation would overflow.
+// quants in -127..127, as ConvertActivation makes them from finite
+// activations (a NaN or infinite one quantizes to x86's integer
+// indefinite, -128, in a row whose results are meaningless anyway): the
+// AVX2 Q8_0 and Q5_0 kernels multiply the activations by the weights'
+// signs, which a -128 activation would overflow, so only such a row may
+// differ from the portable kernels' bits.
 type VecDot func(n int, w, x []byte) float32
 
 // VecDotFor returns the dot-product kernel for weights of type t.
