@@ -16,14 +16,16 @@
 // in, the thread count or its row index.
 //
 // Kernels: on amd64 the dot products, attention sums, SwiGLU, softmax's exp
-// and the Q8_0 activation quantizer run as assembly generated with avo by
+// and the activation quantizers run as assembly generated with avo by
 // internal/asmgen (go generate; the generated kernels_amd64.s and stubs are
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q4_0, IQ4_NL, Q5_0
-// and Q5_1 (on the stored rows) and Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
-// (on the same panels), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
+// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q5_0 and Q5_1 (on
+// the stored rows) and Q4_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
+// IQ4_XS (on the same panels), with AVX2 versions of SwiGLU, f32→f16 and
+// the Q8_0 and Q8_K quantizers (elementwise_avx2.go in asmgen; the same
+// bits as the AVX-512 ones), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
 // and Q6_K products of 16 activation rows or more (32 for Q6_K: prompts,
 // batched decode) where the CPU has AMX-INT8 and Linux lets the process
 // use it (amx.go in asmgen: the tiles sum each sub-block in integers, the
