@@ -138,8 +138,9 @@ func expSub(dst, x []float32, sub float32) {
 	}
 }
 
-// convertActivation is ConvertActivation with the SIMD Q8_0 quantizer where
-// the CPU has one (the same bytes as ggml.QuantizeActivationRow).
+// convertActivation is ConvertActivation with the SIMD Q8_0 and Q8_1
+// quantizers where the CPU has them (the same bytes as
+// ggml.QuantizeActivationRow).
 func convertActivation(t ggml.Type, src []float32, dst []byte) {
 	if t.VecDotType() == ggml.Q8_0 && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q80Bytes {
 		switch {
@@ -153,6 +154,10 @@ func convertActivation(t ggml.Type, src []float32, dst []byte) {
 			return
 		}
 	}
+	if t.VecDotType() == ggml.Q8_1 && haveElementwiseAVX2() && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q81Bytes && len(src) > 0 {
+		quantQ81AVX2(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst)) // AVX-512 CPUs too: there is no other
+		return
+	}
 	ConvertActivation(t, src, dst)
 }
 
@@ -161,6 +166,7 @@ func convertActivation(t ggml.Type, src []float32, dst []byte) {
 func haveElementwise() bool { return !portableOnly && !avx2Only && haveAVX512 }
 
 // haveElementwiseAVX2 reports whether the AVX2 element-wise kernels (AVX2,
-// FMA and F16C: SwiGLU, the Q8_0 quantizer, f32→f16) run where the AVX-512
-// ones do not.
+// FMA and F16C: SwiGLU, the Q8_0 and Q8_K quantizers, f32→f16) run where
+// the AVX-512 ones do not (and the Q8_1 quantizer, which has no AVX-512
+// version, wherever it is true).
 func haveElementwiseAVX2() bool { return !portableOnly && haveF16C }

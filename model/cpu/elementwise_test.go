@@ -64,10 +64,10 @@ func TestVexpfAccuracy(t *testing.T) {
 	}
 }
 
-// TestElementwiseEqualsPortable checks the SIMD expSub, SwiGLU and Q8_0
-// quantizer against the portable code bit for bit: the AVX-512 kernels
-// where the CPU has them, then the AVX2 ones (SwiGLU and the quantizer;
-// expSub has none and stays portable there).
+// TestElementwiseEqualsPortable checks the SIMD expSub, SwiGLU and the Q8_0
+// and Q8_1 quantizers against the portable code bit for bit: the AVX-512
+// kernels where the CPU has them, then the AVX2 ones (SwiGLU and the
+// quantizers; expSub has none and stays portable there).
 func TestElementwiseEqualsPortable(t *testing.T) {
 	ran := false
 	if haveElementwise() {
@@ -136,14 +136,26 @@ func testElementwiseEqualsPortable(t *testing.T) {
 			if r.IntN(4) == 0 {
 				clear(x[:32])
 			}
-			got, want := make([]byte, nb*q80Bytes), make([]byte, nb*q80Bytes)
-			convertActivation(ggml.Q8_0, x, got)
-			if err := ggml.QuantizeActivationRow(ggml.Q8_0, x, want); err != nil {
-				t.Fatal(err)
+			if r.IntN(8) == 0 { // an infinity: scale +Inf, id 0, its quant the integer indefinite (-128)
+				// (Not a NaN: Go's max keeps it in the portable amax, VMAXPS
+				// may not, so both SIMD quantizers differ there.)
+				x[r.IntN(len(x))] = float32(math.Inf(1 - 2*r.IntN(2)))
 			}
-			for i := range got {
-				if got[i] != want[i] {
-					t.Fatalf("quantize nb=%d: byte %d = %#x, want %#x", nb, i, got[i], want[i])
+			// Q8_0 (Q8_0's and Q4_0's activations) and Q8_1 (Q5_1's).
+			for _, wt := range []ggml.Type{ggml.Q8_0, ggml.Q5_1} {
+				bs := q80Bytes
+				if wt == ggml.Q5_1 {
+					bs = q81Bytes
+				}
+				got, want := make([]byte, nb*bs), make([]byte, nb*bs)
+				convertActivation(wt, x, got)
+				if err := ggml.QuantizeActivationRow(wt.VecDotType(), x, want); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if got[i] != want[i] {
+						t.Fatalf("quantize for %s nb=%d: byte %d = %#x, want %#x", wt, nb, i, got[i], want[i])
+					}
 				}
 			}
 		}

@@ -37,6 +37,7 @@ func swigluAVX2(n int, gate, up *float32)                       { panic("unreach
 func quantQ80AVX2(nb int, x *float32, dst *byte)                { panic("unreachable") }
 func f32ToF16AVX2(n int, src *float32, dst *uint16)             { panic("unreachable") }
 func quantQ8KXAVX2(nb int, x *float32, dst *byte)               { panic("unreachable") }
+func quantQ81AVX2(nb int, x *float32, dst *byte)                { panic("unreachable") }
 func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32) {
 	panic("unreachable")
 }

@@ -1537,6 +1537,11 @@ func swigluAVX2(n int, gate *float32, up *float32)
 //go:noescape
 func quantQ80AVX2(nb int, x *float32, dst *byte)
 
+// quantQ81AVX2 quantizes nb blocks of 32 activations to Q8_1.
+//
+//go:noescape
+func quantQ81AVX2(nb int, x *float32, dst *byte)
+
 // f32ToF16AVX2 sets dst[i] = ggml.F32ToF16(src[i]) for i < n (a multiple of 8).
 //
 //go:noescape

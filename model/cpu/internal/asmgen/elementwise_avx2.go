@@ -119,11 +119,19 @@ func swiGLUAVX2() {
 // (VMAXPS in the same pairing up to the last lane), d and id; the int32
 // quants saturate to int8 through VPACKSSDW and VPACKSSWB (saturating to
 // int16 first changes nothing), and VPERMD puts the packed dwords back in
-// element order.
-func quantQ80AVX2() {
-	TEXT("quantQ80AVX2", NOSPLIT, "func(nb int, x *float32, dst *byte)")
+// element order. With one, it emits quantQ81AVX2, ggml's x86 Q8_1
+// quantization (Q5_1's activations; ggml.QuantizeActivationRow): the same
+// quants after d and s, s = f16(d * float32(sum)), the sum of the int32
+// quants before saturation (wrapping, as Go's int32 sum does on the NaN
+// lanes' integer indefinite), d the float32 before its f16 rounding.
+func quantQ80AVX2(one bool) {
+	name, what, bsz, qoff := "quantQ80AVX2", "Q8_0", 34, 2
+	if one {
+		name, what, bsz, qoff = "quantQ81AVX2", "Q8_1", 36, 4
+	}
+	TEXT(name, NOSPLIT, "func(nb int, x *float32, dst *byte)")
 	Pragma("noescape")
-	Doc("quantQ80AVX2 quantizes nb blocks of 32 activations to Q8_0.")
+	Doc(name + " quantizes nb blocks of 32 activations to " + what + ".")
 	n := param("nb")
 	x := param("x")
 	dst := param("dst")
@@ -162,8 +170,9 @@ func quantQ80AVX2() {
 	VMAXSS(h, xx, xx) // amax
 	d := XMM()
 	VDIVSS(c127, xx, d) // amax / 127
-	VCVTPS2PH(Imm(0), d, d)
-	VPEXTRW(Imm(0), d, Mem{Base: dst})
+	dh := XMM()
+	VCVTPS2PH(Imm(0), d, dh)
+	VPEXTRW(Imm(0), dh, Mem{Base: dst})
 	nz := XMM()
 	VCMPSS(Imm(4), zero, xx, nz) // amax != 0
 	id := XMM()
@@ -175,13 +184,30 @@ func quantQ80AVX2() {
 		VMULPS(idy, v[i], v[i])
 		VCVTPS2DQ(v[i], v[i])
 	}
+	if one {
+		t, u := YMM(), YMM()
+		VPADDD(v[1], v[0], t)
+		VPADDD(v[3], v[2], u)
+		VPADDD(u, t, t)
+		h := XMM()
+		VEXTRACTI128(Imm(1), t, h)
+		VPADDD(h, t.AsX(), h)
+		VPSHUFD(Imm(0x4e), h, t.AsX())
+		VPADDD(t.AsX(), h, h)
+		VPSHUFD(Imm(0xb1), h, t.AsX())
+		VPADDD(t.AsX(), h, h) // the sum, in every lane
+		VCVTDQ2PS(h, h)       // exact: at most 32*127 unless a lane is NaN's
+		VMULSS(d, h, h)       // d*sum, d not yet rounded to f16
+		VCVTPS2PH(Imm(0), h, h)
+		VPEXTRW(Imm(0), h, Mem{Base: dst, Disp: 2})
+	}
 	VPACKSSDW(v[1], v[0], v[0]) // per 128 bits: 0-3 8-11 | 4-7 12-15
 	VPACKSSDW(v[3], v[2], v[2]) // 16-19 24-27 | 20-23 28-31
 	VPACKSSWB(v[2], v[0], v[0]) // 0-3 8-11 16-19 24-27 | 4-7 12-15 20-23 28-31
 	VPERMD(v[0], perm, v[0])
-	VMOVDQU(v[0], Mem{Base: dst, Disp: 2})
+	VMOVDQU(v[0], Mem{Base: dst, Disp: qoff})
 	ADDQ(Imm(128), x)
-	ADDQ(Imm(34), dst)
+	ADDQ(Imm(uint64(bsz)), dst)
 	DECQ(n)
 	JMP(LabelRef("loop"))
 	Label("done")

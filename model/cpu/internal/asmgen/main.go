@@ -219,7 +219,8 @@ func main() {
 		q4PanelAVX2(C, true)
 	}
 	swiGLUAVX2()
-	quantQ80AVX2()
+	quantQ80AVX2(false)
+	quantQ80AVX2(true)
 	f32ToF16AVX2()
 	quantQ8KXAVX2()
 	Generate()
