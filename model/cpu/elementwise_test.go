@@ -69,15 +69,22 @@ func TestVexpfAccuracy(t *testing.T) {
 // kernels where the CPU has them, then the AVX2 ones (SwiGLU and the
 // quantizers; expSub has none and stays portable there).
 func TestElementwiseEqualsPortable(t *testing.T) {
+	eachElementwiseISA(t, testElementwiseEqualsPortable)
+}
+
+// eachElementwiseISA runs test with the AVX-512 element-wise kernels where
+// the CPU has them, then with the AVX2 ones (avx2Only), and skips t where
+// neither runs.
+func eachElementwiseISA(t *testing.T, test func(t *testing.T)) {
 	ran := false
 	if haveElementwise() {
-		testElementwiseEqualsPortable(t)
+		test(t)
 		ran = true
 	}
 	if haveF16C {
 		avx2Only = true
 		defer func() { avx2Only = false }()
-		testElementwiseEqualsPortable(t)
+		test(t)
 		ran = true
 	}
 	if !ran {

@@ -192,20 +192,7 @@ func sameBits(a, b []float32) bool {
 // values, magnitude ties of either sign first, all-zero super-blocks, NaNs,
 // infinities, subnormals and halves that round to even.
 func TestQuantExpandKEqualsPortable(t *testing.T) {
-	ran := false
-	if haveElementwise() {
-		testQuantExpandKEqualsPortable(t)
-		ran = true
-	}
-	if haveF16C {
-		avx2Only = true
-		defer func() { avx2Only = false }()
-		testQuantExpandKEqualsPortable(t)
-		ran = true
-	}
-	if !ran {
-		t.Skip("no AVX-512 or AVX2")
-	}
+	eachElementwiseISA(t, testQuantExpandKEqualsPortable)
 }
 
 func testQuantExpandKEqualsPortable(t *testing.T) {

@@ -296,30 +296,7 @@ func quantQ8KXAVX2() {
 	VMINPS(lo[1], lo[0], lo[0])
 	maxS := hmaxY(hi[0], VMAXPS, VMAXSS)
 	minS := hmaxY(lo[0], VMINPS, VMINSS)
-	negMin := XMM()
-	VXORPS(negMin, negMin, negMin)
-	VSUBSS(minS, negMin, negMin) // -min, exact
-	amax := XMM()
-	VMAXSS(negMin, maxS, amax)
-	mx := XMM()
-	VUCOMISS(zero.AsX(), amax)
-	JE(LabelRef("zero"))
-	VUCOMISS(amax, maxS)
-	JNE(LabelRef("negative"))
-	VUCOMISS(amax, negMin)
-	JE(LabelRef("tie"))
-	VMOVAPS(maxS, mx)
-	JMP(LabelRef("quant"))
-	Label("negative")
-	VMOVAPS(minS, mx)
-	JMP(LabelRef("quant"))
-
-	Label("quant")
-	is := XMM()
-	VDIVSS(mx, m127, is) // -127/mx
-	d := XMM()
-	VDIVSS(is, one, d) // 1/iscale
-	VMOVSS(d, Mem{Base: dst})
+	amax, mx, is := q8KScale(maxS, minS, zero.AsX(), m127, one, dst)
 	isy := YMM()
 	VBROADCASTSS(is, isy)
 	magic := bcastConstY(0x4b400000) // 1.5*2^23

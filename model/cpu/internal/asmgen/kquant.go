@@ -602,30 +602,7 @@ func quantQ8KX() {
 	VMINPS(lo[1], lo[0], lo[0])
 	maxS := hmaxZ(hi[0], VMAXPS, VMAXSS)
 	minS := hmaxZ(lo[0], VMINPS, VMINSS)
-	negMin := XMM()
-	VXORPS(negMin, negMin, negMin)
-	VSUBSS(minS, negMin, negMin) // -min, exact
-	amax := XMM()
-	VMAXSS(negMin, maxS, amax)
-	mx := XMM()
-	VUCOMISS(zero.AsX(), amax)
-	JE(LabelRef("zero"))
-	VUCOMISS(amax, maxS)
-	JNE(LabelRef("negative"))
-	VUCOMISS(amax, negMin)
-	JE(LabelRef("tie"))
-	VMOVAPS(maxS, mx)
-	JMP(LabelRef("quant"))
-	Label("negative")
-	VMOVAPS(minS, mx)
-	JMP(LabelRef("quant"))
-
-	Label("quant")
-	is := XMM()
-	VDIVSS(mx, m127, is) // -127/mx
-	d := XMM()
-	VDIVSS(is, one, d) // 1/iscale
-	VMOVSS(d, Mem{Base: dst})
+	amax, mx, is := q8KScale(maxS, minS, zero.AsX(), m127, one, dst)
 	isz := ZMM()
 	VBROADCASTSS(is, isz)
 	q := make([]reg.VecVirtual, 16)
@@ -693,6 +670,40 @@ func quantQ8KX() {
 
 	Label("done")
 	ret()
+}
+
+// q8KScale emits the Q8_K quantizers' scale from a super-block's signed
+// max and min (NaNs skipped): amax = max(max, -min); mx = max when it has
+// magnitude amax and -amax does not occur, min when only -amax does; an
+// amax of 0 jumps to "zero", both signs to "tie", which must set mx and
+// come back to "quant". There iscale = m127/mx (-127/mx) and d =
+// one/iscale, stored at dst. It returns amax, mx and iscale.
+func q8KScale(maxS, minS reg.VecVirtual, zero reg.Register, m127, one reg.VecVirtual, dst reg.GPVirtual) (amax, mx, is reg.VecVirtual) {
+	negMin := XMM()
+	VXORPS(negMin, negMin, negMin)
+	VSUBSS(minS, negMin, negMin) // -min, exact
+	amax = XMM()
+	VMAXSS(negMin, maxS, amax)
+	mx = XMM()
+	VUCOMISS(zero, amax)
+	JE(LabelRef("zero"))
+	VUCOMISS(amax, maxS)
+	JNE(LabelRef("negative"))
+	VUCOMISS(amax, negMin)
+	JE(LabelRef("tie"))
+	VMOVAPS(maxS, mx)
+	JMP(LabelRef("quant"))
+	Label("negative")
+	VMOVAPS(minS, mx)
+	JMP(LabelRef("quant"))
+
+	Label("quant")
+	is = XMM()
+	VDIVSS(mx, m127, is) // -127/mx
+	d := XMM()
+	VDIVSS(is, one, d) // 1/iscale
+	VMOVSS(d, Mem{Base: dst})
+	return amax, mx, is
 }
 
 // hmaxZ reduces the 16 lanes of z with op (VMAXPS or VMINPS; no NaNs) and

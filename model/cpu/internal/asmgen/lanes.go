@@ -153,21 +153,7 @@ func q80LanePanel(C int) {
 	panelText("q80LanePanel", "Q8_0", C, " in ggml's eight-lane order")
 	for c0 := 0; c0 < C; c0 += 2 {
 		cc := min(2, C-c0)
-		nb := param("nb")
-		wp := param("w")
-		xp := param("x")
-		xs := param("xs")
-		if c0 > 0 {
-			off := GP64()
-			IMUL3Q(Imm(uint64(c0)), xs, off)
-			ADDQ(off, xp)
-		}
-		xm := func(c, disp int) Mem {
-			if c == 0 {
-				return Mem{Base: xp, Disp: disp}
-			}
-			return Mem{Base: xp, Index: xs, Scale: 1, Disp: disp}
-		}
+		nb, wp, xp, xm := panelGroup(c0)
 		acc := make([][8]reg.VecVirtual, cc)
 		for c := range acc {
 			for k := range 8 {
@@ -211,6 +197,30 @@ func q80LanePanel(C int) {
 		}
 	}
 	ret()
+}
+
+// panelGroup loads a panel kernel's parameters for its group of activation
+// rows from c0, which kernels that keep many accumulators per row take a
+// few at a time, streaming the panel once per group: the block count, the
+// weights, and the activations advanced to row c0, with xm(c, disp) the
+// address of byte disp of the group's row c (0..2).
+func panelGroup(c0 int) (nb, wp, xp reg.GPVirtual, xm func(c, disp int) Mem) {
+	nb = param("nb")
+	wp = param("w")
+	xp = param("x")
+	xs := param("xs")
+	if c0 > 0 {
+		off := GP64()
+		IMUL3Q(Imm(uint64(c0)), xs, off)
+		ADDQ(off, xp)
+	}
+	xm = func(c, disp int) Mem {
+		if c == 0 {
+			return Mem{Base: xp, Disp: disp}
+		}
+		return Mem{Base: xp, Index: xs, Scale: uint8(c), Disp: disp}
+	}
+	return nb, wp, xp, xm
 }
 
 // foldAccs adds eight lane accumulators (one register a lane, as the VNNI

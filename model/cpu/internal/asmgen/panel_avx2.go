@@ -39,21 +39,7 @@ func q4PanelAVX2(C int, lut bool) {
 	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
 	for c0 := 0; c0 < C; c0 += 2 {
 		cc := min(2, C-c0)
-		nb := param("nb")
-		wp := param("w")
-		xp := param("x")
-		xs := param("xs")
-		if c0 > 0 {
-			off := GP64()
-			IMUL3Q(Imm(uint64(c0)), xs, off)
-			ADDQ(off, xp)
-		}
-		xm := func(c, disp int) Mem {
-			if c == 0 {
-				return Mem{Base: xp, Disp: disp}
-			}
-			return Mem{Base: xp, Index: xs, Scale: 1, Disp: disp}
-		}
+		nb, wp, xp, xm := panelGroup(c0)
 		c0f := bcastConstY(0x0f0f0f0f)
 		ones := bcastConstY(0x00010001)
 		var tbl reg.VecVirtual

@@ -51,21 +51,7 @@ func q50Panel(C int, one bool) {
 	}
 	for c0 := 0; c0 < C; c0 += group {
 		cc := min(group, C-c0)
-		nb := param("nb")
-		wp := param("w")
-		xp := param("x")
-		xs := param("xs")
-		if c0 > 0 {
-			o := GP64()
-			IMUL3Q(Imm(uint64(c0)), xs, o)
-			ADDQ(o, xp)
-		}
-		xm := func(c, disp int) Mem {
-			if c == 0 {
-				return Mem{Base: xp, Disp: disp}
-			}
-			return Mem{Base: xp, Index: xs, Scale: uint8(c), Disp: disp}
-		}
+		nb, wp, xp, xm := panelGroup(c0)
 		c0f := bcastConst(0x0f0f0f0f)
 		c10 := bcastConst(0x10101010)
 		var zero reg.VecVirtual
