@@ -150,7 +150,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 // the file's size, their ratio (issue 12's goal is at most 1.1), and the
 // load time.
 func loadCell(r bench.Result) string {
-	if r.LoadRSS <= 0 || r.FileBytes <= 0 {
+	if !r.RSSKnown || r.FileBytes <= 0 {
 		return fmt.Sprintf("? (%.1f)", r.LoadTime.Seconds())
 	}
 	return fmt.Sprintf("%.0f / %.0f = %.2f× (%.1f)", float64(r.LoadRSS)/1e6, float64(r.FileBytes)/1e6, float64(r.LoadRSS)/float64(r.FileBytes), r.LoadTime.Seconds())

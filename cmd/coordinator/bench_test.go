@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/strata-llm/strata/model/cpu/bench"
 )
 
 func TestParseBenchConfig(t *testing.T) {
@@ -16,6 +19,26 @@ func TestParseBenchConfig(t *testing.T) {
 	for _, bad := range [][4]string{{"2B", "F32", "1", "1"}, {"15M", "Q7_K", "1", "1"}, {"15M", "Q8_K", "1", "1"}, {"15M", "F32", "0", "1"}, {"15M", "F32", "1", "x"}} {
 		if _, err := parseBenchConfig(bad[0], bad[1], bad[2], bad[3], 1); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestLoadCell: the load column shows what was measured, growth of zero or
+// below included (weights used in place through the file's mapping), and
+// "?" only where nothing was.
+func TestLoadCell(t *testing.T) {
+	for _, tc := range []struct {
+		r    bench.Result
+		want string
+	}{
+		{bench.Result{FileBytes: 100e6, LoadRSS: 105e6, RSSKnown: true, LoadTime: 1500 * time.Millisecond}, "105 / 100 = 1.05× (1.5)"},
+		{bench.Result{FileBytes: 100e6, LoadRSS: 0, RSSKnown: true, LoadTime: time.Second}, "0 / 100 = 0.00× (1.0)"},
+		{bench.Result{FileBytes: 100e6, LoadRSS: -2e6, RSSKnown: true, LoadTime: time.Second}, "-2 / 100 = -0.02× (1.0)"},
+		{bench.Result{FileBytes: 100e6, LoadTime: time.Second}, "? (1.0)"},
+		{bench.Result{LoadRSS: 5e6, RSSKnown: true, LoadTime: time.Second}, "? (1.0)"},
+	} {
+		if got := loadCell(tc.r); got != tc.want {
+			t.Errorf("loadCell(%+v) = %q, want %q", tc.r, got, tc.want)
 		}
 	}
 }

@@ -83,10 +83,14 @@ type Result struct {
 	Batched     []Batched
 	// FileBytes is the model file's size (0 when Run generated it); LoadRSS
 	// is how much the process's resident set (VmRSS) grew from the opened
-	// file to the ready stage (model.Load, the repacking; 0 where
-	// /proc/self/status is unreadable); LoadTime is how long those took.
+	// file to the ready stage (model.Load, the repacking), RSSKnown whether
+	// it was measured (/proc/self/status readable); it can be 0 or below
+	// where the load touched none of the file (weights used in place
+	// through the mapping, as Q8_0's on a CPU without AVX-512 VNNI) and the
+	// runtime returned memory meanwhile. LoadTime is how long those took.
 	FileBytes int64
 	LoadRSS   int64
+	RSSKnown  bool
 	LoadTime  time.Duration
 }
 
@@ -158,8 +162,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, fmt.Errorf("bench: %w", err)
 	}
 	res.LoadTime = time.Since(start)
-	if rss0 > 0 {
-		res.LoadRSS = VmRSS() - rss0
+	if rss1 := VmRSS(); rss0 > 0 && rss1 > 0 {
+		res.LoadRSS, res.RSSKnown = rss1-rss0, true
 	}
 	tables := make([][]int32, maxSeqs)
 	for s := range tables {
