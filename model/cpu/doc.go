@@ -25,7 +25,8 @@
 // the stored rows) and Q4_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // IQ4_XS (on the same panels), with AVX2 versions of SwiGLU, f32→f16 and
 // the Q8_0 and Q8_K quantizers (elementwise_avx2.go in asmgen; the same
-// bits as the AVX-512 ones), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
+// bits as the AVX-512 ones) and an AVX2 Q8_1 quantizer that AVX-512 CPUs
+// run too, and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
 // and Q6_K products of 16 activation rows or more (32 for Q6_K: prompts,
 // batched decode) where the CPU has AMX-INT8 and Linux lets the process
 // use it (amx.go in asmgen: the tiles sum each sub-block in integers, the
