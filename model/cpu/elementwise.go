@@ -142,21 +142,19 @@ func expSub(dst, x []float32, sub float32) {
 // quantizers where the CPU has them (the same bytes as
 // ggml.QuantizeActivationRow).
 func convertActivation(t ggml.Type, src []float32, dst []byte) {
-	if t.VecDotType() == ggml.Q8_0 && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q80Bytes {
-		switch {
-		case len(src) == 0:
+	nb := len(src) / ggml.QK
+	if nb > 0 && len(src)%ggml.QK == 0 {
+		switch vt := t.VecDotType(); {
+		case vt == ggml.Q8_0 && len(dst) == nb*q80Bytes && haveElementwise():
+			quantQ80AVX512(nb, &src[0], unsafe.SliceData(dst))
 			return
-		case haveElementwise():
-			quantQ80AVX512(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst))
+		case vt == ggml.Q8_0 && len(dst) == nb*q80Bytes && haveElementwiseAVX2():
+			quantQ80AVX2(nb, &src[0], unsafe.SliceData(dst))
 			return
-		case haveElementwiseAVX2():
-			quantQ80AVX2(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst))
+		case vt == ggml.Q8_1 && len(dst) == nb*q81Bytes && haveElementwiseAVX2():
+			quantQ81AVX2(nb, &src[0], unsafe.SliceData(dst)) // AVX-512 CPUs too: there is no other
 			return
 		}
-	}
-	if t.VecDotType() == ggml.Q8_1 && haveElementwiseAVX2() && len(src)%ggml.QK == 0 && len(dst) == len(src)/ggml.QK*q81Bytes && len(src) > 0 {
-		quantQ81AVX2(len(src)/ggml.QK, &src[0], unsafe.SliceData(dst)) // AVX-512 CPUs too: there is no other
-		return
 	}
 	ConvertActivation(t, src, dst)
 }

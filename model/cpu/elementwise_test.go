@@ -211,6 +211,7 @@ func TestF32ToF16EqualsVCVTPS2PH(t *testing.T) {
 		t.Skip("no F16C")
 	}
 	r := rand.New(rand.NewPCG(55, 56))
+	defer func() { avx2Only = false }()
 	check := func(src []float32) {
 		// f32ToF16 as this CPU runs it, then with the AVX2 kernel.
 		for _, avx2 := range []bool{false, true} {

@@ -321,14 +321,12 @@ func expandRowK(nb int, q, dst []byte) {
 // quantExpandK converts the activation row src (whole super-blocks) to dst
 // in the K-quant panel kernels' layout: ggml.QuantizeActivationRow's Q8_K,
 // expanded as expandRowK does. The AVX-512 and AVX2 quantizers write the
-// layout directly, with the same bits; the portable path converts through q, which
-// must hold a Q8_K row of len(src) elements.
+// layout directly, with the same bits; the portable path converts through
+// q, which must hold a Q8_K row of len(src) elements.
 func quantExpandK(src []float32, dst, q []byte) {
 	nb := len(src) / ggml.QKK
 	_ = dst[nb*xKBlock-1]
 	switch {
-	case nb == 0:
-		return
 	case haveElementwise():
 		quantQ8KXAVX512(nb, &src[0], &dst[0])
 		return

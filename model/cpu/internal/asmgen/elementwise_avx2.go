@@ -9,8 +9,9 @@ import (
 )
 
 // The element-wise kernels again for CPUs with AVX2, FMA and F16C but no
-// AVX-512, which ran them as portable Go (a quarter of a Q4_0 prompt's
-// time on an AVX2-only AMD EPYC, session 16): the same operations on eight
+// AVX-512, which ran them as portable Go (about a quarter of the samples of
+// a perf profile of `vs-llamacpp bench` on Q4_0, prompt and generation,
+// on an AVX2-only AMD EPYC, session 16): the same operations on eight
 // lanes, so the same bits.
 
 // vexpY is vexpZ on eight lanes. Without VSCALEFPS, j*2^n is two exact
@@ -51,7 +52,7 @@ func vexpY(x reg.VecVirtual) reg.VecVirtual {
 	VPSRAD(Imm(1), ni, h1)
 	VPSUBD(h1, ni, ni) // h2
 	bias := YMM()
-	VPBROADCASTD(vexpBias(), bias)
+	VPBROADCASTD(at(vxBias), bias)
 	VPADDD(bias, h1, h1)
 	VPADDD(bias, ni, ni)
 	VPSLLD(Imm(23), h1, h1) // 2^h1
@@ -71,18 +72,6 @@ func vexpY(x reg.VecVirtual) reg.VecVirtual {
 	VBLENDVPS(low, zero, alt, alt) // low ? 0 : +Inf
 	VBLENDVPS(far, alt, res, res)
 	return res
-}
-
-var vexpBiasMem *Mem
-
-// vexpBias is the dword 127, a float32 exponent's bias.
-func vexpBias() Mem {
-	if vexpBiasMem == nil {
-		m := GLOBL("vexpBias", RODATA|NOPTR)
-		DATA(0, U32(127))
-		vexpBiasMem = &m
-	}
-	return *vexpBiasMem
 }
 
 // swiGLUAVX2 emits swigluAVX512's function with AVX2 (n a multiple of 8).

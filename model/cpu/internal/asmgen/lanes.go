@@ -25,7 +25,7 @@ import (
 // per output adds ms = fma(f16(w.m), f16(x.s), ms) per block, w.m the f16
 // at byte 2 of the weight block and x.s that of the activation block, and
 // the result is hsum8(lanes) + ms: dotQ51Q81's order. This replaced
-// sign-extending the quants to words and VPHADDD (0.6-0.7x llama.cpp's
+// sign-extending the quants to words and VPHADDD (0.59-0.82x llama.cpp's
 // speed for Q8_0, Q5_0 and Q5_1 on an AVX2-only AMD EPYC, session 16).
 func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r, disp int) reg.VecVirtual) {
 	ones := bcastConstY(0x00010001)

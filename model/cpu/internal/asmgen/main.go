@@ -414,7 +414,7 @@ func expSub() {
 
 // vexpTab holds vexpZ's float32 constants (see vexpf in package cpu): the
 // shift 1.5*2^23, log2(e), ln 2 in two parts, the polynomial's C5..C1, 1,
-// 192, +Inf and the absolute-value mask.
+// 192, +Inf and the absolute-value mask; then vexpY's integer 127.
 var vexpTab Mem
 
 func vexpConsts() {
@@ -426,13 +426,14 @@ func vexpConsts() {
 	}
 	DATA(4*len(vals), U32(0x7f800000))   // +Inf
 	DATA(4*len(vals)+4, U32(0x7fffffff)) // |x| mask
+	DATA(4*len(vals)+8, U32(127))        // the exponent bias (vexpY)
 }
 
 // vexp offsets into vexpTab.
 const (
 	vxShift, vxLog2E, vxLn2Hi, vxLn2Lo = 0, 4, 8, 12
 	vxC5, vxC4, vxC3, vxC2, vxC1       = 16, 20, 24, 28, 32
-	vxOne, vx192, vxInf, vxAbs         = 36, 40, 44, 48
+	vxOne, vx192, vxInf, vxAbs, vxBias = 36, 40, 44, 48, 52
 )
 
 // vexpZ returns ggml_v_expf of the 16 float32 lanes of x (vexpf in package
@@ -1432,6 +1433,8 @@ func q80AVX2(t *tile) {
 	})
 }
 
+// q40AVX2 widens the 16 bytes of a block to words: the low nibbles are
+// elements 0..15, the high ones 16..31, each minus 8.
 func q40AVX2(t *tile) {
 	g := GP32()
 	MOVL(U32(0x000f000f), g)
