@@ -44,7 +44,7 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 					copy(w[i*wrow:], randRow(t, r, typ, n))
 				}
 			}
-			packed := repack(typ, rows, n, w)
+			packed := ps.repack(typ, rows, n, w)
 			panels := (rows + panelRows - 1) / panelRows
 			xb := expandedBlockBytes(typ)
 			xs := nb*xb + 24 // a gap between rows, to test the stride
@@ -59,7 +59,7 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xb])
 					continue
 				}
-				ConvertActivation(typ, randBytesVec(r, n), qc)
+				ConvertActivation(typ, randActVec(r, n), qc)
 				if r.IntN(3) == 0 { // extreme quants (the quantizer never makes -128)
 					for b := range nb {
 						for i := 2; i < q80Bytes; i++ {
@@ -83,6 +83,7 @@ func TestAMXPanelsEqualPortable(t *testing.T) {
 					}
 					var want float32
 					withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+					checkFinite(t, ps.name, want)
 					if math.Float32bits(got) != math.Float32bits(want) {
 						t.Fatalf("%s AMX nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 							typ, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
@@ -134,7 +135,7 @@ func TestAMXMatMulEqualsPortable(t *testing.T) {
 		}
 		w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
 		for _, R := range []int{16, 35, 64} {
-			x := randBytesVec(r, R*K)
+			x := randActVec(r, R*K)
 			var want []float32
 			withPortable(func() {
 				want = make([]float32, R*N)

@@ -20,8 +20,9 @@ type Backend struct {
 	amx  [][]byte    // per worker: an AMX kernel's scratch (amxFunc), made on first use
 
 	// packed holds the repacked copy of every matrix the panel kernels
-	// read (see repack.go), made by Prepare or the first MatMul.
-	packed map[*model.Weight][]byte
+	// read (see repack.go), made by Prepare or the first MatMul, with the
+	// kernels it was made for.
+	packed map[*model.Weight]packing
 
 	// The MatMul in progress, read by convFn and tileFn; method values made
 	// once so that a MatMul allocates nothing.
@@ -47,7 +48,7 @@ type matJob struct {
 
 // NewBackend returns a Backend that runs its work on pool.
 func NewBackend(pool *Pool) *Backend {
-	b := &Backend{pool: pool, packed: map[*model.Weight][]byte{}}
+	b := &Backend{pool: pool, packed: map[*model.Weight]packing{}}
 	if pool != nil {
 		b.qrow = make([][]byte, pool.Workers())
 		b.tail = make([][]float32, pool.Workers())
@@ -71,13 +72,21 @@ func NewBackend(pool *Pool) *Backend {
 // repacking).
 func (b *Backend) Prepare(w *model.Weight) { b.packedFor(w) }
 
-func (b *Backend) packedFor(w *model.Weight) []byte {
-	if panelsFor(w.Type) == nil || w.Rows == 0 || w.Cols == 0 {
-		return nil
+// packing is a matrix repacked for a set of panel kernels: their layout
+// can differ by ISA (panelSet.planes), so the two stay together.
+type packing struct {
+	ps   *panelSet
+	data []byte
+}
+
+func (b *Backend) packedFor(w *model.Weight) packing {
+	ps := panelsFor(w.Type)
+	if ps == nil || w.Rows == 0 || w.Cols == 0 {
+		return packing{}
 	}
 	p, ok := b.packed[w]
 	if !ok {
-		p = repack(w.Type, w.Rows, w.Cols, w.Data)
+		p = packing{ps, ps.repack(w.Type, w.Rows, w.Cols, w.Data)}
 		b.packed[w] = p
 		gguf.Release(w.Data)
 	}
@@ -119,8 +128,8 @@ func (b *Backend) MatMul(w *model.Weight, x []float32, rows int, out []float32) 
 	}
 	j := &b.job
 	*j = matJob{w: w, x: x, rows: rows, out: out, dot: dot, ts: matTilesFor(w.Type), wrow: len(w.Data) / w.Rows}
-	if packed := b.packedFor(w); packed != nil {
-		j.ps, j.packed, j.ts = panelsFor(w.Type), packed, nil
+	if p := b.packedFor(w); p.ps != nil {
+		j.ps, j.packed, j.ts = p.ps, p.data, nil
 	}
 	vt := w.Type.VecDotType()
 	if j.ts != nil && j.ts.f32x {

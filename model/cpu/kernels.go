@@ -182,6 +182,9 @@ type panelSet struct {
 	// one group of 16 rows (BenchmarkPanel Q6_K: 159 GMAC/s against 178 on
 	// the 2-core Intel Xeon with AMX) and faster from two (185).
 	amxMin int
+	// planes: the kernels read Q5_K's fifth bits in planes, not masks
+	// (repack_kquant.go).
+	planes bool
 }
 
 // amxFunc computes np consecutive panels of nb blocks at w against ng

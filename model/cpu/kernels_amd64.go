@@ -187,7 +187,7 @@ var q4KPanelsAVX2 = panelSet{name: "q4KAVX2", k: [maxPanelC]panelFunc{
 	q4KPanelAVX2_1, q4KPanelAVX2_2, q4KPanelAVX2_3, q4KPanelAVX2_4, q4KPanelAVX2_5, q4KPanelAVX2_6, q4KPanelAVX2_7, q4KPanelAVX2_8,
 }}
 
-var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", k: [maxPanelC]panelFunc{
+var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", planes: true, k: [maxPanelC]panelFunc{
 	q5KPanelAVX2_1, q5KPanelAVX2_2, q5KPanelAVX2_3, q5KPanelAVX2_4, q5KPanelAVX2_5, q5KPanelAVX2_6, q5KPanelAVX2_7, q5KPanelAVX2_8,
 }}
 

@@ -63,7 +63,7 @@ func BenchmarkPanel(b *testing.B) {
 		for i := range panelRows {
 			copy(w[i*wrow:], quantWeights(b, r, typ, n))
 		}
-		packed := repack(typ, panelRows, n, w)
+		packed := ps.repack(typ, panelRows, n, w)
 		for _, C := range []int{1, 4, 8} {
 			b.Run(fmt.Sprintf("%s/%d", typ, C), func(b *testing.B) {
 				q := make([]byte, mustRowBytes(b, typ.VecDotType(), n))

@@ -16,6 +16,33 @@ func withPortable(f func()) {
 	f()
 }
 
+// randActVec is randBytesVec for activations that are quantized with f16
+// scales (Q8_0, Q8_1): its huge values are 100 times, not 1e20, so that a
+// block's scale d (its largest magnitude / 127) and Q8_1's s (d times the
+// sum of its quants, up to 32*127) stay finite in f16. With
+// 1e20, most blocks' scales overflowed to infinity and most outputs of the
+// tests of those kernels were NaN on both sides, which hid a wrong
+// instruction (session 17).
+func randActVec(r *rand.Rand, n int) []float32 {
+	v := randBytesVec(r, n)
+	for i := range v {
+		if math.Abs(float64(v[i])) > 1e6 {
+			v[i] *= 1e-18
+		}
+	}
+	return v
+}
+
+// checkFinite fails t when a portable dot product of finite weights and
+// activations is not finite: the test's data overflowed, and comparing NaN
+// with NaN would check nothing.
+func checkFinite(t testing.TB, what string, v float32) {
+	t.Helper()
+	if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+		t.Fatalf("%s: portable result %g: the test's data overflowed", what, v)
+	}
+}
+
 // randBytesVec is a random vector with awkward values mixed in: zeros of
 // both signs, tiny and huge magnitudes.
 func randBytesVec(r *rand.Rand, n int) []float32 {
@@ -112,7 +139,7 @@ func testTilesEqualPortable(t *testing.T) {
 									}
 								}
 							} else {
-								ConvertActivation(typ, randBytesVec(r, n), x[c*xs:c*xs+xrow])
+								ConvertActivation(typ, randActVec(r, n), x[c*xs:c*xs+xrow])
 								if vt == ggml.Q8_1 && r.IntN(3) == 0 { // raw quants, -128 included
 									for b := c * xs; b < c*xs+xrow; b += q81Bytes {
 										for i := b + 4; i < b+q81Bytes; i++ {
@@ -129,6 +156,9 @@ func testTilesEqualPortable(t *testing.T) {
 							for c := range C {
 								var want float32
 								withPortable(func() { want = portable(n, w[i*ws:i*ws+wrow], x[c*xs:c*xs+xrow]) })
+								if ts.unit > 1 {
+									checkFinite(t, ts.name, want)
+								}
 								if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
 									t.Fatalf("%s_%dx%d n=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 										ts.name, R, C, n, i, c, got, math.Float32bits(got), want, math.Float32bits(want))
@@ -162,10 +192,13 @@ func TestVecDotPortableSwitch(t *testing.T) {
 			n := 32 * (1 + r.IntN(40))
 			w := randRow(t, r, typ, n)
 			x := make([]byte, mustRowBytes(t, typ.VecDotType(), n))
-			ConvertActivation(typ, randBytesVec(r, n), x)
+			ConvertActivation(typ, randActVec(r, n), x)
 			got := f(n, w, x)
 			var want float32
 			withPortable(func() { want = f(n, w, x) })
+			if typ.BlockSize() > 1 {
+				checkFinite(t, typ.String(), want)
+			}
 			if math.Float32bits(got) != math.Float32bits(want) {
 				t.Fatalf("%s n=%d: %s %08x, portable %08x", typ, n, ISA(typ), math.Float32bits(got), math.Float32bits(want))
 			}
@@ -379,7 +412,7 @@ func testPanelsEqualPortable(t *testing.T) {
 				}
 				copy(w[i*wrow:], row)
 			}
-			packed := repack(typ, rows, n, w)
+			packed := ps.repack(typ, rows, n, w)
 			pb := nb * panelBlockBytes(typ)
 			if len(packed) != (rows+panelRows-1)/panelRows*pb {
 				t.Fatalf("%s: repacked %d bytes for %d rows of %d blocks", typ, len(packed), rows, nb)
@@ -391,7 +424,7 @@ func testPanelsEqualPortable(t *testing.T) {
 				x := make([]byte, C*xs)
 				for c := range C {
 					qc := q[c*qrow : (c+1)*qrow]
-					ConvertActivation(typ, randBytesVec(r, n), qc)
+					ConvertActivation(typ, randActVec(r, n), qc)
 					if r.IntN(3) == 0 { // extreme quants (the quantizer never makes -128)
 						for b := range nb {
 							for i := 2; i < q80Bytes; i++ {
@@ -414,6 +447,7 @@ func testPanelsEqualPortable(t *testing.T) {
 							}
 							var want float32
 							withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+							checkFinite(t, ps.name, want)
 							if math.Float32bits(got) != math.Float32bits(want) {
 								t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 									ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))

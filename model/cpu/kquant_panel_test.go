@@ -89,7 +89,7 @@ func testKPanelsEqualPortable(t *testing.T) {
 			qrow := nb * q8KBytes
 			rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
 			w := kWeights(t, r, typ, rows, n)
-			packed := repack(typ, rows, n, w)
+			packed := ps.repack(typ, rows, n, w)
 			pb := nb * panelBlockBytes(typ)
 			if len(packed) != (rows+panelRows-1)/panelRows*pb {
 				t.Fatalf("%s: repacked %d bytes for %d rows of %d super-blocks", typ, len(packed), rows, nb)
@@ -281,9 +281,13 @@ func BenchmarkRepackK(b *testing.B) {
 		for range rows / 16 {
 			data = append(data, w...)
 		}
+		ps := panelsFor(typ)
+		if ps == nil {
+			continue
+		}
 		b.Run(typ.String(), func(b *testing.B) {
 			for b.Loop() {
-				repack(typ, rows, cols, data)
+				ps.repack(typ, rows, cols, data)
 			}
 			b.SetBytes(int64(len(data)))
 		})
@@ -335,7 +339,7 @@ func BenchmarkKPanelAVX2(b *testing.B) {
 		}
 		const n = 2048
 		nb := n / ggml.QKK
-		packed := repack(typ, panelRows, n, kWeights(b, r, typ, panelRows, n))
+		packed := ps.repack(typ, panelRows, n, kWeights(b, r, typ, panelRows, n))
 		for _, C := range []int{1, 4, 8} {
 			b.Run(fmt.Sprintf("%s/%d", typ, C), func(b *testing.B) {
 				x := make([]byte, C*nb*xKBlock)

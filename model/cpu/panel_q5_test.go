@@ -55,7 +55,7 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 		for range rows {
 			w = append(w, weightsOf(t, r, typ, n, r.IntN(2) == 0)...)
 		}
-		packed := repack(typ, rows, n, w)
+		packed := ps.repack(typ, rows, n, w)
 		pb := nb * panelBlockBytes(typ)
 		if len(packed) != (rows+panelRows-1)/panelRows*pb {
 			t.Fatalf("repacked %d bytes for %d rows of %d blocks", len(packed), rows, nb)
@@ -67,7 +67,7 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 			x := make([]byte, C*xs)
 			for c := range C {
 				qc := q[c*qrow : (c+1)*qrow]
-				ConvertActivation(typ, randBytesVec(r, n), qc)
+				ConvertActivation(typ, randActVec(r, n), qc)
 				if r.IntN(3) == 0 {
 					for b := range nb {
 						for i := qoff; i < qrow/nb; i++ {
@@ -86,6 +86,7 @@ func testQ5PanelsEqualPortable(t *testing.T, typ ggml.Type) {
 					for c := range C {
 						var want float32
 						withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+						checkFinite(t, ps.name, want)
 						if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
 							t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
 								ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
@@ -124,7 +125,7 @@ func TestQ50TilesEqualPortable(t *testing.T) {
 					copy(w[i*ws:], q50Weights(t, r, 1, n))
 				}
 				for c := range C {
-					ConvertActivation(ggml.Q5_0, randBytesVec(r, n), x[c*xs:c*xs+xrow])
+					ConvertActivation(ggml.Q5_0, randActVec(r, n), x[c*xs:c*xs+xrow])
 				}
 				const os = 3
 				out := make([]float32, C*os)
@@ -132,6 +133,7 @@ func TestQ50TilesEqualPortable(t *testing.T) {
 				for i := range R {
 					for c := range C {
 						want := dotQ50Q80(n, w[i*ws:i*ws+wrow], x[c*xs:c*xs+xrow])
+						checkFinite(t, ts.name, want)
 						if got := out[c*os+i]; math.Float32bits(got) != math.Float32bits(want) {
 							t.Fatalf("%s_%dx%d nb=%d out[%d][%d] = %g, portable %g", ts.name, R, C, nb, i, c, got, want)
 						}
@@ -167,9 +169,12 @@ func testQ50MatMulEqualsPortable(t *testing.T) {
 			w := &model.Weight{Name: "w", Type: typ, Rows: N, Cols: K, Data: data}
 			for _, R := range []int{1, 3, 8, 9, 19} {
 				t.Run(fmt.Sprintf("%s/%dx%d/%d", typ, N, K, R), func(t *testing.T) {
-					x := randBytesVec(r, R*K)
+					x := randActVec(r, R*K)
 					want := make([]float32, R*N)
 					withPortable(func() { NewBackend(p1).MatMul(w, x, R, want) })
+					for _, v := range want {
+						checkFinite(t, typ.String(), v)
+					}
 					for _, p := range []*Pool{p1, p2} {
 						got := make([]float32, R*N)
 						NewBackend(p).MatMul(w, x, R, got)

@@ -64,10 +64,10 @@ func expandedBlockBytes(t ggml.Type) int {
 
 // repack returns the rows×cols matrix data of type t (Q8_0, Q4_0, IQ4_NL,
 // Q5_0 or a K-panel type; see repack_q5.go and repack_kquant.go for the
-// last ones) in panels.
-func repack(t ggml.Type, rows, cols int, data []byte) []byte {
+// last ones) in the panels that ps's kernels read.
+func (ps *panelSet) repack(t ggml.Type, rows, cols int, data []byte) []byte {
 	if isKPanel(t) {
-		return repackK(t, rows, cols, data)
+		return repackK(t, rows, cols, data, ps.planes)
 	}
 	if t == ggml.Q5_0 || t == ggml.Q5_1 {
 		return repackQ50(t, rows, cols, data)

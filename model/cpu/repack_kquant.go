@@ -34,6 +34,14 @@ import (
 //	             when the quant that byte k of lane i stands for has bit 4
 //	             set (Q5_0's masks, repack_q5.go); the kernels add 16 there
 //
+// or, in the AVX2 kernels' layout (panelSet.planes: AVX2 has no mask
+// registers, and expanding a mask to bytes takes six instructions), planes:
+//
+//	[2368:2880)  for quant vector j, a vector at 2368+64j holding row i's
+//	             stored high bits qh[4j .. 4j+3] in lane i: bit s of byte k
+//	             of lane i is bit 4 of the quant that byte k of lane i of
+//	             vector j stands for in sub-block s
+//
 // Q6_K, q6KPanelBytes per super-block:
 //
 //	[0:32)       the 16 rows' d (f16)
@@ -132,8 +140,8 @@ func kPanelBytes(t ggml.Type) (stored, panel int) {
 }
 
 // repackK returns the rows×cols matrix data of the K-panel type t in
-// panels.
-func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
+// panels, Q5_K's fifth bits in planes where planes is set.
+func repackK(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 	nb := cols / ggml.QKK
 	bsz, pbb := kPanelBytes(t)
 	panels := (rows + panelRows - 1) / panelRows
@@ -148,7 +156,7 @@ func repackK(t ggml.Type, rows, cols int, data []byte) []byte {
 				case ggml.Q4_K:
 					repackQ4KRow(i, src[:16], src[16:144], dst)
 				case ggml.Q5_K:
-					repackQ5KRow(i, src, dst)
+					repackQ5KRow(i, src, dst, planes)
 				case ggml.IQ4_XS:
 					repackIQ4XSRow(i, src, dst)
 				case ggml.Q2_K:
@@ -185,10 +193,18 @@ func repackQ4KRow(i int, head, qs, dst []byte) {
 
 // repackQ5KRow writes one Q5_K super-block of a panel's row i: Q4_K's
 // panel of its low four bits, and its fifth bits (bit s of qh[l] for
-// element l of sub-block s) into the masks, four bits of row i in each.
-func repackQ5KRow(i int, src, dst []byte) {
+// element l of sub-block s) into the masks, four bits of row i in each,
+// or as they are stored into the planes.
+func repackQ5KRow(i int, src, dst []byte, planes bool) {
 	repackQ4KRow(i, src[:16], src[48:176], dst)
 	qh := src[16:48]
+	if planes {
+		for j := range 8 {
+			o := q4KPanelBytes + 64*j + 4*i
+			copy(dst[o:o+4], qh[4*j:4*j+4])
+		}
+		return
+	}
 	for s := range 8 {
 		for j := range 8 {
 			var bits byte

@@ -827,11 +827,12 @@ func storePanelAVX2(C int, acc Mem) {
 	}
 }
 
-// q5KBitsAVX2 is the AVX2 Q5_K kernels' constants, made by the first: a
-// VPSHUFB control that gives byte b of a broadcast dword the dword's byte
-// b/8 ([0:32)), the bits 1<<(b%8) ([32:64)) and 0x10 in every byte
-// ([64:96)). With them a 32-bit mask (bit b for byte b, one half's eight
-// rows of a Q5_K mask) becomes 0x10 in the bytes whose bit is set.
+// q5KBitsAVX2 is the constants with which the AVX2 Q3_K, Q5_0 and Q5_1
+// kernels expand their bit masks, made by the first: a VPSHUFB control that gives
+// byte b of a broadcast dword the dword's byte b/8 ([0:32)), the bits
+// 1<<(b%8) ([32:64)) and 0x10 in every byte ([64:96)). With them a 32-bit
+// mask (bit b for byte b: a Q3_K panel mask's half, a Q5_0 block's qh)
+// becomes 0x10 in the bytes whose bit is set.
 var q5KBitsAVX2 *Mem
 
 func q5KBits() Mem {
@@ -853,8 +854,10 @@ func q5KBits() Mem {
 }
 
 // q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2; with
-// five, q5KPanelAVX2_C for Q5_K: each nibble vector gets 0x10 ORed into
-// the bytes its half of the mask selects (q5KBits). A Q5_K quant times an
+// five, q5KPanelAVX2_C for Q5_K, on the panels' AVX2 layout (the fifth
+// bits in planes, repack_kquant.go): each nibble vector of sub-block s
+// gets bit s of its plane vector's bytes, shifted to bit 4 and masked,
+// ORed in — a load and three instructions where the masks took six. A Q5_K quant times an
 // activation quant, paired by VPMADDUBSW, is at most 2*31*128 in magnitude,
 // so only four of them (not eight, as Q4_K's) are summed in int16; the
 // first four vectors' sums, widened by VPMADDWD with the scale, wait on
@@ -865,10 +868,11 @@ func q4KPanelAVX2(C int, five bool) {
 		name, what, size = "q5KPanelAVX2", "Q5_K", q5KPanelBytes
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
-	var part, bits Mem
+	var part Mem
+	var c10 reg.VecVirtual
 	if five {
 		part = AllocLocal(32 * C)
-		bits = q5KBits()
+		c10 = bcastConstY(0x10101010)
 	}
 	c0f := bcastConstY(0x0f0f0f0f)
 	Label("loop")
@@ -882,12 +886,6 @@ func q4KPanelAVX2(C int, five bool) {
 			t := YMM()
 			VPSLLD(Imm(16), sc, t)
 			VPOR(t, sc, sc)
-			var h2 reg.GPVirtual // hr/2: a mask's half is 4 bytes on
-			if five {
-				h2 = GP64()
-				MOVQ(hr, h2)
-				SHRQ(Imm(1), h2)
-			}
 			sum := make([]reg.VecVirtual, C)
 			for j := range 8 {
 				w := YMM()
@@ -899,13 +897,21 @@ func q4KPanelAVX2(C int, five bool) {
 					VPSRLW(Imm(4), w, w)
 					VPAND(c0f, w, w)
 				}
-				if five {
+				if five { // bit s of the plane's bytes to bit 4
 					hb := YMM()
-					VPBROADCASTD(at(Mem{Base: wp, Disp: q4KPanelBytes + 64*s + 8*j}, h2, 1), hb)
-					VPSHUFB(bits, hb, hb)
-					VPAND(bits.Offset(32), hb, hb)
-					VPCMPEQB(bits.Offset(32), hb, hb)
-					VPAND(bits.Offset(64), hb, hb)
+					pm := at(Mem{Base: wp, Disp: q4KPanelBytes + 64*j}, hr, 4)
+					switch {
+					case s < 4:
+						VMOVDQU(pm, hb)
+						VPSLLW(Imm(uint64(4-s)), hb, hb)
+						VPAND(c10, hb, hb)
+					case s == 4:
+						VPAND(pm, c10, hb)
+					default:
+						VMOVDQU(pm, hb)
+						VPSRLW(Imm(uint64(s-4)), hb, hb)
+						VPAND(c10, hb, hb)
+					}
 					VPOR(hb, w, w)
 				}
 				for c := range C {

@@ -37,8 +37,8 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r
 			VXORPS(acc[r][c], acc[r][c], acc[r][c])
 		}
 	}
-	// With mins, lane c of ms[r] is output (r, c)'s sum of the mins terms
-	// (C <= 2), so that AVX2's 16 registers hold a 2×2 tile.
+	// With mins, lane 2c+1 of ms[r] is output (r, c)'s sum of the mins
+	// terms (C <= 2), so that AVX2's 16 registers hold a 2×2 tile.
 	ms := make([]reg.VecVirtual, t.R)
 	if mins {
 		for r := range ms {
@@ -49,24 +49,26 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r
 	Label("loop")
 	TESTQ(t.n, t.n)
 	JZ(LabelRef("done"))
+	// The activations' f16 scales converted once a block, not once a row:
+	// without mins dx[c] is column c's d in every lane; with mins xf is
+	// columns 0 and 1's d and s in lanes 0..3, and each row's d and m are
+	// converted together beside them, so that one VMULPS makes both
+	// columns' products d·d and one VFMADD231PS adds m·s to lanes 1 and 3
+	// (lanes 0 and 2 of ms gather nothing anyone reads).
+	dx := make([]reg.VecVirtual, t.C)
+	var xf reg.VecVirtual
 	if mins {
-		// xs: the activations' f16 s of columns 0 and 1 in words 0 and 1,
-		// widened to lanes 0 and 1.
-		g, g1 := GP32(), GP32()
-		MOVWLZX(t.x(0, 2), g)
+		xf = XMM()
+		VMOVD(t.x(0, 0), xf)
 		if t.C > 1 {
-			MOVWLZX(t.x(1, 2), g1)
-			SHLL(Imm(16), g1)
-			ORL(g1, g)
+			VPINSRD(Imm(1), t.x(1, 0), xf, xf)
 		}
-		xs := XMM()
-		VMOVD(g, xs)
-		VCVTPH2PS(xs, xs)
-		for r := range ms {
-			wm := XMM()
-			VPBROADCASTW(t.w(r, 2), wm)
-			VCVTPH2PS(wm, wm)
-			VFMADD231PS(xs, wm, ms[r]) // lane c: w.m*x.s + ms, rounded once
+		VCVTPH2PS(xf, xf)
+	} else {
+		for c := range dx {
+			dx[c] = YMM()
+			VPBROADCASTW(t.x(c, 0), dx[c].AsX())
+			VCVTPH2PS(dx[c].AsX(), dx[c])
 		}
 	}
 	for r := 0; r < t.R; r++ {
@@ -76,9 +78,31 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r
 			aw = YMM()
 			VPABSB(w, aw)
 		}
-		wd := YMM()
-		VPBROADCASTW(t.w(r, 0), wd.AsX())
-		VCVTPH2PS(wd.AsX(), wd)
+		dd := make([]reg.VecVirtual, t.C) // f16(w.d)*f16(x.d) of each column
+		if mins {
+			wf, p := XMM(), XMM()
+			VPBROADCASTD(t.w(r, 0), wf)
+			VCVTPH2PS(wf, wf)          // w.d, w.m, w.d, w.m
+			VMULPS(xf, wf, p)          // lane 2c: w.d*x.d of column c
+			VFMADD231PS(xf, wf, ms[r]) // lane 2c+1: w.m*x.s + ms, rounded once
+			for c := range dd {
+				dd[c] = YMM()
+				if c == 0 {
+					VBROADCASTSS(p, dd[c])
+				} else {
+					VMOVHLPS(p, p, dd[c].AsX())
+					VBROADCASTSS(dd[c].AsX(), dd[c])
+				}
+			}
+		} else {
+			wd := YMM()
+			VPBROADCASTW(t.w(r, 0), wd.AsX())
+			VCVTPH2PS(wd.AsX(), wd)
+			for c := range dd {
+				dd[c] = YMM()
+				VMULPS(dx[c], wd, dd[c])
+			}
+		}
 		for c := 0; c < t.C; c++ {
 			s := YMM()
 			VMOVDQU(t.x(c, xq), s)
@@ -88,11 +112,7 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r
 			VPMADDUBSW(s, aw, s)
 			VPMADDWD(ones, s, s) // lane l: elements 4l..4l+3, exact
 			VCVTDQ2PS(s, s)
-			dd := YMM()
-			VPBROADCASTW(t.x(c, 0), dd.AsX())
-			VCVTPH2PS(dd.AsX(), dd)
-			VMULPS(dd, wd, dd)
-			VFMADD231PS(dd, s, acc[r][c])
+			VFMADD231PS(dd[c], s, acc[r][c])
 		}
 	}
 	t.advance(wsz, xsz, 1)
@@ -104,11 +124,8 @@ func (t *tile) blockAVX2Lanes(wsz, xsz, xq int, mins, signed bool, wbytes func(r
 		for c := range acc[r] {
 			s := foldLanes(acc[r][c])
 			if mins {
-				m := ms[r]
-				if c == 1 {
-					m = XMM()
-					VMOVSHDUP(ms[r], m)
-				}
+				m := XMM()
+				VPERMILPS(Imm(uint64(0x55*(2*c+1))), ms[r], m) // lane 2c+1
 				VADDSS(m, s, s)
 			}
 			if c == 0 {
