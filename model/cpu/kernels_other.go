@@ -43,6 +43,9 @@ func scoresF16x16AVX512(hd int, k *byte, stride int, q *byte, out *float32) {
 }
 func scoreF16AVX512(hd int, k *byte, q *byte) float32 { panic("unreachable") }
 func scoreF16AVX2(hd int, k *byte, q *byte) float32   { panic("unreachable") }
+func scoresF16AVX2(hd int, k *byte, stride int, q *byte, out *float32, n int) {
+	panic("unreachable")
+}
 func scoreF16Tail(n int, k *byte, q *byte, sum float64) float32 {
 	panic("unreachable")
 }
@@ -59,6 +62,24 @@ func softmaxF32x1AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, 
 	panic("unreachable")
 }
 func softmaxF32x2AVX512(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF16x1AVX2(hd int, acc *uint16, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF16x2AVX2(hd int, acc *uint16, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF32x1AVX2(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxF32x2AVX2(hd int, acc *float32, v *byte, voff, stride, m int, ms, vs *float32) {
+	panic("unreachable")
+}
+func softmaxWeightsx1AVX2(n int, s, ms, vs, m, sum *float32, scale float32) {
+	panic("unreachable")
+}
+func softmaxWeightsx2AVX2(n int, s, ms, vs, m, sum *float32, scale float32) {
 	panic("unreachable")
 }
 func softmaxWeightsx1AVX512(n int, s, ms, vs, m, sum *float32, scale float32) {

@@ -1339,6 +1339,41 @@ func f16RescaleAVX2(n int, acc *uint16, ms float32)
 //go:noescape
 func scoreF16AVX2(hd int, k *byte, q *byte) float32
 
+// scoresF16AVX2 sets out[r] to the f16 attention score of the key at k + r*stride with q, for r < n (hd a multiple of 64, n >= 1).
+//
+//go:noescape
+func scoresF16AVX2(hd int, k *byte, stride int, q *byte, out *float32, n int)
+
+// softmaxF16x1AVX2 accumulates m keys' values of 1 heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).
+//
+//go:noescape
+func softmaxF16x1AVX2(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxF32x1AVX2 accumulates m keys' values of 1 heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).
+//
+//go:noescape
+func softmaxF32x1AVX2(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxWeightsx1AVX2 computes the online-softmax weights of n (1..64) keys' scores of 1 heads and carries their running maximum and sum.
+//
+//go:noescape
+func softmaxWeightsx1AVX2(n int, s *float32, ms *float32, vs *float32, m *float32, sum *float32, scale float32)
+
+// softmaxF16x2AVX2 accumulates m keys' values of 2 heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).
+//
+//go:noescape
+func softmaxF16x2AVX2(hd int, acc *uint16, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxF32x2AVX2 accumulates m keys' values of 2 heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).
+//
+//go:noescape
+func softmaxF32x2AVX2(hd int, acc *float32, v *byte, voff int, stride int, m int, ms *float32, vs *float32)
+
+// softmaxWeightsx2AVX2 computes the online-softmax weights of n (1..64) keys' scores of 2 heads and carries their running maximum and sum.
+//
+//go:noescape
+func softmaxWeightsx2AVX2(n int, s *float32, ms *float32, vs *float32, m *float32, sum *float32, scale float32)
+
 // scoreF16Tail adds the n products of the f16 values at k and q to sum in float64, in order, and rounds the total to float32.
 //
 //go:noescape

@@ -212,7 +212,7 @@ func TestVecDotPortableSwitch(t *testing.T) {
 // SIMD path's chunks.
 func TestAttendEqualsPortable(t *testing.T) {
 	testAttendEqualsPortable(t)
-	avx2Only = true // the portable loops with the AVX2 score and value kernels
+	avx2Only = true // attendSIMD with the AVX2 kernels (hd a multiple of 8), else the portable loops
 	defer func() { avx2Only = false }()
 	testAttendEqualsPortable(t)
 }
@@ -310,6 +310,13 @@ func testAttendEqualsPortable(t *testing.T) {
 // fall elsewhere relative to them), and never reads the keys before lo
 // (NaNs there would spread to every output).
 func TestAttendWindowReadsOnlyItsKeys(t *testing.T) {
+	testAttendWindowReadsOnlyItsKeys(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testAttendWindowReadsOnlyItsKeys(t)
+}
+
+func testAttendWindowReadsOnlyItsKeys(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
 	for _, typ := range []ggml.Type{ggml.F16, ggml.F32} {
 		for _, hd := range []int{64, 72} {

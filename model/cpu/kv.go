@@ -174,8 +174,8 @@ func (c *KV) Attend(layer int, blocks []int32, lo, pos, h0, h1 int, scale float3
 	if lo < 0 || lo > pos || h0 < 0 || h0 >= h1 || h1 > c.cfg.Heads {
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d, heads %d..%d of %d", lo, pos, h0, h1, c.cfg.Heads))
 	}
-	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, 0, q, out, scratch)
+	if isa := c.attendISA(); isa != attendLoopsPath {
+		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, 0, q, out, scratch, isa == attendAVX512)
 		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, h0, h1, scale, 0, q, out, scratch)
@@ -190,11 +190,31 @@ func (c *KV) AttendSoftCap(layer int, blocks []int32, lo, pos, h0, h1 int, scale
 	if lo < 0 || lo > pos || h0 < 0 || h0 >= h1 || h1 > c.cfg.Heads || !(capped > 0) {
 		panic(fmt.Sprintf("cpu: attention over positions %d..%d, heads %d..%d of %d, capped at %g", lo, pos, h0, h1, c.cfg.Heads, capped))
 	}
-	if haveElementwise() {
-		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, capped, q, out, scratch)
+	if isa := c.attendISA(); isa != attendLoopsPath {
+		c.attendSIMD(layer, blocks, lo, pos, h0, h1, scale, capped, q, out, scratch, isa == attendAVX512)
 		return
 	}
 	c.attendPortable(layer, blocks, lo, pos, h0, h1, scale, capped, q, out, scratch)
+}
+
+// Attention's paths: attendSIMD with the AVX-512 kernels, attendSIMD with
+// the AVX2 ones, or the portable loops.
+const (
+	attendLoopsPath = iota
+	attendAVX512
+	attendAVX2
+)
+
+// attendISA returns the path Attend takes on this CPU: the AVX2 kernels
+// need a head dimension that is a multiple of 8 (their narrowest pass).
+func (c *KV) attendISA() int {
+	switch {
+	case haveElementwise():
+		return attendAVX512
+	case haveElementwiseAVX2() && c.cfg.HeadDim%8 == 0:
+		return attendAVX2
+	}
+	return attendLoopsPath
 }
 
 // attendPortable is Attend without the SIMD kernels, its scores soft-capped
@@ -375,7 +395,14 @@ var _ [model.AttendScratch - 6*softmaxChunk]struct{}
 // The scores and weights of a chunk live in scratch when it holds
 // model.AttendScratch elements (the kernels take their addresses, which
 // would move arrays of this frame to the heap at every call).
-func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale, capped float32, q, out, scratch []float32) {
+//
+// Without AVX-512 (avx512 false: a CPU with AVX2, FMA and F16C, hd a
+// multiple of 8) the same passes run with the AVX2 kernels: the scores of
+// each block's keys in one call (scoresF16AVX2; scoreF16Rest where hd is
+// not a multiple of 64, the f32 tiles for an f32 cache), the weights pass
+// (softmaxWeightsx2AVX2, x1) and the value kernels (softmaxF16x2AVX2 …
+// softmaxF32x1AVX2).
+func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale, capped float32, q, out, scratch []float32, avx512 bool) {
 	cfg := c.cfg
 	hd := cfg.HeadDim
 	bs := cfg.BlockSize
@@ -443,18 +470,26 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 						// and their scores fit the chunk; the ones past seg
 						// are scored too (stale keys of the block) and left
 						// for the next segment to overwrite.
-						if f16 && hd%64 == 0 && seg-r > 4 && (j+r)%bs+16 <= bs && k+r+16 <= softmaxChunk {
+						if avx512 && f16 && hd%64 == 0 && seg-r > 4 && (j+r)%bs+16 <= bs && k+r+16 <= softmaxChunk {
 							_ = c.k[off+r*c.row+15*c.row+hd*esz-1]
 							scoresF16x16AVX512(hd, &c.k[off+r*c.row], c.row, &qb[hh][0], &sc[hh][k+r])
 							r += 16
 							continue
 						}
+						if !avx512 && f16 && hd%64 == 0 { // the rest of the segment in one call
+							scoresF16AVX2(hd, &c.k[off+r*c.row], c.row, &qb[hh][0], &s[k+r], seg-r)
+							r = seg
+							continue
+						}
 						if f16 { // attnDotF16's order, one key at a time
 							kr := c.k[off+r*c.row : off+r*c.row+hd*esz]
-							if hd%64 == 0 {
+							switch {
+							case hd%64 != 0:
+								s[k+r] = scoreF16Rest(hd, kr, qb[hh], avx512)
+							case avx512:
 								s[k+r] = scoreF16AVX512(hd, &kr[0], &qb[hh][0])
-							} else {
-								s[k+r] = scoreF16Rest(hd, kr, qb[hh], true)
+							default:
+								s[k+r] = scoreF16AVX2(hd, &kr[0], &qb[hh][0])
 							}
 							r++
 							continue
@@ -473,9 +508,14 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 				}
 				sscale = 1
 			}
-			if H == 2 {
+			switch {
+			case !avx512 && H == 2:
+				softmaxWeightsx2AVX2(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
+			case !avx512:
+				softmaxWeightsx1AVX2(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
+			case H == 2:
 				softmaxWeightsx2AVX512(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
-			} else {
+			default:
 				softmaxWeightsx1AVX512(m, &sc[0][0], &ms[0][0], &vs[0][0], &M[0], &S[0], sscale)
 			}
 			for k := 0; k < m; {
@@ -485,6 +525,14 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 				voff := hoff[H-1] - hoff[0]
 				_ = c.v[off+voff+(seg-1)*c.row+hd*esz-1]
 				switch {
+				case !avx512 && f16 && H == 2:
+					softmaxF16x2AVX2(hd, &acc16[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				case !avx512 && f16:
+					softmaxF16x1AVX2(hd, &acc16[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				case !avx512 && H == 2:
+					softmaxF32x2AVX2(hd, &o[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
+				case !avx512:
+					softmaxF32x1AVX2(hd, &o[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
 				case f16 && H == 2:
 					softmaxF16x2AVX512(hd, &acc16[0], &c.v[off], voff, c.row, seg, &ms[0][k], &vs[0][k])
 				case f16:
@@ -500,8 +548,14 @@ func (c *KV) attendSIMD(layer int, blocks []int32, lo, pos, hlo, hhi int, scale,
 		for hh := range H {
 			inv := 1 / S[hh]
 			oh := o[hh*hd : (hh+1)*hd]
-			if f16 {
+			if f16 && avx512 {
 				f16ScaleAVX512(hd, &acc16[hh*hd], inv, &oh[0])
+				continue
+			}
+			if f16 { // f16ScaleAVX512's products
+				for i, a := range acc16[hh*hd : (hh+1)*hd] {
+					oh[i] = f16Table[a] * inv
+				}
 				continue
 			}
 			for i := range oh {

@@ -6,31 +6,25 @@ import (
 	"testing"
 )
 
-// chunkWeights is the weights pass softmaxWeightsAVX512 computes, one head
+// chunkWeights is the weights pass the softmaxWeights kernels compute, one head
 // in scalar Go, as the portable loops (softmaxValuesF16) order it: each
 // score scaled; the running maximum M; the exponent e of each key, M-x for
 // a new maximum x and x-M otherwise; its expf; the weights ms = e, vs = 1
 // for a new maximum and ms = 1, vs = e otherwise; and the running sum S =
-// fma(S, ms, vs), key by key.
-func chunkWeights(s, e, f []float32, M, S *float32, scale float32) {
+// fma(S, ms, vs), key by key (softmaxSum).
+func chunkWeights(s, ms, vs []float32, M, S *float32, scale float32) {
 	m, sum := *M, *S
+	vs = vs[:len(s)]
+	ms = ms[:len(s)]
 	for k, x := range s {
 		x *= scale
 		if x > m {
-			e[k], f[k] = m-x, 1
+			ms[k], vs[k] = expf(m-x), 1
 			m = x
 		} else {
-			e[k], f[k] = x-m, 0
+			ms[k], vs[k] = 1, expf(x-m)
 		}
-	}
-	for k := range s {
-		w := expf(e[k])
-		if f[k] == 1 {
-			e[k], f[k] = w, 1
-		} else {
-			e[k], f[k] = 1, w
-		}
-		sum = fma32(sum, e[k], f[k])
+		sum = softmaxSum(sum, ms[k], vs[k])
 	}
 	*M, *S = m, sum
 }
@@ -40,9 +34,21 @@ func chunkWeights(s, e, f []float32, M, S *float32, scale float32) {
 // signed zeros, infinities and NaNs, new maxima anywhere, and carried
 // maxima and sums of any kind; they write nothing past n.
 func TestSoftmaxWeightsKernel(t *testing.T) {
-	if !haveElementwise() {
-		t.Skip("no AVX-512")
+	ran := false
+	if haveElementwise() {
+		testSoftmaxWeightsKernel(t, softmaxWeightsx1AVX512, softmaxWeightsx2AVX512)
+		ran = true
 	}
+	if haveElementwiseAVX2() {
+		testSoftmaxWeightsKernel(t, softmaxWeightsx1AVX2, softmaxWeightsx2AVX2)
+		ran = true
+	}
+	if !ran {
+		t.Skip("no AVX-512 or AVX2")
+	}
+}
+
+func testSoftmaxWeightsKernel(t *testing.T, x1, x2 func(n int, s, ms, vs, m, sum *float32, scale float32)) {
 	r := rand.New(rand.NewPCG(61, 62))
 	special := []float32{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 3e38, -3e38, 1e-40}
 	score := func(kind int) float32 {
@@ -76,9 +82,9 @@ func TestSoftmaxWeightsKernel(t *testing.T) {
 		}
 		gotM, gotS := M, S
 		if H == 2 {
-			softmaxWeightsx2AVX512(n, &s[0], &ms[0], &vs[0], &gotM[0], &gotS[0], scale)
+			x2(n, &s[0], &ms[0], &vs[0], &gotM[0], &gotS[0], scale)
 		} else {
-			softmaxWeightsx1AVX512(n, &s[0], &ms[0], &vs[0], &gotM[0], &gotS[0], scale)
+			x1(n, &s[0], &ms[0], &vs[0], &gotM[0], &gotS[0], scale)
 		}
 		for h := range H {
 			e, f := make([]float32, n), make([]float32, n)

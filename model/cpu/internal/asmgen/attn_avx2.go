@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -75,9 +77,40 @@ func scoreAVX2() {
 	TEXT("scoreF16AVX2", NOSPLIT, "func(hd int, k *byte, q *byte) float32")
 	Pragma("noescape")
 	Doc("scoreF16AVX2 returns the f16 attention score of one key with q (hd a multiple of 64).")
-	n := param("hd")
-	kb := param("k")
-	qb := param("q")
+	x := scoreBodyAVX2(param("hd"), param("k"), param("q"))
+	Store(x, ReturnIndex(0))
+	ret()
+}
+
+// scoresAVX2 emits func(hd int, k *byte, stride int, q *byte, out *float32,
+// n int): out[r] = scoreF16AVX2(hd, k + r*stride, q) for r < n (n >= 1),
+// the keys of one block scored in one call.
+func scoresAVX2() {
+	TEXT("scoresF16AVX2", NOSPLIT, "func(hd int, k *byte, stride int, q *byte, out *float32, n int)")
+	Pragma("noescape")
+	Doc("scoresF16AVX2 sets out[r] to the f16 attention score of the key at k + r*stride with q, for r < n (hd a multiple of 64, n >= 1).")
+	op := param("out")
+	Label("key")
+	x := scoreBodyAVX2(param("hd"), param("k"), param("q"))
+	VMOVSS(x, Mem{Base: op})
+	ADDQ(Imm(4), op)
+	kb := param("k") // the next key, in the argument's slot
+	ADDQ(param("stride"), kb)
+	Store(kb, Param("k"))
+	n := param("n")
+	DECQ(n)
+	Store(n, Param("n"))
+	JNZ(LabelRef("key"))
+	ret()
+}
+
+// scoreLoops numbers scoreBodyAVX2's loop labels.
+var scoreLoops int
+
+// scoreBodyAVX2 emits one key's score of scoreF16AVX2, reading hd
+// elements from kb and qb (both moved on past them, n counted down to
+// zero), and returns the XMM whose lane 0 holds it.
+func scoreBodyAVX2(n, kb, qb reg.GPVirtual) reg.VecVirtual {
 	var acc [4][2]reg.VecVirtual
 	for g := range acc {
 		for h := range acc[g] {
@@ -85,7 +118,9 @@ func scoreAVX2() {
 			VXORPS(acc[g][h], acc[g][h], acc[g][h])
 		}
 	}
-	Label("loop")
+	loop := fmt.Sprintf("loop%d", scoreLoops)
+	scoreLoops++
+	Label(loop)
 	for g := range 4 {
 		for h := range 2 {
 			qy, ky := YMM(), YMM()
@@ -97,7 +132,7 @@ func scoreAVX2() {
 	ADDQ(Imm(128), qb)
 	ADDQ(Imm(128), kb)
 	SUBQ(Imm(64), n)
-	JNZ(LabelRef("loop"))
+	JNZ(LabelRef(loop))
 	for h := range 2 {
 		VADDPS(acc[2][h], acc[0][h], acc[0][h])
 		VADDPS(acc[3][h], acc[1][h], acc[1][h])
@@ -114,8 +149,7 @@ func scoreAVX2() {
 	h1 := XMM()
 	VMOVSHDUP(h4, h1)
 	VADDSS(h1, h4, h4) // += lane j+1
-	Store(h4, ReturnIndex(0))
-	ret()
+	return h4
 }
 
 // scoreTail emits func(n int, k *byte, q *byte, sum float64) float32: the
@@ -158,5 +192,346 @@ func scoreTail() {
 	r := XMM()
 	VCVTSD2SS(s, r, r)
 	Store(r, ReturnIndex(0))
+	ret()
+}
+
+// softmaxValuesAVX2 emits softmaxValues' kernels for CPUs with AVX2, FMA
+// and F16C (softmaxF16x1AVX2 … softmaxF32x2AVX2), hd a multiple of 8: the
+// same per-key steps in the same order (rescale where ms != 1, then acc =
+// round(fma(v_j, vs[j], acc))), each head's accumulator in passes of 32
+// elements held in four YMM registers while they last, then of 8 in one.
+func softmaxValuesAVX2(f16 bool, H int) {
+	name, esz, accType := "softmaxF32", 4, "*float32"
+	if f16 {
+		name, esz, accType = "softmaxF16", 2, "*uint16"
+	}
+	name += fmt.Sprintf("x%dAVX2", H)
+	TEXT(name, NOSPLIT, "func(hd int, acc "+accType+", v *byte, voff int, stride int, m int, ms, vs *float32)")
+	Pragma("noescape")
+	Doc(name + fmt.Sprintf(" accumulates m keys' values of %d heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).", H))
+	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
+	rem := param("hd")
+	accp := param("acc")
+	vp := param("v")
+	g := GP32()
+	MOVL(U32(0x3f800000), g)
+	one := XMM()
+	VMOVD(g, one)
+	hdB := GP64() // head 1's accumulator, bytes after head 0's
+	if H > 1 {
+		Load(Param("hd"), hdB)
+		SHLQ(Imm(uint64(map[int]int{2: 1, 4: 2}[esz])), hdB)
+	}
+	for _, U := range []int{4, 1} {
+		pass := fmt.Sprintf("pass%d", U)
+		Label(pass + "test")
+		CMPQ(rem, Imm(uint64(8*U)))
+		JL(LabelRef(fmt.Sprintf("pass%dend", U)))
+		accMem := func(h, i int) Mem {
+			m := Mem{Base: accp, Disp: 8 * esz * i}
+			if h > 0 {
+				m.Index, m.Scale = hdB, 1
+			}
+			return m
+		}
+		var a [2][4]reg.VecVirtual
+		for h := 0; h < H; h++ {
+			for i := range U {
+				a[h][i] = YMM()
+				if f16 {
+					VCVTPH2PS(accMem(h, i), a[h][i])
+				} else {
+					VMOVUPS(accMem(h, i), a[h][i])
+				}
+			}
+		}
+		round := func(y reg.VecVirtual) {
+			if f16 {
+				x := XMM()
+				VCVTPS2PH(Imm(0), y, x)
+				VCVTPH2PS(x, y)
+			}
+		}
+		cnt := param("m")
+		msp := param("ms")
+		vsp := param("vs")
+		stride := param("stride")
+		row := GP64()
+		MOVQ(vp, row)
+		var voff reg.GPVirtual
+		if H > 1 {
+			voff = param("voff")
+		}
+		Label(pass + "key")
+		for h := 0; h < H; h++ {
+			VUCOMISS(Mem{Base: msp, Disp: 4 * chunk * h}, one)
+			JNE(LabelRef(fmt.Sprintf("%srescale%d", pass, h)))
+			JPS(LabelRef(fmt.Sprintf("%srescale%d", pass, h)))
+			Label(fmt.Sprintf("%svalues%d", pass, h))
+		}
+		for h := 0; h < H; h++ {
+			b := YMM()
+			VBROADCASTSS(Mem{Base: vsp, Disp: 4 * chunk * h}, b)
+			for i := range U {
+				m := Mem{Base: row, Disp: 8 * esz * i}
+				if h > 0 {
+					m.Index, m.Scale = voff, 1
+				}
+				t := YMM()
+				if f16 {
+					VCVTPH2PS(m, t)
+				} else {
+					VMOVUPS(m, t)
+				}
+				VFMADD231PS(b, t, a[h][i])
+				round(a[h][i])
+			}
+		}
+		ADDQ(stride, row)
+		ADDQ(Imm(4), msp)
+		ADDQ(Imm(4), vsp)
+		DECQ(cnt)
+		JNZ(LabelRef(pass + "key"))
+		for h := 0; h < H; h++ {
+			for i := range U {
+				if f16 {
+					VCVTPS2PH(Imm(0), a[h][i], accMem(h, i))
+				} else {
+					VMOVUPS(a[h][i], accMem(h, i))
+				}
+			}
+		}
+		ADDQ(U32(uint32(8*U*esz)), accp)
+		ADDQ(U32(uint32(8*U*esz)), vp) // the value rows have acc's type
+		SUBQ(Imm(uint64(8*U)), rem)
+		JMP(LabelRef(pass + "test"))
+		for h := 0; h < H; h++ {
+			Label(fmt.Sprintf("%srescale%d", pass, h))
+			bm := YMM()
+			VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
+			for i := range U {
+				VMULPS(bm, a[h][i], a[h][i])
+				round(a[h][i])
+			}
+			JMP(LabelRef(fmt.Sprintf("%svalues%d", pass, h)))
+		}
+		Label(fmt.Sprintf("pass%dend", U))
+	}
+	ret()
+}
+
+// softmaxAVX2Consts is softmaxWeightsAVX2's constants, made by the first:
+// the lane numbers 0..7 (int32, for the tail mask) at 0, VPERMPS indices
+// that move eight lanes up by one, two and four at 32, 64 and 96 (the
+// lanes below repeat lane 0), lane 7 everywhere at 128,
+// then -Inf and 1 (float32) at 160 and 164.
+var softmaxAVX2Consts *Mem
+
+func softmaxAVX2Const() Mem {
+	if softmaxAVX2Consts == nil {
+		m := GLOBL("softmaxAVX2Consts", RODATA|NOPTR)
+		for i := range 8 { // in order: the assembler takes no other
+			DATA(4*i, U32(uint32(i)))
+		}
+		for j, sh := range []int{1, 2, 4} {
+			for i := range 8 {
+				DATA(32+32*j+4*i, U32(uint32(max(i-sh, 0))))
+			}
+		}
+		for i := range 8 {
+			DATA(128+4*i, U32(7))
+		}
+		DATA(160, U32(0xff800000))
+		DATA(164, U32(0x3f800000))
+		softmaxAVX2Consts = &m
+	}
+	return *softmaxAVX2Consts
+}
+
+// expY returns expf (glibc's, as expZ) of the eight float32 lanes of z:
+// each half in float64, 2^(k/32) gathered from expTab's 32 entries (AVX2
+// has no two-register permute), then the limits and NaN blended in. The
+// same operations in the same order as expZ: the same bits.
+func expY(z reg.VecVirtual) reg.VecVirtual {
+	at := func(off int) Mem { return expTab.Offset(off) }
+	tab := GP64()
+	LEAQ(at(expTabT), tab)
+	bc := func(off int) reg.VecVirtual {
+		c := YMM()
+		VBROADCASTSD(at(off), c)
+		return c
+	}
+	hiX := XMM()
+	VEXTRACTF128(Imm(1), z, hiX)
+	lo, hi := YMM(), YMM()
+	VCVTPS2PD(z.AsX(), lo)
+	VCVTPS2PD(hiX, hi)
+	for _, h := range []reg.VecVirtual{lo, hi} {
+		zz := YMM()
+		VMULPD(bc(expTabInvLn2N), h, zz) // z = x*32/ln 2
+		kd := YMM()
+		VADDPD(bc(expTabShift), zz, kd) // its low bits hold k
+		idx := YMM()
+		VANDPD(bc(expTabMask), kd, idx)
+		s, all := YMM(), YMM()
+		VPCMPEQQ(all, all, all)
+		VPXOR(s, s, s)
+		VPGATHERQQ(all, Mem{Base: tab, Index: idx, Scale: 8}, s)
+		e := YMM()
+		VPSLLQ(Imm(47), kd, e)
+		VPADDQ(e, s, s) // s = 2^(k/32)
+		r := YMM()
+		VSUBPD(bc(expTabShift), kd, r)
+		VSUBPD(r, zz, r) // r = z - k
+		p, q, r2 := bc(expTabC0), bc(expTabC2), YMM()
+		VFMADD213PD(bc(expTabC1), r, p)  // C0*r + C1
+		VFMADD213PD(bc(expTabOne), r, q) // C2*r + 1
+		VMULPD(r, r, r2)
+		VFMADD213PD(q, r2, p) // (C0*r + C1)*r² + (C2*r + 1)
+		VMULPD(s, p, p)
+		VCVTPD2PSY(p, h.AsX())
+	}
+	out := YMM()
+	VINSERTF128(Imm(1), hi.AsX(), lo, out)
+	// Below the low limit 0, above the high one +Inf, NaN x+x.
+	lim, m := YMM(), YMM()
+	VBROADCASTSS(expLim.Offset(0), lim)
+	VCMPPS(Imm(0x11), lim, z, m) // z < lo, ordered
+	VANDNPS(out, m, out)         // 0 there
+	VBROADCASTSS(expLim.Offset(4), lim)
+	VCMPPS(Imm(0x1e), lim, z, m) // z > hi, ordered
+	inf := YMM()
+	VPCMPEQD(inf, inf, inf)
+	VPSLLD(Imm(24), inf, inf) // 0xff000000
+	VPSRLD(Imm(1), inf, inf)  // 0x7f800000: +Inf
+	VBLENDVPS(m, inf, out, out)
+	VCMPPS(Imm(0x03), z, z, m) // unordered
+	nan := YMM()
+	VADDPS(z, z, nan)
+	VBLENDVPS(m, nan, out, out)
+	return out
+}
+
+// softmaxWeightsAVX2 emits softmaxWeights' kernels for CPUs with AVX2, FMA
+// and F16C (softmaxWeightsx1AVX2, softmaxWeightsx2AVX2): the same
+// computation, eight keys a vector. The tail of a chunk is loaded and
+// stored under VMASKMOVPS with a lane mask (lanes past n hold -Inf, which
+// changes no maximum); the prefix maximum scans by VPERMPS where the
+// AVX-512 kernels shift by VALIGND; the exponentials are expY.
+func softmaxWeightsAVX2(H int) {
+	name := fmt.Sprintf("softmaxWeightsx%dAVX2", H)
+	TEXT(name, NOSPLIT, "func(n int, s, ms, vs, m, sum *float32, scale float32)")
+	Pragma("noescape")
+	Doc(name + fmt.Sprintf(" computes the online-softmax weights of n (1..64) keys' scores of %d heads and carries their running maximum and sum.", H))
+	const chunk = 64 // softmaxChunk: head 1's arrays follow head 0's
+	k := softmaxAVX2Const()
+	n := param("n")
+	sp, msp, vsp := param("s"), param("ms"), param("vs")
+	var carry [2]reg.VecVirtual
+	mp := param("m")
+	for h := range H {
+		carry[h] = YMM()
+		VBROADCASTSS(Mem{Base: mp, Disp: 4 * h}, carry[h])
+	}
+	sx := XMM()
+	Load(Param("scale"), sx)
+	news := GP32() // the new-maximum masks of every vector, ORed
+	XORL(news, news)
+	left, off := GP64(), GP64()
+	MOVQ(n, left)
+	XORQ(off, off) // byte offset of the vector
+	at := func(base reg.GPVirtual, h int) Mem {
+		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * chunk * h}
+	}
+
+	Label("vector")
+	lm := YMM() // lanes below left
+	VMOVQ(left, lm.AsX())
+	VPBROADCASTD(lm.AsX(), lm)
+	VPCMPGTD(k, lm, lm)
+	for h := range H {
+		x, ninf := YMM(), YMM()
+		VMASKMOVPS(at(sp, h), lm, x)
+		VBROADCASTSS(k.Offset(160), ninf)
+		VBLENDVPS(lm, x, ninf, x) // lanes past n: -Inf
+		sc := YMM()
+		VBROADCASTSS(sx, sc)
+		VMULPS(sc, x, x)
+		// The scan skips NaN scores as x > M does: as -Inf.
+		p, un := YMM(), YMM()
+		VCMPPS(Imm(0x03), x, x, un) // unordered
+		VBLENDVPS(un, ninf, x, p)
+		for j := range 3 {
+			// p moved up 1, 2, 4 lanes; the lanes below repeat lane 0,
+			// which their prefix maxima already hold: no fill needed.
+			t, ix := YMM(), YMM()
+			VMOVDQU(k.Offset(32+32*j), ix)
+			VPERMPS(p, ix, t)
+			VMAXPS(t, p, p)
+		}
+		VMAXPS(carry[h], p, p)
+		e, ix := YMM(), YMM()
+		VMOVDQU(k.Offset(32), ix)
+		VPERMPS(p, ix, e)
+		VBLENDPS(Imm(1), carry[h], e, e) // M before each key
+		VMOVDQU(k.Offset(128), ix)
+		VPERMPS(p, ix, carry[h])
+		kn := YMM()
+		VCMPPS(Imm(0x1e), e, x, kn) // x > M, ordered: a new maximum
+		d, d2 := YMM(), YMM()
+		VSUBPS(e, x, d)
+		VSUBPS(x, e, d2)
+		VBLENDVPS(kn, d2, d, d) // M - x where x is the new maximum
+		w := expY(d)
+		one := YMM()
+		VBROADCASTSS(k.Offset(164), one)
+		msv, vsv := YMM(), YMM()
+		VBLENDVPS(kn, w, one, msv)
+		VBLENDVPS(kn, one, w, vsv)
+		VMASKMOVPS(msv, lm, at(msp, h))
+		VMASKMOVPS(vsv, lm, at(vsp, h))
+		g := GP32()
+		VMOVMSKPS(kn, g)
+		ORL(g, news)
+	}
+	ADDQ(Imm(32), off)
+	SUBQ(Imm(8), left)
+	JG(LabelRef("vector"))
+	mp = param("m")
+	for h := range H {
+		VMOVSS(carry[h].AsX(), Mem{Base: mp, Disp: 4 * h})
+	}
+	sump := param("sum")
+	var sum [2]reg.VecVirtual
+	for h := range H {
+		sum[h] = XMM()
+		VMOVSS(Mem{Base: sump, Disp: 4 * h}, sum[h])
+	}
+	i := GP64()
+	XORQ(i, i)
+	key := func(h int) Mem { return Mem{Base: vsp, Index: i, Scale: 4, Disp: 4 * chunk * h} }
+	TESTL(news, news)
+	JNZ(LabelRef("fma"))
+	Label("add")
+	for h := range H {
+		VADDSS(key(h), sum[h], sum[h])
+	}
+	INCQ(i)
+	CMPQ(i, n)
+	JL(LabelRef("add"))
+	JMP(LabelRef("done"))
+	Label("fma")
+	for h := range H {
+		w := XMM()
+		VMOVSS(Mem{Base: msp, Index: i, Scale: 4, Disp: 4 * chunk * h}, w)
+		VFMADD213SS(key(h), w, sum[h]) // sum = ms*sum + vs
+	}
+	INCQ(i)
+	CMPQ(i, n)
+	JL(LabelRef("fma"))
+	Label("done")
+	for h := range H {
+		VMOVSS(sum[h], Mem{Base: sump, Disp: 4 * h})
+	}
 	ret()
 }

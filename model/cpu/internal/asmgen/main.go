@@ -180,6 +180,12 @@ func main() {
 	}
 	f16AccAVX2()
 	scoreAVX2()
+	scoresAVX2()
+	for _, H := range []int{1, 2} {
+		softmaxValuesAVX2(true, H)
+		softmaxValuesAVX2(false, H)
+		softmaxWeightsAVX2(H)
+	}
 	scoreTail()
 	// The matrix-vector kernels again, prefetching a page ahead of their
 	// weights (matVecAhead): the 1×1 float tiles, then the C = 1 panels.
