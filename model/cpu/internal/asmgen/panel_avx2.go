@@ -22,13 +22,16 @@ import (
 // int32 sum, which adds to the block's correction (-8 times the
 // activations' sum): the block's exact integer, as VPDPBUSD makes it.
 // IQ4_NL looks the nibbles up in the signed levels (-127..113, VPSHUFB)
-// and multiplies the activations' magnitudes (VPABSB, 0..128) by the
-// levels with the activations' signs (VPSIGNB; no level is -128), pairs at
-// most 2*127*128, widened to int32 vector by vector (two would not fit
-// int16); its exact sum needs no correction. Then, per row, acc =
-// fma(float32(sum), f16(w.d)*x.d, acc), block by block. The activation
-// rows are taken two at a time, both halves' accumulators in registers;
-// the kernel streams the panel once per pair (it stays in cache).
+// and, as ggml's AVX2 code does, multiplies the levels' magnitudes
+// (VPABSB, once a weight vector) by the activations with the levels' signs
+// (VPSIGNB: exact for activation quants in -127..127, all the quantizer
+// makes; see VecDot in package cpu), pairs at most 2*127*127, widened to
+// int32 vector by vector (two would not fit int16); its exact sum needs no
+// correction. Then, per row, acc = fma(float32(sum), f16(w.d)*x.d, acc),
+// block by block. The activation rows are taken four at a time (the
+// weight vectors made once for four rows), their accumulators on the
+// stack where a group has more than two (in registers otherwise); the
+// kernel streams the panel once per group (it stays in cache).
 func q4PanelAVX2(C int, lut bool) {
 	name, what := "q40PanelAVX2", "Q4_0"
 	if lut {
@@ -37,9 +40,22 @@ func q4PanelAVX2(C int, lut bool) {
 	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
-	for c0 := 0; c0 < C; c0 += 2 {
-		cc := min(2, C-c0)
+	const G = 4
+	acc := AllocLocal(64 * G) // row c's half h at 64c + 32h
+	for c0 := 0; c0 < C; c0 += G {
+		cc := min(G, C-c0)
 		nb, wp, xp, xm := panelGroup(c0)
+		var xs3 reg.GPVirtual // row 3 of the group: no scale of 3
+		if cc > 3 {
+			xs3 = param("xs")
+			IMUL3Q(Imm(3), xs3, xs3)
+		}
+		x := func(c, disp int) Mem {
+			if c == 3 {
+				return Mem{Base: xp, Index: xs3, Scale: 1, Disp: disp}
+			}
+			return xm(c, disp)
+		}
 		c0f := bcastConstY(0x0f0f0f0f)
 		ones := bcastConstY(0x00010001)
 		var tbl reg.VecVirtual
@@ -47,19 +63,25 @@ func q4PanelAVX2(C int, lut bool) {
 			tbl = YMM()
 			VBROADCASTI128(iq4SignedTable(), tbl)
 		}
-		var acc [2][2]reg.VecVirtual // [half][row]
-		for h := range 2 {
-			for c := range cc {
-				acc[h][c] = YMM()
-				VXORPS(acc[h][c], acc[h][c], acc[h][c])
+		// Up to two rows' accumulators stay in registers, more on the stack.
+		inRegs := cc <= 2
+		var accR [2][2]reg.VecVirtual // [row][half]
+		z := YMM()
+		VXORPS(z, z, z)
+		for i := range 2 * cc {
+			if inRegs {
+				accR[i/2][i%2] = YMM()
+				VXORPS(accR[i/2][i%2], accR[i/2][i%2], accR[i/2][i%2])
+				continue
 			}
+			VMOVUPS(z, acc.Offset(32*i))
 		}
 		loop, done := fmt.Sprintf("loop%d", c0), fmt.Sprintf("done%d", c0)
 		Label(loop)
 		TESTQ(nb, nb)
 		JZ(LabelRef(done))
 		for h := range 2 {
-			var s [2]reg.VecVirtual
+			var s [G]reg.VecVirtual
 			for j := range 4 {
 				q := YMM()
 				VMOVDQU(Mem{Base: wp, Disp: 32 + 64*j + 32*h}, q)
@@ -68,17 +90,18 @@ func q4PanelAVX2(C int, lut bool) {
 				VPSRLW(Imm(4), q, hi)
 				VPAND(c0f, hi, hi)
 				for k, w := range []reg.VecVirtual{lo, hi} {
+					var aw reg.VecVirtual
 					if lut {
 						VPSHUFB(w, tbl, w)
+						aw = YMM()
+						VPABSB(w, aw)
 					}
 					for c := range cc {
 						xb := YMM()
-						VPBROADCASTD(xm(c, 8+4*j+16*k), xb)
+						VPBROADCASTD(x(c, 8+4*j+16*k), xb)
 						if lut {
-							ax := YMM()
-							VPABSB(xb, ax)
-							VPSIGNB(xb, w, xb) // the level times the activation's sign
-							VPMADDUBSW(xb, ax, xb)
+							VPSIGNB(w, xb, xb) // the activation times the level's sign
+							VPMADDUBSW(xb, aw, xb)
 							VPMADDWD(ones, xb, xb)
 						} else {
 							VPMADDUBSW(xb, w, xb)
@@ -100,14 +123,21 @@ func q4PanelAVX2(C int, lut bool) {
 				if !lut {
 					VPMADDWD(ones, s[c], s[c])
 					corr := YMM()
-					VPBROADCASTD(xm(c, 4), corr)
+					VPBROADCASTD(x(c, 4), corr)
 					VPADDD(corr, s[c], s[c])
 				}
 				VCVTDQ2PS(s[c], s[c])
 				m := YMM()
-				VBROADCASTSS(xm(c, 0), m)
+				VBROADCASTSS(x(c, 0), m)
 				VMULPS(dw, m, m)
-				VFMADD231PS(m, s[c], acc[h][c])
+				if inRegs {
+					VFMADD231PS(m, s[c], accR[c][h])
+					continue
+				}
+				a := YMM()
+				VMOVUPS(acc.Offset(64*c+32*h), a)
+				VFMADD231PS(m, s[c], a)
+				VMOVUPS(a, acc.Offset(64*c+32*h))
 			}
 		}
 		ADDQ(U32(32+4*64), wp)
@@ -116,9 +146,24 @@ func q4PanelAVX2(C int, lut bool) {
 		JMP(LabelRef(loop))
 		Label(done)
 		op, os := panelOut(c0)
+		var os3 reg.GPVirtual
+		if cc > 3 {
+			os3 = param("os")
+			IMUL3Q(Imm(3), os3, os3)
+		}
 		for c := range cc {
+			o := Mem{Base: op, Index: os3, Scale: 1}
+			if c != 3 {
+				o = outRow(op, os, c)
+			}
 			for h := range 2 {
-				VMOVUPS(acc[h][c], outRow(op, os, c).Offset(32*h))
+				if inRegs {
+					VMOVUPS(accR[c][h], o.Offset(32*h))
+					continue
+				}
+				t := YMM()
+				VMOVUPS(acc.Offset(64*c+32*h), t)
+				VMOVUPS(t, o.Offset(32*h))
 			}
 		}
 	}
