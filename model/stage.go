@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/strata-llm/strata/model/ggml"
 )
 
 // Row is one sequence's part of a batch: Tokens at positions Pos, Pos+1, ….
@@ -684,33 +686,10 @@ func ropeRotate(x []float32, n, hd int, cache []float32, style RopeStyle) {
 				a, b = i/2, i/2+dims/2
 			}
 			x0, x1 := v[a], v[b]
-			v[a] = fma32(x0, c, -(x1 * s))
-			v[b] = fma32(x0, s, x1*c)
+			v[a] = ggml.FMA32(x0, c, -(x1 * s))
+			v[b] = ggml.FMA32(x0, s, x1*c)
 		}
 	}
-}
-
-// fma32 returns a*b + c rounded once to float32. a*b is exact in float64;
-// the float64 sum is corrected to round to odd where it dropped bits, so
-// that rounding it to float32 rounds the exact sum (model/cpu's fma32 does
-// the same on its hot paths).
-func fma32(a, b, c float32) float32 {
-	p, q := float64(a)*float64(b), float64(c)
-	s := p + q
-	if math.IsInf(s, 0) || math.IsNaN(s) {
-		return float32(s)
-	}
-	t := s - p
-	e := (p - (s - t)) + (q - t) // TwoSum: s + e == p + q exactly
-	if bits := math.Float64bits(s); e != 0 && bits&1 == 0 {
-		if (e > 0) == (s > 0) {
-			bits++
-		} else {
-			bits--
-		}
-		s = math.Float64frombits(bits)
-	}
-	return float32(s)
 }
 
 // Range returns the stage's layers [first, last).

@@ -35,6 +35,7 @@ func fmaBig(a, b, c float32) float32 {
 	return f
 }
 
+// TestFMA32 checks ggml.FMA32 (fma32 here) against the exact sum rounded once.
 func TestFMA32(t *testing.T) {
 	cases := [][3]float32{
 		// a*b = 2^-24 - 2^-70, c = 1+2^-23: the float64 sum rounds onto the
