@@ -3,6 +3,7 @@ package cpu
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 
 	"github.com/strata-llm/strata/model/ggml"
 )
@@ -146,16 +147,34 @@ func expandRow(t ggml.Type, nb int, q, dst []byte) {
 	}
 	_, _ = q[nb*q80Bytes-1], dst[nb*xBlock-1]
 	for b := range nb {
-		src := q[b*q80Bytes : (b+1)*q80Bytes]
-		d := dst[b*xBlock : (b+1)*xBlock]
-		binary.LittleEndian.PutUint32(d, math.Float32bits(f16Table[binary.LittleEndian.Uint16(src)]))
+		src := (*[q80Bytes]byte)(q[b*q80Bytes:])
+		d := (*[xBlock]byte)(dst[b*xBlock:])
+		binary.LittleEndian.PutUint32(d[:], math.Float32bits(f16Table[binary.LittleEndian.Uint16(src[:])]))
 		var sum int32
-		for _, v := range src[2:] {
-			sum += int32(int8(v))
+		for k := 0; k < 32; k += 8 { // the quants, eight at a time
+			v := binary.LittleEndian.Uint64(src[2+k:])
+			sum += sumInt8x8(v)
+			binary.LittleEndian.PutUint64(d[8+k:], v)
 		}
 		binary.LittleEndian.PutUint32(d[4:], uint32(-cw*sum))
-		copy(d[8:], src[2:])
 	}
+}
+
+// sumInt8x8 returns the sum of the eight signed bytes of v: the unsigned
+// bytes added in 16-bit lanes (at most 510 each, then 2040 in the top
+// lane), less 256 for each byte whose sign bit is set.
+func sumInt8x8(v uint64) int32 {
+	const lo = 0x00ff00ff00ff00ff
+	u := v&lo + v>>8&lo
+	u = u * 0x0001000100010001 >> 48
+	return int32(u) - 256*int32(bits.OnesCount64(v&0x8080808080808080))
+}
+
+// sumInt8x4 is sumInt8x8 of four bytes.
+func sumInt8x4(v uint32) int32 {
+	u := v&0x00ff00ff + v>>8&0x00ff00ff
+	u = (u + u>>16) & 0xffff
+	return int32(u) - 256*int32(bits.OnesCount32(v&0x80808080))
 }
 
 // xQ80Lanes is the bytes of one block of an activation row expanded for
@@ -173,17 +192,14 @@ const xQ80Lanes = 68
 func expandRowQ80Lanes(nb int, q, dst []byte, cw int32) {
 	_, _ = q[nb*q80Bytes-1], dst[nb*xQ80Lanes-1]
 	for b := range nb {
-		src := q[b*q80Bytes : (b+1)*q80Bytes]
-		d := dst[b*xQ80Lanes : (b+1)*xQ80Lanes]
-		binary.LittleEndian.PutUint32(d, math.Float32bits(f16Table[binary.LittleEndian.Uint16(src)]))
+		src := (*[q80Bytes]byte)(q[b*q80Bytes:])
+		d := (*[xQ80Lanes]byte)(dst[b*xQ80Lanes:])
+		binary.LittleEndian.PutUint32(d[:], math.Float32bits(f16Table[binary.LittleEndian.Uint16(src[:])]))
 		for k := range 8 {
-			var sum int32
-			for _, v := range src[2+4*k : 6+4*k] {
-				sum += int32(int8(v))
-			}
-			binary.LittleEndian.PutUint32(d[4+4*k:], uint32(-cw*sum))
+			v := binary.LittleEndian.Uint32(src[2+4*k:])
+			binary.LittleEndian.PutUint32(d[4+4*k:], uint32(-cw*sumInt8x4(v)))
+			binary.LittleEndian.PutUint32(d[36+4*k:], v)
 		}
-		copy(d[36:], src[2:])
 	}
 }
 
