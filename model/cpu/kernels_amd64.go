@@ -124,7 +124,10 @@ func archPanels(t ggml.Type) *panelSet {
 	case ggml.Q4_K:
 		return &q4KPanels
 	case ggml.Q5_K:
-		return &q5KPanels
+		if haveAMX && !noAMX {
+			return &q5KPanels // masks: the AMX kernel reads them
+		}
+		return &q5KPlanePanels
 	case ggml.Q6_K:
 		return &q6KPanels
 	case ggml.IQ4_XS:
@@ -157,6 +160,14 @@ var q4KPanels = panelSet{name: "q4KVNNI", ahead: q4KPanel_1Ahead, amx: q4KAMX, k
 
 var q5KPanels = panelSet{name: "q5KVNNI", ahead: q5KPanel_1Ahead, amx: q5KAMX, k: [maxPanelC]panelFunc{
 	q5KPanel_1, q5KPanel_2, q5KPanel_3, q5KPanel_4, q5KPanel_5, q5KPanel_6, q5KPanel_7, q5KPanel_8,
+}}
+
+// q5KPlanePanels is Q5_K's VNNI kernels on the AVX2 kernels' panels (the
+// fifth bits in planes), for CPUs without AMX: on an AMD EPYC Zen 4 the
+// masks' KMOVQ loads held the matrix-vector kernel to a third of Q4_K's
+// speed per byte.
+var q5KPlanePanels = panelSet{name: "q5KVNNIPlanes", planes: true, ahead: q5KPlanePanel_1Ahead, k: [maxPanelC]panelFunc{
+	q5KPlanePanel_1, q5KPlanePanel_2, q5KPlanePanel_3, q5KPlanePanel_4, q5KPlanePanel_5, q5KPlanePanel_6, q5KPlanePanel_7, q5KPlanePanel_8,
 }}
 
 var q51Panels = panelSet{name: "q51VNNI", ahead: q51Panel_1Ahead, k: [maxPanelC]panelFunc{

@@ -1379,6 +1379,46 @@ func softmaxWeightsx2AVX2(n int, s *float32, ms *float32, vs *float32, m *float3
 //go:noescape
 func scoreF16Tail(n int, k *byte, q *byte, sum float64) float32
 
+// q5KPlanePanel_1 computes a 16-row panel of Q5_K weights against 1 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_2 computes a 16-row panel of Q5_K weights against 2 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_3 computes a 16-row panel of Q5_K weights against 3 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_4 computes a 16-row panel of Q5_K weights against 4 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_5 computes a 16-row panel of Q5_K weights against 5 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_6 computes a 16-row panel of Q5_K weights against 6 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_7 computes a 16-row panel of Q5_K weights against 7 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_8 computes a 16-row panel of Q5_K weights against 8 activation rows.
+//
+//go:noescape
+func q5KPlanePanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // f32AVX512_1x1Ahead is f32AVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
 //
 //go:noescape
@@ -1428,6 +1468,11 @@ func q4KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q5KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPlanePanel_1Ahead is q5KPlanePanel_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q5KPlanePanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q6KPanel_1Ahead is q6KPanel_1 with a software prefetch 4096 bytes ahead of its weights.
 //

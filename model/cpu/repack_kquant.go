@@ -34,13 +34,17 @@ import (
 //	             when the quant that byte k of lane i stands for has bit 4
 //	             set (Q5_0's masks, repack_q5.go); the kernels add 16 there
 //
-// or, in the AVX2 kernels' layout (panelSet.planes: AVX2 has no mask
-// registers, and expanding a mask to bytes takes six instructions), planes:
+// or, in the planes layout (panelSet.planes: the AVX2 kernels, which have
+// no mask registers, and the VNNI kernels of CPUs without AMX, on which
+// loading the masks held them back), Q4_K's head [0:320), then
 //
-//	[2368:2880)  for quant vector j, a vector at 2368+64j holding row i's
-//	             stored high bits qh[4j .. 4j+3] in lane i: bit s of byte k
-//	             of lane i is bit 4 of the quant that byte k of lane i of
-//	             vector j stands for in sub-block s
+//	[320:832)    the fifth bits as planes: for quant vector j, a vector at
+//	             320+64j holding row i's stored high bits qh[4j .. 4j+3]
+//	             in lane i: bit s of byte k of lane i is bit 4 of the quant
+//	             that byte k of lane i of vector j stands for in sub-block s
+//	[832:2880)   Q4_K's nibbles, 512 bytes on
+//
+// so that the kernels read a super-block front to back.
 //
 // Q6_K, q6KPanelBytes per super-block:
 //
@@ -92,12 +96,14 @@ import (
 // The activation rows are Q8_K super-blocks expanded to xKBlock bytes (see
 // expandRowK) that carry the sums the kernels need beside the quants.
 const (
-	q4KPanelBytes   = 2368
-	q5KPanelBytes   = q4KPanelBytes + 8*64
-	q6KPanelBytes   = 3360
-	iq4XSPanelBytes = 32 + 8*16 + 8*256
-	q2KPanelBytes   = 64 + 256 + 16*64
-	q3KPanelBytes   = 32 + 256 + 16*64 + 16*32
+	q4KPanelBytes = 2368
+	q5KPanelBytes = q4KPanelBytes + 8*64
+	// Q5_K's planes layout: the planes, then the nibbles.
+	q5KPlanes, q5KPlaneQuants = 320, 320 + 8*64
+	q6KPanelBytes             = 3360
+	iq4XSPanelBytes           = 32 + 8*16 + 8*256
+	q2KPanelBytes             = 64 + 256 + 16*64
+	q3KPanelBytes             = 32 + 256 + 16*64 + 16*32
 )
 
 // xKBlock is the bytes of one super-block of an expanded K-quant activation
@@ -175,7 +181,10 @@ func repackK(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 // repackQ4KRow writes one Q4_K super-block of a panel's row i, from its
 // head (d, dmin and the packed scales, 16 bytes) and its 128 bytes of
 // nibbles; Q5_K's panels share it.
-func repackQ4KRow(i int, head, qs, dst []byte) {
+func repackQ4KRow(i int, head, qs, dst []byte) { repackQ4KRowAt(i, head, qs, dst, 320) }
+
+// repackQ4KRowAt is repackQ4KRow with the nibbles' vectors from byte qoff.
+func repackQ4KRowAt(i int, head, qs, dst []byte, qoff int) {
 	copy(dst[2*i:2*i+2], head[0:2])
 	copy(dst[32+2*i:32+2*i+2], head[2:4])
 	for s := range 8 {
@@ -185,7 +194,7 @@ func repackQ4KRow(i int, head, qs, dst []byte) {
 	}
 	for g := range 4 {
 		for j := range 8 {
-			o := 320 + 512*g + 64*j + 4*i
+			o := qoff + 512*g + 64*j + 4*i
 			copy(dst[o:o+4], qs[32*g+4*j:32*g+4*j+4])
 		}
 	}
@@ -196,15 +205,16 @@ func repackQ4KRow(i int, head, qs, dst []byte) {
 // element l of sub-block s) into the masks, four bits of row i in each,
 // or as they are stored into the planes.
 func repackQ5KRow(i int, src, dst []byte, planes bool) {
-	repackQ4KRow(i, src[:16], src[48:176], dst)
 	qh := src[16:48]
 	if planes {
+		repackQ4KRowAt(i, src[:16], src[48:176], dst, q5KPlaneQuants)
 		for j := range 8 {
-			o := q4KPanelBytes + 64*j + 4*i
+			o := q5KPlanes + 64*j + 4*i
 			copy(dst[o:o+4], qh[4*j:4*j+4])
 		}
 		return
 	}
+	repackQ4KRow(i, src[:16], src[48:176], dst)
 	for s := range 8 {
 		for j := range 8 {
 			var bits byte

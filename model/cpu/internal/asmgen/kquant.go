@@ -25,6 +25,10 @@ import (
 const (
 	q4KPanelBytes   = 2368
 	q5KPanelBytes   = q4KPanelBytes + 8*64 // Q4_K's panel, then the fifth bits' masks
+	// The planes layout of Q5_K (the AVX2 kernels', and the VNNI ones'
+	// without AMX): Q4_K's head, the eight plane vectors, then the nibbles,
+	// so that a kernel reads each super-block front to back.
+	q5KPlanes, q5KPlaneQuants = 320, 320 + 8*64
 	q6KPanelBytes   = 3360
 	iq4XSPanelBytes = 32 + 8*16 + 8*256
 	q2KPanelBytes   = 64 + 256 + 16*64
@@ -162,10 +166,22 @@ func foldSum(s, scale, d, acc reg.VecVirtual) {
 // the rows' (min(2k), min(2k+1)) words with the row's 32-element sums, and
 // acc = fma(-float32(mins), f16(w.dmin)*x.d, acc). Q5_K's order is
 // Q4_K's (dotQ5KQ8K, dotQ4KQ8K).
-func q4KPanel(C int, five bool) {
+//
+// With planes (q5KPlanePanel_C, for CPUs without AMX, whose AMX kernel
+// reads the masks): the fifth bits come from the panels' planes
+// (repack_kquant.go), bit s of the plane's bytes shifted to bit 4 and
+// ORed in under 0x10 by one VPTERNLOGD. On an AMD EPYC Zen 4 the masks'
+// KMOVQ loads were most of the mask kernel's time (perf annotate of
+// BenchmarkMatVec/Q5_K: one third of the samples on KMOVQ and the masked
+// VPADDB after it).
+func q4KPanel(C int, five, planes bool) {
 	name, what, size := "q4KPanel", "Q4_K", q4KPanelBytes
 	if five {
 		name, what, size = "q5KPanel", "Q5_K", q5KPanelBytes
+	}
+	qoff := 320 // the nibbles
+	if planes {
+		name, qoff = "q5KPlanePanel", q5KPlaneQuants
 	}
 	nb, wp, px, acc := panelHead(name, what, C)
 	c0f := bcastConst(0x0f0f0f0f)
@@ -185,14 +201,28 @@ func q4KPanel(C int, five bool) {
 		var v [8]reg.VecVirtual
 		for j := range v {
 			v[j] = ZMM()
-			m := Mem{Base: wp, Disp: 320 + 512*(s/2) + 64*j}
+			m := Mem{Base: wp, Disp: qoff + 512*(s/2) + 64*j}
 			if s%2 == 0 {
 				VPANDD(m, c0f, v[j])
 			} else {
 				VPSRLW(Imm(4), m, v[j])
 				VPANDD(c0f, v[j], v[j])
 			}
-			if five {
+			switch {
+			case planes: // v |= (plane shifted: bit s to bit 4) & 0x10
+				pm := Mem{Base: wp, Disp: q5KPlanes + 64*j}
+				if s == 4 {
+					VPTERNLOGD(Imm(0xf8), pm, c10, v[j])
+					break
+				}
+				t := ZMM()
+				if s < 4 {
+					VPSLLW(Imm(uint64(4-s)), pm, t)
+				} else {
+					VPSRLW(Imm(uint64(s-4)), pm, t)
+				}
+				VPTERNLOGD(Imm(0xf8), c10, t, v[j])
+			case five:
 				k := K()
 				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*s + 8*j}, k)
 				VPADDB(c10, v[j], k, v[j])
@@ -863,9 +893,9 @@ func q5KBits() Mem {
 // first four vectors' sums, widened by VPMADDWD with the scale, wait on
 // the stack for the last four's.
 func q4KPanelAVX2(C int, five bool) {
-	name, what, size := "q4KPanelAVX2", "Q4_K", q4KPanelBytes
+	name, what, size, qoff := "q4KPanelAVX2", "Q4_K", q4KPanelBytes, 320
 	if five {
-		name, what, size = "q5KPanelAVX2", "Q5_K", q5KPanelBytes
+		name, what, size, qoff = "q5KPanelAVX2", "Q5_K", q5KPanelBytes, q5KPlaneQuants
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
 	var part Mem
@@ -889,7 +919,7 @@ func q4KPanelAVX2(C int, five bool) {
 			sum := make([]reg.VecVirtual, C)
 			for j := range 8 {
 				w := YMM()
-				m := at(Mem{Base: wp, Disp: 320 + 512*(s/2) + 64*j}, hr, 4)
+				m := at(Mem{Base: wp, Disp: qoff + 512*(s/2) + 64*j}, hr, 4)
 				if s%2 == 0 {
 					VPAND(m, c0f, w)
 				} else {
@@ -899,7 +929,7 @@ func q4KPanelAVX2(C int, five bool) {
 				}
 				if five { // bit s of the plane's bytes to bit 4
 					hb := YMM()
-					pm := at(Mem{Base: wp, Disp: q4KPanelBytes + 64*j}, hr, 4)
+					pm := at(Mem{Base: wp, Disp: q5KPlanes + 64*j}, hr, 4)
 					switch {
 					case s < 4:
 						VMOVDQU(pm, hb)

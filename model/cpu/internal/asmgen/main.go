@@ -126,7 +126,7 @@ func main() {
 		panelKernel("q40Panel", "Q4_0", C, true, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q4KPanel(C, false)
+		q4KPanel(C, false, false)
 		q6KPanel(C)
 	}
 	quantQ8KX()
@@ -138,7 +138,7 @@ func main() {
 		q50Panel(C, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q4KPanel(C, true)
+		q4KPanel(C, true, false)
 		q23KPanel(C, false)
 		q23KPanel(C, true)
 		q50Panel(C, true)
@@ -187,6 +187,9 @@ func main() {
 		softmaxWeightsAVX2(H)
 	}
 	scoreTail()
+	for C := 1; C <= maxPanelC; C++ {
+		q4KPanel(C, true, true)
+	}
 	// The matrix-vector kernels again, prefetching a page ahead of their
 	// weights (matVecAhead): the 1×1 float tiles, then the C = 1 panels.
 	ahead = matVecAhead
@@ -206,8 +209,9 @@ func main() {
 	panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
 	q50Panel(1, false)
 	q50Panel(1, true)
-	q4KPanel(1, false)
-	q4KPanel(1, true)
+	q4KPanel(1, false, false)
+	q4KPanel(1, true, false)
+	q4KPanel(1, true, true)
 	q6KPanel(1)
 	q23KPanel(1, false)
 	q23KPanel(1, true)
