@@ -112,3 +112,17 @@ func TestSetAhead(t *testing.T) {
 		t.Errorf("intelCPU() = %v; /proc/cpuinfo says Intel with AVX: %v", got, want)
 	}
 }
+
+func init() {
+	// Q5_K's VNNI kernels on the masks run only where the CPU has AMX
+	// (archPanels); test them, and the plane ones, on every VNNI CPU.
+	morePanels = func(t ggml.Type) []*panelSet {
+		if t != ggml.Q5_K || !haveVNNI || avx2Only {
+			return nil
+		}
+		if archPanels(t) == &q5KPanels {
+			return []*panelSet{&q5KPlanePanels}
+		}
+		return []*panelSet{&q5KPanels}
+	}
+}

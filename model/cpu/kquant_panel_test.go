@@ -74,62 +74,73 @@ func TestKPanelsEqualPortable(t *testing.T) {
 func testKPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	for _, typ := range kPanelTypes {
-		ps := archPanels(typ)
-		if ps == nil {
+		if archPanels(typ) == nil {
 			t.Logf("%s (avx2Only %v): no panel kernels on this CPU", typ, avx2Only)
 			continue
 		}
-		portable, err := VecDotFor(typ)
-		if err != nil {
-			t.Fatal(err)
+		for _, ps := range append([]*panelSet{archPanels(typ)}, morePanels(typ)...) {
+			testKPanelSet(t, r, typ, ps)
 		}
-		for _, nb := range []int{1, 2, 3, 8} {
-			n := ggml.QKK * nb
-			wrow := mustRowBytes(t, typ, n)
-			qrow := nb * q8KBytes
-			rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
-			w := kWeights(t, r, typ, rows, n)
-			packed := ps.repack(typ, rows, n, w)
-			pb := nb * panelBlockBytes(typ)
-			if len(packed) != (rows+panelRows-1)/panelRows*pb {
-				t.Fatalf("%s: repacked %d bytes for %d rows of %d super-blocks", typ, len(packed), rows, nb)
+	}
+}
+
+// morePanels returns the panel sets for weights of type t that this CPU
+// could run besides archPanels' (kernels_amd64_test.go: Q5_K's mask
+// kernels, which only CPUs with AMX pick), so that every CPU tests them.
+var morePanels = func(ggml.Type) []*panelSet { return nil }
+
+func testKPanelSet(t *testing.T, r *rand.Rand, typ ggml.Type, ps *panelSet) {
+	portable, err := VecDotFor(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nb := range []int{1, 2, 3, 8} {
+		n := ggml.QKK * nb
+		wrow := mustRowBytes(t, typ, n)
+		qrow := nb * q8KBytes
+		rows := []int{1, 15, 16, 17, 40}[r.IntN(5)]
+		w := kWeights(t, r, typ, rows, n)
+		packed := ps.repack(typ, rows, n, w)
+		pb := nb * panelBlockBytes(typ)
+		if len(packed) != (rows+panelRows-1)/panelRows*pb {
+			t.Fatalf("%s: repacked %d bytes for %d rows of %d super-blocks", typ, len(packed), rows, nb)
+		}
+		for C := 1; C <= maxPanelC; C++ {
+			xs := nb*xKBlock + 20 // a gap between rows, to test the stride
+			q := make([]byte, C*qrow)
+			x := make([]byte, C*xs)
+			for c := range C {
+				qc := q[c*qrow : (c+1)*qrow]
+				copy(qc, kActivations(t, r, n, r.IntN(3) == 0))
+				expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xKBlock])
 			}
-			for C := 1; C <= maxPanelC; C++ {
-				xs := nb*xKBlock + 20 // a gap between rows, to test the stride
-				q := make([]byte, C*qrow)
-				x := make([]byte, C*xs)
-				for c := range C {
-					qc := q[c*qrow : (c+1)*qrow]
-					copy(qc, kActivations(t, r, n, r.IntN(3) == 0))
-					expandRow(typ, nb, qc, x[c*xs:c*xs+nb*xKBlock])
-				}
-				const os = panelRows + 3
-				for p := 0; p*panelRows < rows; p++ {
-					out := make([]float32, C*os)
-					ps.k[C-1](nb, &packed[p*pb], &x[0], xs, &out[0], 4*os)
-					for i := range min(panelRows, rows-p*panelRows) {
-						o := p*panelRows + i
-						for c := range C {
-							got := out[c*os+i]
-							var want float32
-							withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
-							if math.Float32bits(got) != math.Float32bits(want) {
-								t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
-									ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
-							}
+			const os = panelRows + 3
+			for p := 0; p*panelRows < rows; p++ {
+				out := make([]float32, C*os)
+				ps.k[C-1](nb, &packed[p*pb], &x[0], xs, &out[0], 4*os)
+				for i := range min(panelRows, rows-p*panelRows) {
+					o := p*panelRows + i
+					for c := range C {
+						got := out[c*os+i]
+						var want float32
+						withPortable(func() { want = portable(n, w[o*wrow:(o+1)*wrow], q[c*qrow:(c+1)*qrow]) })
+						if math.Float32bits(got) != math.Float32bits(want) {
+							t.Fatalf("%s_%d nb=%d out[%d][%d] = %g (%08x), portable %g (%08x)",
+								ps.name, C, nb, o, c, got, math.Float32bits(got), want, math.Float32bits(want))
 						}
 					}
-					for c := range C { // untouched padding
-						for i := panelRows; i < os; i++ {
-							if out[c*os+i] != 0 {
-								t.Fatalf("%s_%d wrote out[%d][%d]", ps.name, C, i, c)
-							}
+				}
+				for c := range C { // untouched padding
+					for i := panelRows; i < os; i++ {
+						if out[c*os+i] != 0 {
+							t.Fatalf("%s_%d wrote out[%d][%d]", ps.name, C, i, c)
 						}
 					}
 				}
 			}
 		}
 	}
+
 }
 
 // TestKMatMulEqualsPortable: MatMul of the K-panel types' matrices (rows that
