@@ -85,13 +85,18 @@ import (
 //
 //	[0:32)       the 16 rows' d (f16)
 //	[32:288)     scales: group g's 16 scales minus 32 (int8) at 32+16g
-//	[288:1312)   L of group g at 288+64g
-//	[1312:1824)  the high bits: for group g and weight vector j, a 64-bit
-//	             mask at 1312+32g+8j with bit 4i+k set when row i's element
-//	             16g+4j+k has its hmask bit set (its quant is the low bits;
-//	             clear, the low bits minus 4); the kernels add 4 there, which
-//	             makes the quants plus 4 (0..7), and start each group's sum at
-//	             -4 times its activation sum
+//	[288:800)    the high bits as planes: vector 4h+j at 288+64(4h+j)
+//	             holds row i's stored hmask bytes 16h+4j .. 16h+4j+3 in
+//	             lane i, so that bit g/2 of byte k of lane i of vector
+//	             4(g%2)+j is the hmask bit of row i's element 16g+4j+k (set:
+//	             its quant is the low bits; clear, the low bits minus 4); the
+//	             kernels OR in 4 there, which makes the quants plus 4 (0..7),
+//	             and start each group's sum at -4 times its activation sum.
+//	             (Masks of one bit per byte, as Q5_0's, took a KMOVQ per
+//	             vector, which held the VNNI kernel to a quarter of Q4_K's
+//	             speed per byte on an AMD EPYC Zen 4, and six instructions
+//	             per vector to expand in the AVX2 one.)
+//	[800:1824)   L of group g at 800+64g
 //
 // The activation rows are Q8_K super-blocks expanded to xKBlock bytes (see
 // expandRowK) that carry the sums the kernels need beside the quants.
@@ -104,6 +109,8 @@ const (
 	iq4XSPanelBytes           = 32 + 8*16 + 8*256
 	q2KPanelBytes             = 64 + 256 + 16*64
 	q3KPanelBytes             = 32 + 256 + 16*64 + 16*32
+	// Q3_K's planes and L vectors.
+	q3KPlanes, q3KL = 288, 288 + 8*64
 )
 
 // xKBlock is the bytes of one super-block of an expanded K-quant activation
@@ -259,17 +266,11 @@ func repackQ3KRow(i int, src, dst []byte) {
 	for g := range 16 {
 		dst[32+16*g+i] = byte(sc[g])
 	}
-	crumbs(i, src[32:96], dst, 288)
+	crumbs(i, src[32:96], dst, q3KL)
 	hm := src[0:32]
-	for g := range 16 {
-		for j := range 4 {
-			var bits byte
-			for k := range 4 {
-				e := 16*g + 4*j + k
-				bits |= hm[e%32] >> (e / 32) & 1 << k
-			}
-			dst[1312+32*g+8*j+i/2] |= bits << (4 * (i % 2))
-		}
+	for v := range 8 {
+		o := q3KPlanes + 64*v + 4*i
+		copy(dst[o:o+4], hm[4*v:4*v+4])
 	}
 }
 

@@ -23,8 +23,8 @@ func wordPair(sc reg.VecVirtual) {
 // q23KPanelAVX2 emits q2KPanelAVX2_C, or q3KPanelAVX2_C when three is set:
 // q23KPanel's order with AVX2. For each half of the panel's rows and each
 // group g of 16 elements: the four weight vectors (L shifted right by 2j,
-// masked to two bits; Q3_K ORs 4 into the bytes its high-bit mask selects,
-// expanded as q5KBits does), and for each activation row the int16 sums
+// masked to two bits; Q3_K ORs in 4 where its high bit is set: bit g/2 of
+// plane vector 4(g%2)+j moved to bit 2 and masked), and for each activation row the int16 sums
 // of four VPMADDUBSW (weights 0..7 times activations -128..127: at most
 // 4*2*7*128 in magnitude), Q3_K's correction -4 times the group's
 // activation sum (at most 8192 in magnitude) added to the low word of each
@@ -37,17 +37,15 @@ func wordPair(sc reg.VecVirtual) {
 func q23KPanelAVX2(C int, three bool) {
 	name, what, size, loff, scoff := "q2KPanelAVX2", "Q2_K", q2KPanelBytes, 320, 64
 	if three {
-		name, what, size, loff, scoff = "q3KPanelAVX2", "Q3_K", q3KPanelBytes, 288, 32
+		name, what, size, loff, scoff = "q3KPanelAVX2", "Q3_K", q3KPanelBytes, q3KL, 32
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
 	isum := AllocLocal(32 * C)
 	c03 := bcastConstY(0x03030303)
 	var c04, lowW, c0f reg.VecVirtual
-	var bits Mem
 	if three {
 		c04 = bcastConstY(0x04040404)
 		lowW = bcastConstY(0x0000ffff)
-		bits = q5KBits()
 	} else {
 		c0f = bcastConstY(0x0000000f)
 	}
@@ -56,12 +54,6 @@ func q23KPanelAVX2(C int, three bool) {
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
 	halfLoop("half", func(hr reg.GPVirtual) {
-		var h2 reg.GPVirtual // hr/2: a mask's half is 4 bytes on
-		if three {
-			h2 = GP64()
-			MOVQ(hr, h2)
-			SHRQ(Imm(1), h2)
-		}
 		for g := range 16 {
 			L := YMM()
 			VMOVDQU(at(Mem{Base: wp, Disp: loff + 64*g}, hr, 4), L)
@@ -74,13 +66,21 @@ func q23KPanelAVX2(C int, three bool) {
 					VPSRLW(Imm(uint64(2*j)), L, w[j])
 					VPAND(c03, w[j], w[j])
 				}
-				if three {
+				if three { // bit g/2 of the plane's bytes to bit 2
 					hb := YMM()
-					VPBROADCASTD(at(Mem{Base: wp, Disp: 1312 + 32*g + 8*j}, h2, 1), hb)
-					VPSHUFB(bits, hb, hb)
-					VPAND(bits.Offset(32), hb, hb)
-					VPCMPEQB(bits.Offset(32), hb, hb)
-					VPAND(c04, hb, hb)
+					pm := at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, hr, 4)
+					switch sh := g / 2; {
+					case sh < 2:
+						VMOVDQU(pm, hb)
+						VPSLLW(Imm(uint64(2-sh)), hb, hb)
+						VPAND(c04, hb, hb)
+					case sh == 2:
+						VPAND(pm, c04, hb)
+					default:
+						VMOVDQU(pm, hb)
+						VPSRLW(Imm(uint64(sh-2)), hb, hb)
+						VPAND(c04, hb, hb)
+					}
 					VPOR(hb, w[j], w[j])
 				}
 			}

@@ -23,16 +23,18 @@ import (
 // row's accumulator with d = f16(w.d)*x.d; Q4_K's mins last, their int32
 // sum by VPDPWSSD of the mins with the 32-element sums.
 const (
-	q4KPanelBytes   = 2368
-	q5KPanelBytes   = q4KPanelBytes + 8*64 // Q4_K's panel, then the fifth bits' masks
+	q4KPanelBytes = 2368
+	q5KPanelBytes = q4KPanelBytes + 8*64 // Q4_K's panel, then the fifth bits' masks
 	// The planes layout of Q5_K (the AVX2 kernels', and the VNNI ones'
 	// without AMX): Q4_K's head, the eight plane vectors, then the nibbles,
 	// so that a kernel reads each super-block front to back.
 	q5KPlanes, q5KPlaneQuants = 320, 320 + 8*64
-	q6KPanelBytes   = 3360
-	iq4XSPanelBytes = 32 + 8*16 + 8*256
-	q2KPanelBytes   = 64 + 256 + 16*64
-	q3KPanelBytes   = 32 + 256 + 16*64 + 16*32
+	q6KPanelBytes             = 3360
+	iq4XSPanelBytes           = 32 + 8*16 + 8*256
+	q2KPanelBytes             = 64 + 256 + 16*64
+	q3KPanelBytes             = 32 + 256 + 16*64 + 16*32
+	// Q3_K's high bits as planes, then its L vectors (repack_kquant.go).
+	q3KPlanes, q3KL = 288, 288 + 8*64
 	xKBlock         = 340
 	xKSums          = 4
 	xKCorr          = 20
@@ -443,7 +445,8 @@ func iq4XSPanel(C int) {
 // q23KPanel emits q2KPanel_C, or q3KPanel_C when three is set: the
 // K-quants of 2-bit parts (repack_kquant.go). Per super-block, for each
 // group g of 16 elements: the four weight vectors, L shifted right by 2j
-// and masked to two bits (Q3_K adds 4 under its high-bit masks), the
+// and masked to two bits (Q3_K ORs in 4 where its high bit is set: bit g/2
+// of plane vector 4(g%2)+j moved to bit 2, one VPTERNLOGD), the
 // group's scales widened to int32 (Q2_K: the low nibbles; Q3_K: the int8
 // scales minus 32), and for each activation row the group's exact sum
 // (Q3_K starts it at -4 times the activations' sum: the 16-element
@@ -456,7 +459,7 @@ func iq4XSPanel(C int) {
 func q23KPanel(C int, three bool) {
 	name, what, size, loff, scoff := "q2KPanel", "Q2_K", q2KPanelBytes, 320, 64
 	if three {
-		name, what, size, loff, scoff = "q3KPanel", "Q3_K", q3KPanelBytes, 288, 32
+		name, what, size, loff, scoff = "q3KPanel", "Q3_K", q3KPanelBytes, q3KL, 32
 	}
 	nb, wp, px, acc := panelHead(name, what, C)
 	c03 := bcastConst(0x03030303)
@@ -488,10 +491,20 @@ func q23KPanel(C int, three bool) {
 				VPSRLW(Imm(uint64(2*j)), L, w[j])
 				VPANDD(c03, w[j], w[j])
 			}
-			if three {
-				k := K()
-				KMOVQ(Mem{Base: wp, Disp: 1312 + 32*g + 8*j}, k)
-				VPADDB(c04, w[j], k, w[j])
+			if three { // w |= (plane shifted: bit g/2 to bit 2) & 4
+				pm := Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}
+				sh := g / 2
+				if sh == 2 {
+					VPTERNLOGD(Imm(0xf8), pm, c04, w[j])
+					continue
+				}
+				t := ZMM()
+				if sh < 2 {
+					VPSLLW(Imm(uint64(2-sh)), pm, t)
+				} else {
+					VPSRLW(Imm(uint64(sh-2)), pm, t)
+				}
+				VPTERNLOGD(Imm(0xf8), c04, t, w[j])
 			}
 		}
 		sc := ZMM()
@@ -857,12 +870,12 @@ func storePanelAVX2(C int, acc Mem) {
 	}
 }
 
-// q5KBitsAVX2 is the constants with which the AVX2 Q3_K, Q5_0 and Q5_1
-// kernels expand their bit masks, made by the first: a VPSHUFB control that gives
-// byte b of a broadcast dword the dword's byte b/8 ([0:32)), the bits
-// 1<<(b%8) ([32:64)) and 0x10 in every byte ([64:96)). With them a 32-bit
-// mask (bit b for byte b: a Q3_K panel mask's half, a Q5_0 block's qh)
-// becomes 0x10 in the bytes whose bit is set.
+// q5KBitsAVX2 is the constants with which the AVX2 Q5_0 and Q5_1 tile
+// kernels expand their blocks' high bits, made by the first: a VPSHUFB
+// control that gives byte b of a broadcast dword the dword's byte b/8
+// ([0:32)), the bits 1<<(b%8) ([32:64)) and 0x10 in every byte ([64:96)).
+// With them a 32-bit mask (bit b for byte b: a Q5_0 block's qh) becomes
+// 0x10 in the bytes whose bit is set.
 var q5KBitsAVX2 *Mem
 
 func q5KBits() Mem {
