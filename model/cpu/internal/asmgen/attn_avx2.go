@@ -201,121 +201,32 @@ func scoreTail() {
 // round(fma(v_j, vs[j], acc))), each head's accumulator in passes of 32
 // elements held in four YMM registers while they last, then of 8 in one.
 func softmaxValuesAVX2(f16 bool, H int) {
-	name, esz, accType := "softmaxF32", 4, "*float32"
-	if f16 {
-		name, esz, accType = "softmaxF16", 2, "*uint16"
+	vk, rem, accp, vp, one := valueHead(f16, H, "AVX2", 8, " (hd a multiple of 8)")
+	vk.load = func(m Mem, _ int, y reg.VecVirtual) {
+		if f16 {
+			VCVTPH2PS(m, y)
+		} else {
+			VMOVUPS(m, y)
+		}
 	}
-	name += fmt.Sprintf("x%dAVX2", H)
-	TEXT(name, NOSPLIT, "func(hd int, acc "+accType+", v *byte, voff int, stride int, m int, ms, vs *float32)")
-	Pragma("noescape")
-	Doc(name + fmt.Sprintf(" accumulates m keys' values of %d heads into acc with Attend's online-softmax weights ms, vs (hd a multiple of 8).", H))
-	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
-	rem := param("hd")
-	accp := param("acc")
-	vp := param("v")
-	g := GP32()
-	MOVL(U32(0x3f800000), g)
-	one := XMM()
-	VMOVD(g, one)
-	hdB := GP64() // head 1's accumulator, bytes after head 0's
-	if H > 1 {
-		Load(Param("hd"), hdB)
-		SHLQ(Imm(uint64(map[int]int{2: 1, 4: 2}[esz])), hdB)
+	vk.store = func(y reg.VecVirtual, _ int, m Mem) {
+		if f16 {
+			VCVTPS2PH(Imm(0), y, m)
+		} else {
+			VMOVUPS(y, m)
+		}
 	}
 	for _, U := range []int{4, 1} {
 		pass := fmt.Sprintf("pass%d", U)
 		Label(pass + "test")
 		CMPQ(rem, Imm(uint64(8*U)))
-		JL(LabelRef(fmt.Sprintf("pass%dend", U)))
-		accMem := func(h, i int) Mem {
-			m := Mem{Base: accp, Disp: 8 * esz * i}
-			if h > 0 {
-				m.Index, m.Scale = hdB, 1
-			}
-			return m
-		}
-		var a [2][4]reg.VecVirtual
-		for h := 0; h < H; h++ {
-			for i := range U {
-				a[h][i] = YMM()
-				if f16 {
-					VCVTPH2PS(accMem(h, i), a[h][i])
-				} else {
-					VMOVUPS(accMem(h, i), a[h][i])
-				}
-			}
-		}
-		round := func(y reg.VecVirtual) {
-			if f16 {
-				x := XMM()
-				VCVTPS2PH(Imm(0), y, x)
-				VCVTPH2PS(x, y)
-			}
-		}
-		cnt := param("m")
-		msp := param("ms")
-		vsp := param("vs")
-		stride := param("stride")
-		row := GP64()
-		MOVQ(vp, row)
-		var voff reg.GPVirtual
-		if H > 1 {
-			voff = param("voff")
-		}
-		Label(pass + "key")
-		for h := 0; h < H; h++ {
-			VUCOMISS(Mem{Base: msp, Disp: 4 * chunk * h}, one)
-			JNE(LabelRef(fmt.Sprintf("%srescale%d", pass, h)))
-			JPS(LabelRef(fmt.Sprintf("%srescale%d", pass, h)))
-			Label(fmt.Sprintf("%svalues%d", pass, h))
-		}
-		for h := 0; h < H; h++ {
-			b := YMM()
-			VBROADCASTSS(Mem{Base: vsp, Disp: 4 * chunk * h}, b)
-			for i := range U {
-				m := Mem{Base: row, Disp: 8 * esz * i}
-				if h > 0 {
-					m.Index, m.Scale = voff, 1
-				}
-				t := YMM()
-				if f16 {
-					VCVTPH2PS(m, t)
-				} else {
-					VMOVUPS(m, t)
-				}
-				VFMADD231PS(b, t, a[h][i])
-				round(a[h][i])
-			}
-		}
-		ADDQ(stride, row)
-		ADDQ(Imm(4), msp)
-		ADDQ(Imm(4), vsp)
-		DECQ(cnt)
-		JNZ(LabelRef(pass + "key"))
-		for h := 0; h < H; h++ {
-			for i := range U {
-				if f16 {
-					VCVTPS2PH(Imm(0), a[h][i], accMem(h, i))
-				} else {
-					VMOVUPS(a[h][i], accMem(h, i))
-				}
-			}
-		}
-		ADDQ(U32(uint32(8*U*esz)), accp)
-		ADDQ(U32(uint32(8*U*esz)), vp) // the value rows have acc's type
+		JL(LabelRef(pass + "end"))
+		vk.U = U
+		rescales := vk.keys(accp, vp, one, pass)
 		SUBQ(Imm(uint64(8*U)), rem)
 		JMP(LabelRef(pass + "test"))
-		for h := 0; h < H; h++ {
-			Label(fmt.Sprintf("%srescale%d", pass, h))
-			bm := YMM()
-			VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
-			for i := range U {
-				VMULPS(bm, a[h][i], a[h][i])
-				round(a[h][i])
-			}
-			JMP(LabelRef(fmt.Sprintf("%svalues%d", pass, h)))
-		}
-		Label(fmt.Sprintf("pass%dend", U))
+		rescales()
+		Label(pass + "end")
 	}
 	ret()
 }
@@ -419,30 +330,9 @@ func expY(z reg.VecVirtual) reg.VecVirtual {
 // changes no maximum); the prefix maximum scans by VPERMPS where the
 // AVX-512 kernels shift by VALIGND; the exponentials are expY.
 func softmaxWeightsAVX2(H int) {
-	name := fmt.Sprintf("softmaxWeightsx%dAVX2", H)
-	TEXT(name, NOSPLIT, "func(n int, s, ms, vs, m, sum *float32, scale float32)")
-	Pragma("noescape")
-	Doc(name + fmt.Sprintf(" computes the online-softmax weights of n (1..64) keys' scores of %d heads and carries their running maximum and sum.", H))
-	const chunk = 64 // softmaxChunk: head 1's arrays follow head 0's
+	wk := weightsHead(fmt.Sprintf("softmaxWeightsx%dAVX2", H), H, func() reg.VecVirtual { return YMM() })
+	n, sp, msp, vsp, carry, news, left, off, at, sx := wk.n, wk.sp, wk.msp, wk.vsp, wk.carry, wk.news, wk.left, wk.off, wk.at, wk.scale
 	k := softmaxAVX2Const()
-	n := param("n")
-	sp, msp, vsp := param("s"), param("ms"), param("vs")
-	var carry [2]reg.VecVirtual
-	mp := param("m")
-	for h := range H {
-		carry[h] = YMM()
-		VBROADCASTSS(Mem{Base: mp, Disp: 4 * h}, carry[h])
-	}
-	sx := XMM()
-	Load(Param("scale"), sx)
-	news := GP32() // the new-maximum masks of every vector, ORed
-	XORL(news, news)
-	left, off := GP64(), GP64()
-	MOVQ(n, left)
-	XORQ(off, off) // byte offset of the vector
-	at := func(base reg.GPVirtual, h int) Mem {
-		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * chunk * h}
-	}
 
 	Label("vector")
 	lm := YMM() // lanes below left
@@ -497,41 +387,5 @@ func softmaxWeightsAVX2(H int) {
 	ADDQ(Imm(32), off)
 	SUBQ(Imm(8), left)
 	JG(LabelRef("vector"))
-	mp = param("m")
-	for h := range H {
-		VMOVSS(carry[h].AsX(), Mem{Base: mp, Disp: 4 * h})
-	}
-	sump := param("sum")
-	var sum [2]reg.VecVirtual
-	for h := range H {
-		sum[h] = XMM()
-		VMOVSS(Mem{Base: sump, Disp: 4 * h}, sum[h])
-	}
-	i := GP64()
-	XORQ(i, i)
-	key := func(h int) Mem { return Mem{Base: vsp, Index: i, Scale: 4, Disp: 4 * chunk * h} }
-	TESTL(news, news)
-	JNZ(LabelRef("fma"))
-	Label("add")
-	for h := range H {
-		VADDSS(key(h), sum[h], sum[h])
-	}
-	INCQ(i)
-	CMPQ(i, n)
-	JL(LabelRef("add"))
-	JMP(LabelRef("done"))
-	Label("fma")
-	for h := range H {
-		w := XMM()
-		VMOVSS(Mem{Base: msp, Index: i, Scale: 4, Disp: 4 * chunk * h}, w)
-		VFMADD213SS(key(h), w, sum[h]) // sum = ms*sum + vs
-	}
-	INCQ(i)
-	CMPQ(i, n)
-	JL(LabelRef("fma"))
-	Label("done")
-	for h := range H {
-		VMOVSS(sum[h], Mem{Base: sump, Disp: 4 * h})
-	}
-	ret()
+	weightsTail(H, n, msp, vsp, news, carry)
 }

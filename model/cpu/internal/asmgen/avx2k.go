@@ -66,22 +66,8 @@ func q23KPanelAVX2(C int, three bool) {
 					VPSRLW(Imm(uint64(2*j)), L, w[j])
 					VPAND(c03, w[j], w[j])
 				}
-				if three { // bit g/2 of the plane's bytes to bit 2
-					hb := YMM()
-					pm := at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, hr, 4)
-					switch sh := g / 2; {
-					case sh < 2:
-						VMOVDQU(pm, hb)
-						VPSLLW(Imm(uint64(2-sh)), hb, hb)
-						VPAND(c04, hb, hb)
-					case sh == 2:
-						VPAND(pm, c04, hb)
-					default:
-						VMOVDQU(pm, hb)
-						VPSRLW(Imm(uint64(sh-2)), hb, hb)
-						VPAND(c04, hb, hb)
-					}
-					VPOR(hb, w[j], w[j])
+				if three {
+					orPlaneBitAVX2(at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, hr, 4), g/2, 2, c04, w[j])
 				}
 			}
 			sc := YMM()

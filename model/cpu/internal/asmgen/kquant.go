@@ -211,19 +211,8 @@ func q4KPanel(C int, five, planes bool) {
 				VPANDD(c0f, v[j], v[j])
 			}
 			switch {
-			case planes: // v |= (plane shifted: bit s to bit 4) & 0x10
-				pm := Mem{Base: wp, Disp: q5KPlanes + 64*j}
-				if s == 4 {
-					VPTERNLOGD(Imm(0xf8), pm, c10, v[j])
-					break
-				}
-				t := ZMM()
-				if s < 4 {
-					VPSLLW(Imm(uint64(4-s)), pm, t)
-				} else {
-					VPSRLW(Imm(uint64(s-4)), pm, t)
-				}
-				VPTERNLOGD(Imm(0xf8), c10, t, v[j])
+			case planes:
+				orPlaneBit(Mem{Base: wp, Disp: q5KPlanes + 64*j}, s, 4, c10, v[j])
 			case five:
 				k := K()
 				KMOVQ(Mem{Base: wp, Disp: q4KPanelBytes + 64*s + 8*j}, k)
@@ -491,20 +480,8 @@ func q23KPanel(C int, three bool) {
 				VPSRLW(Imm(uint64(2*j)), L, w[j])
 				VPANDD(c03, w[j], w[j])
 			}
-			if three { // w |= (plane shifted: bit g/2 to bit 2) & 4
-				pm := Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}
-				sh := g / 2
-				if sh == 2 {
-					VPTERNLOGD(Imm(0xf8), pm, c04, w[j])
-					continue
-				}
-				t := ZMM()
-				if sh < 2 {
-					VPSLLW(Imm(uint64(2-sh)), pm, t)
-				} else {
-					VPSRLW(Imm(uint64(sh-2)), pm, t)
-				}
-				VPTERNLOGD(Imm(0xf8), c04, t, w[j])
+			if three {
+				orPlaneBit(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, g/2, 2, c04, w[j])
 			}
 		}
 		sc := ZMM()
@@ -870,6 +847,42 @@ func storePanelAVX2(C int, acc Mem) {
 	}
 }
 
+// orPlaneBit ORs into w, in each byte, bit b of the plane vector at pm
+// moved to bit to (c: 1<<to in every byte): a word shift where b != to
+// (bits it carries across bytes land outside bit to, which c keeps alone)
+// and one VPTERNLOGD, w | (t & c).
+func orPlaneBit(pm Mem, b, to int, c, w reg.VecVirtual) {
+	if b == to {
+		VPTERNLOGD(Imm(0xf8), pm, c, w)
+		return
+	}
+	t := ZMM()
+	if b < to {
+		VPSLLW(Imm(uint64(to-b)), pm, t)
+	} else {
+		VPSRLW(Imm(uint64(b-to)), pm, t)
+	}
+	VPTERNLOGD(Imm(0xf8), c, t, w)
+}
+
+// orPlaneBitAVX2 is orPlaneBit with AVX2 (a YMM half of the plane vector):
+// a load, a shift, an AND and an OR.
+func orPlaneBitAVX2(pm Mem, b, to int, c, w reg.VecVirtual) {
+	t := YMM()
+	if b == to {
+		VPAND(pm, c, t)
+	} else {
+		VMOVDQU(pm, t)
+		if b < to {
+			VPSLLW(Imm(uint64(to-b)), t, t)
+		} else {
+			VPSRLW(Imm(uint64(b-to)), t, t)
+		}
+		VPAND(c, t, t)
+	}
+	VPOR(t, w, w)
+}
+
 // q5KBitsAVX2 is the constants with which the AVX2 Q5_0 and Q5_1 tile
 // kernels expand their blocks' high bits, made by the first: a VPSHUFB
 // control that gives byte b of a broadcast dword the dword's byte b/8
@@ -940,22 +953,8 @@ func q4KPanelAVX2(C int, five bool) {
 					VPSRLW(Imm(4), w, w)
 					VPAND(c0f, w, w)
 				}
-				if five { // bit s of the plane's bytes to bit 4
-					hb := YMM()
-					pm := at(Mem{Base: wp, Disp: q5KPlanes + 64*j}, hr, 4)
-					switch {
-					case s < 4:
-						VMOVDQU(pm, hb)
-						VPSLLW(Imm(uint64(4-s)), hb, hb)
-						VPAND(c10, hb, hb)
-					case s == 4:
-						VPAND(pm, c10, hb)
-					default:
-						VMOVDQU(pm, hb)
-						VPSRLW(Imm(uint64(s-4)), hb, hb)
-						VPAND(c10, hb, hb)
-					}
-					VPOR(hb, w, w)
+				if five {
+					orPlaneBitAVX2(at(Mem{Base: wp, Disp: q5KPlanes + 64*j}, hr, 4), s, 4, c10, w)
 				}
 				for c := range C {
 					xb := YMM()

@@ -1000,23 +1000,8 @@ func f16Scale() {
 // elements held in four ZMM registers, so that 4*H independent dependency
 // chains run per key.
 func softmaxValues(f16 bool, H int) {
-	name, esz, accType := "softmaxF32", 4, "*float32"
-	if f16 {
-		name, esz, accType = "softmaxF16", 2, "*uint16"
-	}
-	name += fmt.Sprintf("x%dAVX512", H)
-	TEXT(name, NOSPLIT, "func(hd int, acc "+accType+", v *byte, voff int, stride int, m int, ms, vs *float32)")
-	Pragma("noescape")
-	Doc(name + fmt.Sprintf(" accumulates m keys' values of %d heads into acc with Attend's online-softmax weights ms, vs.", H))
 	const U = 4
-	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
-	rem := param("hd")
-	accp := param("acc")
-	vp := param("v")
-	g := GP32()
-	MOVL(U32(0x3f800000), g)
-	one := XMM()
-	VMOVD(g, one)
+	vk, rem, accp, vp, one := valueHead(f16, H, "AVX512", 16, "")
 	Label("pass")
 	var ks [U]reg.OpmaskVirtual
 	for i := range ks {
@@ -1034,35 +1019,112 @@ func softmaxValues(f16 bool, H int) {
 		CMOVQGT(z, t) // clamp to 0..16: BZHI reads the index's low byte only
 		ks[i] = tailMask(t)
 	}
+	vk.U = U
+	vk.load = func(m Mem, i int, z reg.VecVirtual) {
+		if f16 {
+			VCVTPH2PS_Z(m, ks[i], z)
+		} else {
+			VMOVUPS_Z(m, ks[i], z)
+		}
+	}
+	vk.store = func(z reg.VecVirtual, i int, m Mem) {
+		if f16 {
+			VCVTPS2PH(Imm(0), z, ks[i], m)
+		} else {
+			VMOVUPS(z, ks[i], m)
+		}
+	}
+	rescales := vk.keys(accp, vp, one, "")
+	SUBQ(Imm(16*U), rem)
+	JG(LabelRef("pass"))
+	ret()
+	rescales()
+}
+
+// valueHead starts value kernel softmax{F16,F32}x{H}{isa} (more ends its
+// doc): it returns the kernel's description for vectors of lanes elements
+// (accMem set; U, load and store are the caller's), the head dimension
+// left (rem, counted down by the passes), the accumulator and value
+// pointers, and 1.0 in an XMM.
+func valueHead(f16 bool, H int, isa string, lanes int, more string) (vk valueKernel, rem, accp, vp reg.GPVirtual, one reg.VecVirtual) {
+	name, esz, accType := "softmaxF32", 4, "*float32"
+	if f16 {
+		name, esz, accType = "softmaxF16", 2, "*uint16"
+	}
+	name += fmt.Sprintf("x%d%s", H, isa)
+	TEXT(name, NOSPLIT, "func(hd int, acc "+accType+", v *byte, voff int, stride int, m int, ms, vs *float32)")
+	Pragma("noescape")
+	Doc(name + fmt.Sprintf(" accumulates m keys' values of %d heads into acc with Attend's online-softmax weights ms, vs%s.", H, more))
+	rem = param("hd")
+	accp = param("acc")
+	vp = param("v")
+	g := GP32()
+	MOVL(U32(0x3f800000), g)
+	one = XMM()
+	VMOVD(g, one)
 	hdB := GP64() // head 1's accumulator, bytes after head 0's
 	if H > 1 {
 		Load(Param("hd"), hdB)
 		SHLQ(Imm(uint64(map[int]int{2: 1, 4: 2}[esz])), hdB)
 	}
-	accMem := func(h, i int) Mem {
-		m := Mem{Base: accp, Disp: 16 * esz * i}
+	vk = valueKernel{f16: f16, H: H, esz: esz, lanes: lanes, vec: func() reg.VecVirtual { return ZMM() }}
+	if lanes == 8 {
+		vk.vec = func() reg.VecVirtual { return YMM() }
+	}
+	vk.accMem = func(h, i int) Mem {
+		m := Mem{Base: accp, Disp: lanes * esz * i}
 		if h > 0 {
 			m.Index, m.Scale = hdB, 1
 		}
 		return m
 	}
-	var a [2][U]reg.VecVirtual
+	return vk, rem, accp, vp, one
+}
+
+// valueKernel describes one pass of a value kernel (softmaxValues,
+// softmaxValuesAVX2): H heads, U vectors of lanes elements each per head,
+// esz-byte elements; accMem addresses accumulator vector i of head h; vec
+// makes a vector register; load and store move vector i of the
+// accumulators or of a value row (masked to the head dimension where the
+// ISA can, on AVX-512).
+type valueKernel struct {
+	f16       bool
+	H, U, esz int
+	lanes     int
+	accMem    func(h, i int) Mem
+	vec       func() reg.VecVirtual
+	load      func(m Mem, i int, v reg.VecVirtual)
+	store     func(v reg.VecVirtual, i int, m Mem)
+}
+
+// keys emits a pass: the accumulators loaded, the m keys' steps (for each
+// head, a rescale by ms where it is not 1, then acc = round(fma(v_j,
+// vs[j], acc))), the accumulators stored and acc and v moved on a pass. It
+// returns the emitter of the rescale blocks the key loop jumps to, for the
+// caller to place after its loop. Labels carry prefix.
+func (k valueKernel) keys(accp, vp reg.GPVirtual, one reg.VecVirtual, prefix string) (rescales func()) {
+	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
+	H, U := k.H, k.U
+	var a [2][4]reg.VecVirtual
 	for h := 0; h < H; h++ {
 		for i := range U {
-			a[h][i] = ZMM()
-			if f16 {
-				VCVTPH2PS_Z(accMem(h, i), ks[i], a[h][i])
-			} else {
-				VMOVUPS_Z(accMem(h, i), ks[i], a[h][i])
-			}
+			a[h][i] = k.vec()
+			k.load(k.accMem(h, i), i, a[h][i])
 		}
 	}
 	round := func(z reg.VecVirtual) {
-		if f16 {
+		if !k.f16 {
+			return
+		}
+		if k.lanes == 16 {
 			y := YMM()
 			VCVTPS2PH(Imm(0), z, y)
 			VCVTPH2PS(y, z)
+			return
 		}
+		x := XMM()
+		VCVTPS2PH(Imm(0), z, x)
+		VCVTPH2PS(x, z)
 	}
 	cnt := param("m")
 	msp := param("ms")
@@ -1074,27 +1136,23 @@ func softmaxValues(f16 bool, H int) {
 	if H > 1 {
 		voff = param("voff")
 	}
-	Label("key")
+	Label(prefix + "key")
 	for h := 0; h < H; h++ {
 		VUCOMISS(Mem{Base: msp, Disp: 4 * chunk * h}, one)
-		JNE(LabelRef(fmt.Sprintf("rescale%d", h)))
-		JPS(LabelRef(fmt.Sprintf("rescale%d", h)))
-		Label(fmt.Sprintf("values%d", h))
+		JNE(LabelRef(fmt.Sprintf("%srescale%d", prefix, h)))
+		JPS(LabelRef(fmt.Sprintf("%srescale%d", prefix, h)))
+		Label(fmt.Sprintf("%svalues%d", prefix, h))
 	}
 	for h := 0; h < H; h++ {
-		b := ZMM()
+		b := k.vec()
 		VBROADCASTSS(Mem{Base: vsp, Disp: 4 * chunk * h}, b)
 		for i := range U {
-			m := Mem{Base: row, Disp: 16 * esz * i}
+			m := Mem{Base: row, Disp: k.lanes * k.esz * i}
 			if h > 0 {
 				m.Index, m.Scale = voff, 1
 			}
-			t := ZMM()
-			if f16 {
-				VCVTPH2PS_Z(m, ks[i], t)
-			} else {
-				VMOVUPS_Z(m, ks[i], t)
-			}
+			t := k.vec()
+			k.load(m, i, t)
 			VFMADD231PS(b, t, a[h][i])
 			round(a[h][i])
 		}
@@ -1103,30 +1161,25 @@ func softmaxValues(f16 bool, H int) {
 	ADDQ(Imm(4), msp)
 	ADDQ(Imm(4), vsp)
 	DECQ(cnt)
-	JNZ(LabelRef("key"))
+	JNZ(LabelRef(prefix + "key"))
 	for h := 0; h < H; h++ {
 		for i := range U {
-			if f16 {
-				VCVTPS2PH(Imm(0), a[h][i], ks[i], accMem(h, i))
-			} else {
-				VMOVUPS(a[h][i], ks[i], accMem(h, i))
-			}
+			k.store(a[h][i], i, k.accMem(h, i))
 		}
 	}
-	ADDQ(U32(16*U*esz), accp)
-	ADDQ(U32(16*U*esz), vp) // the value rows have acc's type
-	SUBQ(Imm(16*U), rem)
-	JG(LabelRef("pass"))
-	ret()
-	for h := 0; h < H; h++ {
-		Label(fmt.Sprintf("rescale%d", h))
-		bm := ZMM()
-		VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
-		for i := range U {
-			VMULPS(bm, a[h][i], a[h][i])
-			round(a[h][i])
+	ADDQ(U32(uint32(k.lanes*U*k.esz)), accp)
+	ADDQ(U32(uint32(k.lanes*U*k.esz)), vp) // the value rows have acc's type
+	return func() {
+		for h := 0; h < H; h++ {
+			Label(fmt.Sprintf("%srescale%d", prefix, h))
+			bm := k.vec()
+			VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
+			for i := range U {
+				VMULPS(bm, a[h][i], a[h][i])
+				round(a[h][i])
+			}
+			JMP(LabelRef(fmt.Sprintf("%svalues%d", prefix, h)))
 		}
-		JMP(LabelRef(fmt.Sprintf("values%d", h)))
 	}
 }
 

@@ -28,17 +28,10 @@ import (
 // set a new maximum (fma(sum, 1, vs) is sum + vs), FMAs otherwise; the
 // heads' chains are interleaved.
 func softmaxWeights(H int) {
-	name := fmt.Sprintf("softmaxWeightsx%dAVX512", H)
-	TEXT(name, NOSPLIT, "func(n int, s, ms, vs, m, sum *float32, scale float32)")
-	Pragma("noescape")
-	Doc(name + fmt.Sprintf(" computes the online-softmax weights of n (1..64) keys' scores of %d heads and carries their running maximum and sum.", H))
-	const chunk = 64 // softmaxChunk: head 1's arrays follow head 0's
-	n := param("n")
-	sp, msp, vsp := param("s"), param("ms"), param("vs")
-	sx := XMM()
-	Load(Param("scale"), sx)
+	wk := weightsHead(fmt.Sprintf("softmaxWeightsx%dAVX512", H), H, func() reg.VecVirtual { return ZMM() })
+	n, sp, msp, vsp, carry, news, left, off, at := wk.n, wk.sp, wk.msp, wk.vsp, wk.carry, wk.news, wk.left, wk.off, wk.at
 	scale := ZMM()
-	VBROADCASTSS(sx, scale)
+	VBROADCASTSS(wk.scale, scale)
 	bcst := func(bits uint32) reg.VecVirtual {
 		g, z := GP32(), ZMM()
 		MOVL(U32(bits), g)
@@ -46,20 +39,6 @@ func softmaxWeights(H int) {
 		return z
 	}
 	negInf, one, last := bcst(0xff800000), bcst(0x3f800000), bcst(15)
-	var carry [2]reg.VecVirtual
-	mp := param("m")
-	for h := range H {
-		carry[h] = ZMM()
-		VBROADCASTSS(Mem{Base: mp, Disp: 4 * h}, carry[h])
-	}
-	news := GP32() // the new-maximum masks of every vector, ORed
-	XORL(news, news)
-	left, off := GP64(), GP64()
-	MOVQ(n, left)
-	XORQ(off, off) // byte offset of the vector
-	at := func(base reg.GPVirtual, h int) Mem {
-		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * chunk * h}
-	}
 
 	Label("vector")
 	k := tailMask(left) // left <= 64: BZHI keeps all 32 bits from 32 on
@@ -104,12 +83,63 @@ func softmaxWeights(H int) {
 	ADDQ(Imm(64), off)
 	SUBQ(Imm(16), left)
 	JG(LabelRef("vector"))
-	mp = param("m")
+	weightsTail(H, n, msp, vsp, news, carry)
+}
+
+// weightsKernel is what weightsHead sets up for a weights kernel: the
+// parameters n, s, ms and vs, the scale (an XMM), each head's carried
+// maximum broadcast (carry), news (the new-maximum masks, ORed) zeroed,
+// left = n and off = 0 (the vector's byte offset) for the loop over
+// vectors, and at, the address of head h's vector at base.
+type weightsKernel struct {
+	n, sp, msp, vsp, news, left, off reg.GPVirtual
+	scale                            reg.VecVirtual
+	carry                            [2]reg.VecVirtual
+	at                               func(base reg.GPVirtual, h int) Mem
+}
+
+// weightsHead starts weights kernel name (softmaxWeights,
+// softmaxWeightsAVX2) of H heads with vectors from vec.
+func weightsHead(name string, H int, vec func() reg.VecVirtual) weightsKernel {
+	TEXT(name, NOSPLIT, "func(n int, s, ms, vs, m, sum *float32, scale float32)")
+	Pragma("noescape")
+	Doc(name + fmt.Sprintf(" computes the online-softmax weights of n (1..64) keys' scores of %d heads and carries their running maximum and sum.", H))
+	const chunk = 64 // softmaxChunk: head 1's arrays follow head 0's
+	var k weightsKernel
+	k.n = param("n")
+	k.sp, k.msp, k.vsp = param("s"), param("ms"), param("vs")
+	k.scale = XMM()
+	Load(Param("scale"), k.scale)
+	mp := param("m")
+	for h := range H {
+		k.carry[h] = vec()
+		VBROADCASTSS(Mem{Base: mp, Disp: 4 * h}, k.carry[h])
+	}
+	k.news = GP32()
+	XORL(k.news, k.news)
+	k.left, k.off = GP64(), GP64()
+	MOVQ(k.n, k.left)
+	XORQ(k.off, k.off)
+	off := k.off
+	k.at = func(base reg.GPVirtual, h int) Mem {
+		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * chunk * h}
+	}
+	return k
+}
+
+// weightsTail ends a weights kernel (softmaxWeights, softmaxWeightsAVX2):
+// it stores each head's carried maximum (lane 0 of carry[h]) and carries
+// the running sum over the chunk's n keys, one operation per key in key
+// order, the heads' chains interleaved: additions where no key of the
+// chunk set a new maximum (news zero: fma(sum, 1, vs) is sum + vs), FMAs
+// otherwise.
+func weightsTail(H int, n, msp, vsp, news reg.GPVirtual, carry [2]reg.VecVirtual) {
+	const chunk = 64
+	mp := param("m")
 	for h := range H {
 		VMOVSS(carry[h].AsX(), Mem{Base: mp, Disp: 4 * h})
 	}
 	sump := param("sum")
-
 	var sum [2]reg.VecVirtual
 	for h := range H {
 		sum[h] = XMM()
