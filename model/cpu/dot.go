@@ -111,10 +111,10 @@ func dotF32(a, b []float32) float32 {
 		aa, bb := (*[lanes]float32)(a[i:]), (*[lanes]float32)(b[i:])
 		for l := range lanes {
 			p := float64(aa[l]) * float64(bb[l]) // fma32, inlined
-			if s := p + float64(acc[l]); fma32Fast(s) {
+			if s := p + float64(acc[l]); ggml.FMA32Fast(s) {
 				acc[l] = float32(s)
 			} else {
-				acc[l] = fma32Slow(p, float64(acc[l]), s)
+				acc[l] = ggml.FMA32Slow(p, float64(acc[l]), s)
 			}
 		}
 	}
@@ -135,10 +135,10 @@ func dotF32Bytes(n int, w, x []byte) float32 {
 			a := math.Float32frombits(binary.LittleEndian.Uint32(ww[4*l:]))
 			b := math.Float32frombits(binary.LittleEndian.Uint32(xx[4*l:]))
 			p := float64(a) * float64(b) // fma32, inlined
-			if s := p + float64(acc[l]); fma32Fast(s) {
+			if s := p + float64(acc[l]); ggml.FMA32Fast(s) {
 				acc[l] = float32(s)
 			} else {
-				acc[l] = fma32Slow(p, float64(acc[l]), s)
+				acc[l] = ggml.FMA32Slow(p, float64(acc[l]), s)
 			}
 		}
 	}
@@ -253,10 +253,6 @@ var f16Table = func() *[1 << 16]float32 {
 	return &t
 }()
 
-// fma32, fma32Fast and fma32Slow are ggml.FMA32 and its two paths (the
-// hot loops below inline the fast one).
+// fma32 is ggml.FMA32: a*b+c rounded once to float32, as VFMADD computes
+// it (the hot loops below inline its fast path, ggml.FMA32Fast).
 func fma32(a, b, c float32) float32 { return ggml.FMA32(a, b, c) }
-
-func fma32Fast(s float64) bool { return ggml.FMA32Fast(s) }
-
-func fma32Slow(p, c, s float64) float32 { return ggml.FMA32Slow(p, c, s) }

@@ -22,7 +22,7 @@ func withPortable(f func()) {
 // sum of its quants, up to 32*127) stay finite in f16. With
 // 1e20, most blocks' scales overflowed to infinity and most outputs of the
 // tests of those kernels were NaN on both sides, which hid a wrong
-// instruction (session 17).
+// instruction.
 func randActVec(r *rand.Rand, n int) []float32 {
 	v := randBytesVec(r, n)
 	for i := range v {

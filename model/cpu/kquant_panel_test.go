@@ -85,7 +85,7 @@ func testKPanelsEqualPortable(t *testing.T) {
 }
 
 // morePanels returns the panel sets for weights of type t that this CPU
-// could run besides archPanels' (kernels_amd64_test.go: Q5_K's mask
+// could run besides archPanels' (avx2_amd64_test.go: Q5_K's mask
 // kernels, which only CPUs with AMX pick), so that every CPU tests them.
 var morePanels = func(ggml.Type) []*panelSet { return nil }
 

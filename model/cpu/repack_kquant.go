@@ -167,7 +167,7 @@ func repackK(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 				src := data[(r*nb+b)*bsz : (r*nb+b+1)*bsz]
 				switch t {
 				case ggml.Q4_K:
-					repackQ4KRow(i, src[:16], src[16:144], dst)
+					repackQ4KRow(i, src[:16], src[16:144], dst, 320)
 				case ggml.Q5_K:
 					repackQ5KRow(i, src, dst, planes)
 				case ggml.IQ4_XS:
@@ -187,11 +187,9 @@ func repackK(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 
 // repackQ4KRow writes one Q4_K super-block of a panel's row i, from its
 // head (d, dmin and the packed scales, 16 bytes) and its 128 bytes of
-// nibbles; Q5_K's panels share it.
-func repackQ4KRow(i int, head, qs, dst []byte) { repackQ4KRowAt(i, head, qs, dst, 320) }
-
-// repackQ4KRowAt is repackQ4KRow with the nibbles' vectors from byte qoff.
-func repackQ4KRowAt(i int, head, qs, dst []byte, qoff int) {
+// nibbles, the nibbles' vectors from byte qoff (320; Q5_K's planes
+// layout, q5KPlaneQuants); Q5_K's panels share it.
+func repackQ4KRow(i int, head, qs, dst []byte, qoff int) {
 	copy(dst[2*i:2*i+2], head[0:2])
 	copy(dst[32+2*i:32+2*i+2], head[2:4])
 	for s := range 8 {
@@ -214,14 +212,14 @@ func repackQ4KRowAt(i int, head, qs, dst []byte, qoff int) {
 func repackQ5KRow(i int, src, dst []byte, planes bool) {
 	qh := src[16:48]
 	if planes {
-		repackQ4KRowAt(i, src[:16], src[48:176], dst, q5KPlaneQuants)
+		repackQ4KRow(i, src[:16], src[48:176], dst, q5KPlaneQuants)
 		for j := range 8 {
 			o := q5KPlanes + 64*j + 4*i
 			copy(dst[o:o+4], qh[4*j:4*j+4])
 		}
 		return
 	}
-	repackQ4KRow(i, src[:16], src[48:176], dst)
+	repackQ4KRow(i, src[:16], src[48:176], dst, 320)
 	for s := range 8 {
 		for j := range 8 {
 			var bits byte

@@ -89,17 +89,15 @@ func scoresAVX2() {
 	TEXT("scoresF16AVX2", NOSPLIT, "func(hd int, k *byte, stride int, q *byte, out *float32, n int)")
 	Pragma("noescape")
 	Doc("scoresF16AVX2 sets out[r] to the f16 attention score of the key at k + r*stride with q, for r < n (hd a multiple of 64, n >= 1).")
-	op := param("out")
+	kp, stride, op, n := param("k"), param("stride"), param("out"), param("n")
 	Label("key")
-	x := scoreBodyAVX2(param("hd"), param("k"), param("q"))
+	kb := GP64() // the body moves its key pointer on
+	MOVQ(kp, kb)
+	x := scoreBodyAVX2(param("hd"), kb, param("q"))
 	VMOVSS(x, Mem{Base: op})
 	ADDQ(Imm(4), op)
-	kb := param("k") // the next key, in the argument's slot
-	ADDQ(param("stride"), kb)
-	Store(kb, Param("k"))
-	n := param("n")
+	ADDQ(stride, kp)
 	DECQ(n)
-	Store(n, Param("n"))
 	JNZ(LabelRef("key"))
 	ret()
 }

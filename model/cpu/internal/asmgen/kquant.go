@@ -172,10 +172,10 @@ func foldSum(s, scale, d, acc reg.VecVirtual) {
 // With planes (q5KPlanePanel_C, for CPUs without AMX, whose AMX kernel
 // reads the masks): the fifth bits come from the panels' planes
 // (repack_kquant.go), bit s of the plane's bytes shifted to bit 4 and
-// ORed in under 0x10 by one VPTERNLOGD. On an AMD EPYC Zen 4 the masks'
-// KMOVQ loads were most of the mask kernel's time (perf annotate of
-// BenchmarkMatVec/Q5_K: one third of the samples on KMOVQ and the masked
-// VPADDB after it).
+// ORed in under 0x10 by one VPTERNLOGD. On an AMD EPYC Zen 4 the masks
+// held the mask kernel's matrix-vector product to a third of Q4_K's bytes
+// per second (perf annotate of BenchmarkMatVec/Q5_K: most of the samples
+// on the KMOVQ loads and the masked VPADDB after them).
 func q4KPanel(C int, five, planes bool) {
 	name, what, size := "q4KPanel", "Q4_K", q4KPanelBytes
 	if five {
@@ -883,17 +883,17 @@ func orPlaneBitAVX2(pm Mem, b, to int, c, w reg.VecVirtual) {
 	VPOR(t, w, w)
 }
 
-// q5KBitsAVX2 is the constants with which the AVX2 Q5_0 and Q5_1 tile
+// q5BitsAVX2 is the constants with which the AVX2 Q5_0 and Q5_1 tile
 // kernels expand their blocks' high bits, made by the first: a VPSHUFB
 // control that gives byte b of a broadcast dword the dword's byte b/8
 // ([0:32)), the bits 1<<(b%8) ([32:64)) and 0x10 in every byte ([64:96)).
 // With them a 32-bit mask (bit b for byte b: a Q5_0 block's qh) becomes
 // 0x10 in the bytes whose bit is set.
-var q5KBitsAVX2 *Mem
+var q5BitsAVX2 *Mem
 
-func q5KBits() Mem {
-	if q5KBitsAVX2 == nil {
-		m := GLOBL("q5KBitsAVX2", RODATA|NOPTR)
+func q5Bits() Mem {
+	if q5BitsAVX2 == nil {
+		m := GLOBL("q5BitsAVX2", RODATA|NOPTR)
 		for b := range 96 { // in order: the assembler takes no other
 			switch {
 			case b < 32:
@@ -904,14 +904,14 @@ func q5KBits() Mem {
 				DATA(b, U8(0x10))
 			}
 		}
-		q5KBitsAVX2 = &m
+		q5BitsAVX2 = &m
 	}
-	return *q5KBitsAVX2
+	return *q5BitsAVX2
 }
 
 // q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2; with
-// five, q5KPanelAVX2_C for Q5_K, on the panels' AVX2 layout (the fifth
-// bits in planes, repack_kquant.go): each nibble vector of sub-block s
+// five, q5KPanelAVX2_C for Q5_K, on the planes layout (the fifth bits in
+// planes before the nibbles, repack_kquant.go): each nibble vector of sub-block s
 // gets bit s of its plane vector's bytes, shifted to bit 4 and masked,
 // ORed in — a load and three instructions where the masks took six. A Q5_K quant times an
 // activation quant, paired by VPMADDUBSW, is at most 2*31*128 in magnitude,

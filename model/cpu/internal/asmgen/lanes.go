@@ -170,7 +170,7 @@ func q80LanePanel(C int) {
 	panelText("q80LanePanel", "Q8_0", C, " in ggml's eight-lane order")
 	for c0 := 0; c0 < C; c0 += 2 {
 		cc := min(2, C-c0)
-		nb, wp, xp, xm := panelGroup(c0)
+		nb, wp, xp, xm := panelGroup(c0, cc)
 		acc := make([][8]reg.VecVirtual, cc)
 		for c := range acc {
 			for k := range 8 {
@@ -206,22 +206,22 @@ func q80LanePanel(C int) {
 		DECQ(nb)
 		JMP(LabelRef(loop))
 		Label(done)
-		op, os := panelOut(c0)
+		out := panelOut(c0, cc)
 		for c := range cc {
 			a := acc[c]
 			foldAccs(a)
-			VMOVUPS(a[0], outRow(op, os, c))
+			VMOVUPS(a[0], out(c))
 		}
 	}
 	ret()
 }
 
-// panelGroup loads a panel kernel's parameters for its group of activation
-// rows from c0, which kernels that keep many accumulators per row take a
-// few at a time, streaming the panel once per group: the block count, the
-// weights, and the activations advanced to row c0, with xm(c, disp) the
-// address of byte disp of the group's row c (0..2).
-func panelGroup(c0 int) (nb, wp, xp reg.GPVirtual, xm func(c, disp int) Mem) {
+// panelGroup loads a panel kernel's parameters for its group of cc
+// activation rows from c0, which kernels that keep many accumulators per
+// row take a few at a time, streaming the panel once per group: the block
+// count, the weights, and the activations advanced to row c0, with xm(c,
+// disp) the address of byte disp of the group's row c (c < cc <= 4).
+func panelGroup(c0, cc int) (nb, wp, xp reg.GPVirtual, xm func(c, disp int) Mem) {
 	nb = param("nb")
 	wp = param("w")
 	xp = param("x")
@@ -231,13 +231,32 @@ func panelGroup(c0 int) (nb, wp, xp reg.GPVirtual, xm func(c, disp int) Mem) {
 		IMUL3Q(Imm(uint64(c0)), xs, off)
 		ADDQ(off, xp)
 	}
-	xm = func(c, disp int) Mem {
-		if c == 0 {
-			return Mem{Base: xp, Disp: disp}
-		}
-		return Mem{Base: xp, Index: xs, Scale: uint8(c), Disp: disp}
-	}
+	xs3 := times3("xs", cc)
+	xm = func(c, disp int) Mem { return rowAt(xp, xs, xs3, c).Offset(disp) }
 	return nb, wp, xp, xm
+}
+
+// times3 loads the stride parameter name times 3, for row 3 of a group of
+// cc rows (no scaled index is 3), or returns nil where cc <= 3.
+func times3(name string, cc int) reg.GPVirtual {
+	if cc <= 3 {
+		return nil
+	}
+	s3 := param(name)
+	IMUL3Q(Imm(3), s3, s3)
+	return s3
+}
+
+// rowAt is row c (0..3, 4 or 8) of a group at base with stride s (s3:
+// three strides, for row 3).
+func rowAt(base, s, s3 reg.GPVirtual, c int) Mem {
+	switch c {
+	case 0:
+		return Mem{Base: base}
+	case 3:
+		return Mem{Base: base, Index: s3, Scale: 1}
+	}
+	return Mem{Base: base, Index: s, Scale: uint8(c)}
 }
 
 // foldAccs adds eight lane accumulators (one register a lane, as the VNNI
@@ -253,22 +272,16 @@ func foldAccs(a [8]reg.VecVirtual) {
 	VADDPS(a[1], a[0], a[0])
 }
 
-// panelOut loads a lane panel's output pointer, advanced to activation row
-// c0 (os bytes a row), and the row stride.
-func panelOut(c0 int) (op, os reg.GPVirtual) {
-	op, os = param("out"), param("os")
+// panelOut loads a panel kernel's output pointer for its group of cc
+// activation rows from c0 (os bytes a row) and returns out(c), the output
+// of the group's row c.
+func panelOut(c0, cc int) (out func(c int) Mem) {
+	op, os := param("out"), param("os")
 	if c0 > 0 {
 		off := GP64()
 		IMUL3Q(Imm(uint64(c0)), os, off)
 		ADDQ(off, op)
 	}
-	return op, os
-}
-
-// outRow is the output of activation row c (0..2, or 4 or 8) past op.
-func outRow(op, os reg.GPVirtual, c int) Mem {
-	if c == 0 {
-		return Mem{Base: op}
-	}
-	return Mem{Base: op, Index: os, Scale: uint8(c)}
+	os3 := times3("os", cc)
+	return func(c int) Mem { return rowAt(op, os, os3, c) }
 }

@@ -1067,10 +1067,7 @@ func valueHead(f16 bool, H int, isa string, lanes int, more string) (vk valueKer
 		Load(Param("hd"), hdB)
 		SHLQ(Imm(uint64(map[int]int{2: 1, 4: 2}[esz])), hdB)
 	}
-	vk = valueKernel{f16: f16, H: H, esz: esz, lanes: lanes, vec: func() reg.VecVirtual { return ZMM() }}
-	if lanes == 8 {
-		vk.vec = func() reg.VecVirtual { return YMM() }
-	}
+	vk = valueKernel{f16: f16, H: H, esz: esz, lanes: lanes}
 	vk.accMem = func(h, i int) Mem {
 		m := Mem{Base: accp, Disp: lanes * esz * i}
 		if h > 0 {
@@ -1083,8 +1080,8 @@ func valueHead(f16 bool, H int, isa string, lanes int, more string) (vk valueKer
 
 // valueKernel describes one pass of a value kernel (softmaxValues,
 // softmaxValuesAVX2): H heads, U vectors of lanes elements each per head,
-// esz-byte elements; accMem addresses accumulator vector i of head h; vec
-// makes a vector register; load and store move vector i of the
+// esz-byte elements (16 lanes: ZMM registers, 8: YMM); accMem addresses
+// accumulator vector i of head h; load and store move vector i of the
 // accumulators or of a value row (masked to the head dimension where the
 // ISA can, on AVX-512).
 type valueKernel struct {
@@ -1092,9 +1089,16 @@ type valueKernel struct {
 	H, U, esz int
 	lanes     int
 	accMem    func(h, i int) Mem
-	vec       func() reg.VecVirtual
 	load      func(m Mem, i int, v reg.VecVirtual)
 	store     func(v reg.VecVirtual, i int, m Mem)
+}
+
+// vec makes a vector register of k's width.
+func (k valueKernel) vec() reg.VecVirtual {
+	if k.lanes == 16 {
+		return ZMM()
+	}
+	return YMM()
 }
 
 // keys emits a pass: the accumulators loaded, the m keys' steps (for each
@@ -1103,7 +1107,6 @@ type valueKernel struct {
 // returns the emitter of the rescale blocks the key loop jumps to, for the
 // caller to place after its loop. Labels carry prefix.
 func (k valueKernel) keys(accp, vp reg.GPVirtual, one reg.VecVirtual, prefix string) (rescales func()) {
-	const chunk = 64 // softmaxChunk: the weights of head 1 follow head 0's
 	H, U := k.H, k.U
 	var a [2][4]reg.VecVirtual
 	for h := 0; h < H; h++ {
@@ -1138,14 +1141,14 @@ func (k valueKernel) keys(accp, vp reg.GPVirtual, one reg.VecVirtual, prefix str
 	}
 	Label(prefix + "key")
 	for h := 0; h < H; h++ {
-		VUCOMISS(Mem{Base: msp, Disp: 4 * chunk * h}, one)
+		VUCOMISS(Mem{Base: msp, Disp: 4 * softmaxChunk * h}, one)
 		JNE(LabelRef(fmt.Sprintf("%srescale%d", prefix, h)))
 		JPS(LabelRef(fmt.Sprintf("%srescale%d", prefix, h)))
 		Label(fmt.Sprintf("%svalues%d", prefix, h))
 	}
 	for h := 0; h < H; h++ {
 		b := k.vec()
-		VBROADCASTSS(Mem{Base: vsp, Disp: 4 * chunk * h}, b)
+		VBROADCASTSS(Mem{Base: vsp, Disp: 4 * softmaxChunk * h}, b)
 		for i := range U {
 			m := Mem{Base: row, Disp: k.lanes * k.esz * i}
 			if h > 0 {
@@ -1173,7 +1176,7 @@ func (k valueKernel) keys(accp, vp reg.GPVirtual, one reg.VecVirtual, prefix str
 		for h := 0; h < H; h++ {
 			Label(fmt.Sprintf("%srescale%d", prefix, h))
 			bm := k.vec()
-			VBROADCASTSS(Mem{Base: msp, Disp: 4 * chunk * h}, bm)
+			VBROADCASTSS(Mem{Base: msp, Disp: 4 * softmaxChunk * h}, bm)
 			for i := range U {
 				VMULPS(bm, a[h][i], a[h][i])
 				round(a[h][i])

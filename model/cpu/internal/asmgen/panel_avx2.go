@@ -44,18 +44,7 @@ func q4PanelAVX2(C int, lut bool) {
 	acc := AllocLocal(64 * G) // row c's half h at 64c + 32h
 	for c0 := 0; c0 < C; c0 += G {
 		cc := min(G, C-c0)
-		nb, wp, xp, xm := panelGroup(c0)
-		var xs3 reg.GPVirtual // row 3 of the group: no scale of 3
-		if cc > 3 {
-			xs3 = param("xs")
-			IMUL3Q(Imm(3), xs3, xs3)
-		}
-		x := func(c, disp int) Mem {
-			if c == 3 {
-				return Mem{Base: xp, Index: xs3, Scale: 1, Disp: disp}
-			}
-			return xm(c, disp)
-		}
+		nb, wp, xp, x := panelGroup(c0, cc)
 		c0f := bcastConstY(0x0f0f0f0f)
 		ones := bcastConstY(0x00010001)
 		var tbl reg.VecVirtual
@@ -66,15 +55,17 @@ func q4PanelAVX2(C int, lut bool) {
 		// Up to two rows' accumulators stay in registers, more on the stack.
 		inRegs := cc <= 2
 		var accR [2][2]reg.VecVirtual // [row][half]
-		z := YMM()
-		VXORPS(z, z, z)
-		for i := range 2 * cc {
-			if inRegs {
+		if inRegs {
+			for i := range 2 * cc {
 				accR[i/2][i%2] = YMM()
 				VXORPS(accR[i/2][i%2], accR[i/2][i%2], accR[i/2][i%2])
-				continue
 			}
-			VMOVUPS(z, acc.Offset(32*i))
+		} else {
+			z := YMM()
+			VXORPS(z, z, z)
+			for i := range 2 * cc {
+				VMOVUPS(z, acc.Offset(32*i))
+			}
 		}
 		loop, done := fmt.Sprintf("loop%d", c0), fmt.Sprintf("done%d", c0)
 		Label(loop)
@@ -145,17 +136,9 @@ func q4PanelAVX2(C int, lut bool) {
 		DECQ(nb)
 		JMP(LabelRef(loop))
 		Label(done)
-		op, os := panelOut(c0)
-		var os3 reg.GPVirtual
-		if cc > 3 {
-			os3 = param("os")
-			IMUL3Q(Imm(3), os3, os3)
-		}
+		out := panelOut(c0, cc)
 		for c := range cc {
-			o := Mem{Base: op, Index: os3, Scale: 1}
-			if c != 3 {
-				o = outRow(op, os, c)
-			}
+			o := out(c)
 			for h := range 2 {
 				if inRegs {
 					VMOVUPS(accR[c][h], o.Offset(32*h))

@@ -51,7 +51,7 @@ func q50Panel(C int, one bool) {
 	}
 	for c0 := 0; c0 < C; c0 += group {
 		cc := min(group, C-c0)
-		nb, wp, xp, xm := panelGroup(c0)
+		nb, wp, xp, xm := panelGroup(c0, cc)
 		c0f := bcastConst(0x0f0f0f0f)
 		c10 := bcastConst(0x10101010)
 		var zero reg.VecVirtual
@@ -119,14 +119,14 @@ func q50Panel(C int, one bool) {
 		DECQ(nb)
 		JMP(LabelRef(loop))
 		Label(done)
-		op, os := panelOut(c0)
+		out := panelOut(c0, cc)
 		for c := range cc {
 			a := acc[c]
 			foldAccs(a)
 			if one {
 				VADDPS(ms[c], a[0], a[0])
 			}
-			VMOVUPS(a[0], outRow(op, os, c))
+			VMOVUPS(a[0], out(c))
 		}
 	}
 	ret()
@@ -166,7 +166,7 @@ func q5AVX2(t *tile, one bool) {
 		q5AVX2Consts = &m
 	}
 	k := *q5AVX2Consts
-	bits := q5KBits()
+	bits := q5Bits()
 	off := 0 // Q5_1: qh and qs two bytes on, after m
 	if one {
 		off = 2

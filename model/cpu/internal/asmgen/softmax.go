@@ -86,6 +86,10 @@ func softmaxWeights(H int) {
 	weightsTail(H, n, msp, vsp, news, carry)
 }
 
+// softmaxChunk is package cpu's: the keys a weights pass takes at most,
+// and the elements from head 0's scores and weights to head 1's.
+const softmaxChunk = 64
+
 // weightsKernel is what weightsHead sets up for a weights kernel: the
 // parameters n, s, ms and vs, the scale (an XMM), each head's carried
 // maximum broadcast (carry), news (the new-maximum masks, ORed) zeroed,
@@ -104,7 +108,6 @@ func weightsHead(name string, H int, vec func() reg.VecVirtual) weightsKernel {
 	TEXT(name, NOSPLIT, "func(n int, s, ms, vs, m, sum *float32, scale float32)")
 	Pragma("noescape")
 	Doc(name + fmt.Sprintf(" computes the online-softmax weights of n (1..64) keys' scores of %d heads and carries their running maximum and sum.", H))
-	const chunk = 64 // softmaxChunk: head 1's arrays follow head 0's
 	var k weightsKernel
 	k.n = param("n")
 	k.sp, k.msp, k.vsp = param("s"), param("ms"), param("vs")
@@ -122,7 +125,7 @@ func weightsHead(name string, H int, vec func() reg.VecVirtual) weightsKernel {
 	XORQ(k.off, k.off)
 	off := k.off
 	k.at = func(base reg.GPVirtual, h int) Mem {
-		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * chunk * h}
+		return Mem{Base: base, Index: off, Scale: 1, Disp: 4 * softmaxChunk * h}
 	}
 	return k
 }
@@ -134,7 +137,6 @@ func weightsHead(name string, H int, vec func() reg.VecVirtual) weightsKernel {
 // chunk set a new maximum (news zero: fma(sum, 1, vs) is sum + vs), FMAs
 // otherwise.
 func weightsTail(H int, n, msp, vsp, news reg.GPVirtual, carry [2]reg.VecVirtual) {
-	const chunk = 64
 	mp := param("m")
 	for h := range H {
 		VMOVSS(carry[h].AsX(), Mem{Base: mp, Disp: 4 * h})
@@ -147,7 +149,7 @@ func weightsTail(H int, n, msp, vsp, news reg.GPVirtual, carry [2]reg.VecVirtual
 	}
 	i := GP64()
 	XORQ(i, i)
-	key := func(h int) Mem { return Mem{Base: vsp, Index: i, Scale: 4, Disp: 4 * chunk * h} }
+	key := func(h int) Mem { return Mem{Base: vsp, Index: i, Scale: 4, Disp: 4 * softmaxChunk * h} }
 	TESTL(news, news)
 	JNZ(LabelRef("fma"))
 	Label("add")
@@ -161,7 +163,7 @@ func weightsTail(H int, n, msp, vsp, news reg.GPVirtual, carry [2]reg.VecVirtual
 	Label("fma")
 	for h := range H {
 		w := XMM()
-		VMOVSS(Mem{Base: msp, Index: i, Scale: 4, Disp: 4 * chunk * h}, w)
+		VMOVSS(Mem{Base: msp, Index: i, Scale: 4, Disp: 4 * softmaxChunk * h}, w)
 		VFMADD213SS(key(h), w, sum[h]) // sum = ms*sum + vs
 	}
 	INCQ(i)
