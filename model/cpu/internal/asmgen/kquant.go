@@ -81,10 +81,16 @@ func (p *panelRowsX) m(c, disp int) Mem {
 	return rowMem(p.xp4, p.xs, p.xs3, c-4, disp)
 }
 
+// advance moves the rows on by bytes (back, where negative).
 func (p *panelRowsX) advance(bytes int) {
-	ADDQ(U32(uint32(bytes)), p.xp)
-	if p.xp4 != nil {
-		ADDQ(U32(uint32(bytes)), p.xp4)
+	for _, r := range []reg.GPVirtual{p.xp, p.xp4} {
+		switch {
+		case r == nil:
+		case bytes < 0:
+			SUBQ(U32(uint32(-bytes)), r)
+		default:
+			ADDQ(U32(uint32(bytes)), r)
+		}
 	}
 }
 
@@ -911,23 +917,36 @@ func q5Bits() Mem {
 
 // q4KPanelAVX2 emits q4KPanelAVX2_C: q4KPanel's order with AVX2; with
 // five, q5KPanelAVX2_C for Q5_K, on the planes layout (the fifth bits in
-// planes before the nibbles, repack_kquant.go): each nibble vector of sub-block s
-// gets bit s of its plane vector's bytes, shifted to bit 4 and masked,
-// ORed in — a load and three instructions where the masks took six. A Q5_K quant times an
-// activation quant, paired by VPMADDUBSW, is at most 2*31*128 in magnitude,
-// so only four of them (not eight, as Q4_K's) are summed in int16; the
-// first four vectors' sums, widened by VPMADDWD with the scale, wait on
-// the stack for the last four's.
+// planes before the nibbles, repack_kquant.go): each nibble vector of
+// sub-block s gets bit s of its plane vector's bytes, moved to bit 4 and
+// masked, ORed in. A Q5_K quant times an activation quant, paired by
+// VPMADDUBSW, is at most 2*31*128 in magnitude, so only four of them (not
+// eight, as Q4_K's) are summed in int16; the first four vectors' sums,
+// widened by VPMADDWD with the scale, wait on the stack for the last
+// four's.
+//
+// The sub-blocks run as a loop over their four pairs (low and high
+// nibbles of the same bytes), not unrolled: unrolled, the kernel for
+// eight activation rows was 18 KB of code a super-block, more than an AMD
+// Zen 3's op cache keeps beside the other kernels of a prompt, and ran at
+// half the speed of Q4_0's 4 KB kernel (BenchmarkPanel, session 18). The
+// pair loop moves the activation pointers on by 64 bytes a pair (back by
+// 256 after it) and shifts the planes right by 2p (VPSRLW by a count kept
+// on the stack) before the shift by 4 or 3 that puts bit 2p or 2p+1 at
+// bit 4: one instruction more per weight vector than a fixed shift.
 func q4KPanelAVX2(C int, five bool) {
 	name, what, size, qoff := "q4KPanelAVX2", "Q4_K", q4KPanelBytes, 320
 	if five {
 		name, what, size, qoff = "q5KPanelAVX2", "Q5_K", q5KPanelBytes, q5KPlaneQuants
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
-	var part Mem
+	var part, count Mem
 	var c10 reg.VecVirtual
 	if five {
 		part = AllocLocal(32 * C)
+		if C > 2 {
+			count = AllocLocal(16) // the planes' shift, 2p, in the m128 VPSRLW reads
+		}
 		c10 = bcastConstY(0x10101010)
 	}
 	c0f := bcastConstY(0x0f0f0f0f)
@@ -935,53 +954,95 @@ func q4KPanelAVX2(C int, five bool) {
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
-	for s := range 8 {
-		halfLoop(fmt.Sprintf("sub%d", s), func(hr reg.GPVirtual) {
-			sc := YMM() // the rows' scale(s) in both words of their lane
-			VPMOVZXBD(at(Mem{Base: wp, Disp: 64 + 16*s}, hr, 1), sc)
-			t := YMM()
-			VPSLLD(Imm(16), sc, t)
-			VPOR(t, sc, sc)
-			sum := make([]reg.VecVirtual, C)
-			for j := range 8 {
-				w := YMM()
-				m := at(Mem{Base: wp, Disp: qoff + 512*(s/2) + 64*j}, hr, 4)
-				if s%2 == 0 {
-					VPAND(m, c0f, w)
-				} else {
-					VMOVDQU(m, w)
-					VPSRLW(Imm(4), w, w)
-					VPAND(c0f, w, w)
-				}
-				if five {
-					orPlaneBitAVX2(at(Mem{Base: wp, Disp: q5KPlanes + 64*j}, hr, 4), s, 4, c10, w)
+	// The sub-block pairs: a loop for more than two activation rows, where
+	// weight vectors are shared; unrolled for one or two (generation's
+	// matrix-vector products), where the planes' shift by a count costs
+	// more than the code's size.
+	pair := func(p int, ws, wq reg.GPVirtual, count Mem) {
+		for k := range 2 { // sub-block s = 2p+k: the low nibbles, then the high
+			halfLoop(fmt.Sprintf("sub%d", 2*max(p, 0)+k), func(hr reg.GPVirtual) {
+				sc := YMM() // the rows' scale(s) in both words of their lane
+				VPMOVZXBD(at(Mem{Base: ws, Disp: 64 + 16*k}, hr, 1), sc)
+				t := YMM()
+				VPSLLD(Imm(16), sc, t)
+				VPOR(t, sc, sc)
+				sum := make([]reg.VecVirtual, C)
+				for j := range 8 {
+					w := YMM()
+					m := at(Mem{Base: wq, Disp: qoff + 64*j}, hr, 4)
+					if k == 0 {
+						VPAND(m, c0f, w)
+					} else {
+						VMOVDQU(m, w)
+						VPSRLW(Imm(4), w, w)
+						VPAND(c0f, w, w)
+					}
+					pm := at(Mem{Base: wp, Disp: q5KPlanes + 64*j}, hr, 4)
+					switch {
+					case five && p >= 0:
+						orPlaneBitAVX2(pm, 2*p+k, 4, c10, w)
+					case five:
+						b := YMM()
+						VMOVDQU(pm, b)
+						VPSRLW(count, b, b)
+						VPSLLW(Imm(uint64(4-k)), b, b)
+						VPAND(c10, b, b)
+						VPOR(b, w, w)
+					}
+					for c := range C {
+						xb := YMM()
+						VPBROADCASTD(px.m(c, xKQuants+64*max(p, 0)+32*k+4*j), xb)
+						VPMADDUBSW(xb, w, xb)
+						if j == 0 || (five && j == 4) {
+							sum[c] = xb
+						} else {
+							VPADDW(xb, sum[c], sum[c])
+						}
+					}
+					if five && j == 3 {
+						for c := range C {
+							VPMADDWD(sc, sum[c], sum[c])
+							VMOVDQU(sum[c], part.Offset(32*c))
+						}
+					}
 				}
 				for c := range C {
-					xb := YMM()
-					VPBROADCASTD(px.m(c, xKQuants+32*s+4*j), xb)
-					VPMADDUBSW(xb, w, xb)
-					if j == 0 || (five && j == 4) {
-						sum[c] = xb
-					} else {
-						VPADDW(xb, sum[c], sum[c])
+					VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
+					if five {
+						VPADDD(part.Offset(32*c), sum[c], sum[c])
 					}
+					VCVTDQ2PS(sum[c], sum[c])
+					fmaAcc(sum[c], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 				}
-				if five && j == 3 {
-					for c := range C {
-						VPMADDWD(sc, sum[c], sum[c])
-						VMOVDQU(sum[c], part.Offset(32*c))
-					}
-				}
-			}
-			for c := range C {
-				VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
-				if five {
-					VPADDD(part.Offset(32*c), sum[c], sum[c])
-				}
-				VCVTDQ2PS(sum[c], sum[c])
-				fmaAcc(sum[c], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
+			})
+		}
+	}
+	if C <= 2 {
+		for p := range 4 {
+			ws, wq := GP64(), GP64()
+			LEAQ(Mem{Base: wp, Disp: 32 * p}, ws)
+			LEAQ(Mem{Base: wp, Disp: 512 * p}, wq)
+			pair(p, ws, wq, Mem{})
+		}
+	} else {
+		ws, wq := GP64(), GP64() // wp + 32p (scales), wp + 512p (nibbles)
+		MOVQ(wp, ws)
+		MOVQ(wp, wq)
+		if five {
+			z := GP64()
+			XORQ(z, z)
+			MOVQ(z, count) // VPSRLW reads the low quadword
+		}
+		countLoop("pair", 4, func() {
+			pair(-1, ws, wq, count)
+			ADDQ(Imm(32), ws)
+			ADDQ(U32(512), wq)
+			px.advance(64)
+			if five {
+				ADDQ(Imm(2), count)
 			}
 		})
+		px.advance(-256)
 	}
 	for h := range 2 {
 		var mv [4]reg.VecVirtual
@@ -1017,6 +1078,17 @@ func q4KPanelAVX2(C int, five bool) {
 	Label("done")
 	storePanelAVX2(C, acc)
 	ret()
+}
+
+// countLoop emits body as a loop run n times (n > 0), counted down in a
+// register of its own.
+func countLoop(label string, n int, body func()) {
+	cnt := GP64()
+	MOVQ(U32(uint32(n)), cnt)
+	Label(label)
+	body()
+	DECQ(cnt)
+	JNZ(LabelRef(label))
 }
 
 // q6KPanelAVX2 emits q6KPanelAVX2_C: q6KPanel's order with AVX2. Without
