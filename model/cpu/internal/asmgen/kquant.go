@@ -1093,23 +1093,32 @@ func countLoop(label string, n int, body func()) {
 
 // q6KPanelAVX2 emits q6KPanelAVX2_C: q6KPanel's order with AVX2. Without
 // VPTERNLOGD each weight vector is (nibble & 0x0f) | (shifted high bits &
-// 0x30).
+// 0x30). For more than two activation rows the 16 groups run as a loop
+// (unrolled they made 19 KB of code for eight rows; see q4KPanelAVX2),
+// the activation pointers moving on 16 bytes a group and the rows'
+// corrections, which move on 4, copied to the stack first.
 func q6KPanelAVX2(C int) {
 	nb, wp, px, acc, dm := panelHeadAVX2("q6KPanelAVX2", "Q6_K", C)
 	m0f := bcastConstY(0x0f0f0f0f)
 	m30 := bcastConstY(0x30303030)
 	ones := bcastConstY(0x00010001)
+	looped := C > 2
+	var corrs Mem
+	if looped {
+		corrs = AllocLocal(64 * C) // row c's 16 corrections at 64c
+	}
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
-	for g := range 16 {
-		halfLoop(fmt.Sprintf("group%d", g), func(hr reg.GPVirtual) {
-			base := 288 + 192*g
+	// group emits group g's body (g < 0: the loop's, its offsets in wg, ws,
+	// cg and the activation pointers).
+	group := func(g int, wg, ws reg.GPVirtual, corr func(c int) Mem) {
+		halfLoop(fmt.Sprintf("group%d", max(g, 0)), func(hr reg.GPVirtual) {
 			a, b, hb := YMM(), YMM(), YMM()
-			VMOVDQU(at(Mem{Base: wp, Disp: base}, hr, 4), a)
-			VMOVDQU(at(Mem{Base: wp, Disp: base + 64}, hr, 4), b)
-			VMOVDQU(at(Mem{Base: wp, Disp: base + 128}, hr, 4), hb)
+			VMOVDQU(at(Mem{Base: wg, Disp: 288}, hr, 4), a)
+			VMOVDQU(at(Mem{Base: wg, Disp: 288 + 64}, hr, 4), b)
+			VMOVDQU(at(Mem{Base: wg, Disp: 288 + 128}, hr, 4), hb)
 			join := func(lo reg.VecVirtual, shift int) reg.VecVirtual {
 				hi := YMM()
 				switch {
@@ -1142,13 +1151,13 @@ func q6KPanelAVX2(C int) {
 				join(nib(b, true), -2),
 			}
 			sc := YMM()
-			VPMOVSXBD(at(Mem{Base: wp, Disp: 32 + 16*g}, hr, 1), sc)
+			VPMOVSXBD(at(Mem{Base: ws, Disp: 32}, hr, 1), sc)
 			VCVTDQ2PS(sc, sc)
 			for c := range C {
 				var pair [2]reg.VecVirtual
 				for k := range w {
 					xb := YMM()
-					VPBROADCASTD(px.m(c, xKQuants+16*g+4*k), xb)
+					VPBROADCASTD(px.m(c, xKQuants+16*max(g, 0)+4*k), xb)
 					VPMADDUBSW(xb, w[k], xb)
 					if k%2 == 0 {
 						pair[k/2] = xb
@@ -1160,13 +1169,42 @@ func q6KPanelAVX2(C int) {
 				VPMADDWD(ones, pair[1], pair[1])
 				VPADDD(pair[1], pair[0], pair[0])
 				cr := YMM()
-				VPBROADCASTD(px.m(c, xKCorr+4*g), cr)
+				VPBROADCASTD(corr(c), cr)
 				VPADDD(cr, pair[0], pair[0])
 				VCVTDQ2PS(pair[0], pair[0])
 				VMULPS(sc, pair[0], pair[0])
 				fmaAcc(pair[0], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 			}
 		})
+	}
+	if !looped {
+		for g := range 16 {
+			wg, ws := GP64(), GP64()
+			LEAQ(Mem{Base: wp, Disp: 192 * g}, wg)
+			LEAQ(Mem{Base: wp, Disp: 16 * g}, ws)
+			group(g, wg, ws, func(c int) Mem { return px.m(c, xKCorr+4*g) })
+		}
+	} else {
+		for c := range C {
+			for h := range 2 {
+				t := YMM()
+				VMOVDQU(px.m(c, xKCorr+32*h), t)
+				VMOVDQU(t, corrs.Offset(64*c+32*h))
+			}
+		}
+		wg, ws, cg := GP64(), GP64(), GP64() // wp + 192g, wp + 16g, 4g
+		MOVQ(wp, wg)
+		MOVQ(wp, ws)
+		XORQ(cg, cg)
+		Label("groups")
+		group(-1, wg, ws, func(c int) Mem { return at(corrs.Offset(64*c), cg, 1) })
+		ADDQ(U32(192), wg)
+		ADDQ(Imm(16), ws)
+		px.advance(16)
+		ADDQ(Imm(4), cg)
+		CMPQ(cg, Imm(64))
+		JL(LabelRef("groups"))
+		px.advance(-256)
 	}
 	ADDQ(U32(q6KPanelBytes), wp)
 	px.advance(xKBlock)
