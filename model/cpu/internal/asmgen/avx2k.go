@@ -34,6 +34,12 @@ func wordPair(sc reg.VecVirtual) {
 // for Q2_K the mins as q23KPanel computes them (VPMULLD of each min with
 // the group's correction -32 times its sum, the total shifted right by 5),
 // acc = fma(float32(-summs), f16(w.dmin)*x.d, acc).
+//
+// For more than two activation rows the groups run as a loop over their
+// eight pairs (unrolled they made 17-18 KB of code for eight rows; see
+// q4KPanelAVX2): the activation pointers move on 32 bytes a pair, the rows'
+// corrections are copied to the stack first, isum starts at zero, and
+// Q3_K's plane bit p moves to bit 2 by a shift count kept on the stack.
 func q23KPanelAVX2(C int, three bool) {
 	name, what, size, loff, scoff := "q2KPanelAVX2", "Q2_K", q2KPanelBytes, 320, 64
 	if three {
@@ -41,6 +47,14 @@ func q23KPanelAVX2(C int, three bool) {
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
 	isum := AllocLocal(32 * C)
+	looped := C > 2
+	var corrs, count Mem
+	if looped {
+		corrs = AllocLocal(64 * C) // row c's 16 corrections at 64c
+		if three {
+			count = AllocLocal(16) // the plane bit p, in the m128 VPSRLW reads
+		}
+	}
 	c03 := bcastConstY(0x03030303)
 	var c04, lowW, c0f reg.VecVirtual
 	if three {
@@ -53,10 +67,23 @@ func q23KPanelAVX2(C int, three bool) {
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
+	if looped {
+		for c := range C {
+			for h := range 2 {
+				t := YMM()
+				VMOVDQU(px.m(c, xKCorr+32*h), t)
+				VMOVDQU(t, corrs.Offset(64*c+32*h))
+			}
+		}
+	}
 	halfLoop("half", func(hr reg.GPVirtual) {
-		for g := range 16 {
+		// group emits the group k groups on from wg, ws and the activation
+		// pointers: its L, scales and quants; planeBit ORs in Q3_K's high
+		// bits, corr is row c's correction, and first stores isum
+		// without adding.
+		group := func(k int, wg, ws reg.GPVirtual, planeBit func(j int, w reg.VecVirtual), corr func(c int) Mem, first bool) {
 			L := YMM()
-			VMOVDQU(at(Mem{Base: wp, Disp: loff + 64*g}, hr, 4), L)
+			VMOVDQU(at(Mem{Base: wg, Disp: loff + 64*k}, hr, 4), L)
 			var w [4]reg.VecVirtual
 			for j := range w {
 				w[j] = YMM()
@@ -67,14 +94,14 @@ func q23KPanelAVX2(C int, three bool) {
 					VPAND(c03, w[j], w[j])
 				}
 				if three {
-					orPlaneBitAVX2(at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, hr, 4), g/2, 2, c04, w[j])
+					planeBit(j, w[j])
 				}
 			}
 			sc := YMM()
 			if three {
-				VPMOVSXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), sc)
+				VPMOVSXBD(at(Mem{Base: ws, Disp: scoff + 16*k}, hr, 1), sc)
 			} else {
-				VPMOVZXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), sc)
+				VPMOVZXBD(at(Mem{Base: ws, Disp: scoff + 16*k}, hr, 1), sc)
 				VPAND(c0f, sc, sc)
 			}
 			wordPair(sc)
@@ -82,7 +109,7 @@ func q23KPanelAVX2(C int, three bool) {
 				var sum reg.VecVirtual
 				for j := range w {
 					xb := YMM()
-					VPBROADCASTD(px.m(c, xKQuants+16*g+4*j), xb)
+					VPBROADCASTD(px.m(c, xKQuants+16*k+4*j), xb)
 					VPMADDUBSW(xb, w[j], xb)
 					if j == 0 {
 						sum = xb
@@ -92,17 +119,59 @@ func q23KPanelAVX2(C int, three bool) {
 				}
 				if three {
 					cr := YMM()
-					VPBROADCASTD(px.m(c, xKCorr+4*g), cr)
+					VPBROADCASTD(corr(c), cr)
 					VPSRAD(Imm(3), cr, cr)
 					VPAND(lowW, cr, cr)
 					VPADDW(cr, sum, sum)
 				}
 				VPMADDWD(sc, sum, sum)
-				if g > 0 {
+				if !first {
 					VPADDD(isum.Offset(32*c), sum, sum)
 				}
 				VMOVDQU(sum, isum.Offset(32*c))
 			}
+		}
+		var wg, ws, cg reg.GPVirtual
+		if !looped {
+			for g := range 16 {
+				group(g, wp, wp, func(j int, w reg.VecVirtual) {
+					orPlaneBitAVX2(at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*(g%2)+j)}, hr, 4), g/2, 2, c04, w)
+				}, func(c int) Mem { return px.m(c, xKCorr+4*g) }, g == 0)
+			}
+		} else {
+			z := YMM()
+			VPXOR(z, z, z)
+			for c := range C {
+				VMOVDQU(z, isum.Offset(32*c))
+			}
+			wg, ws, cg = GP64(), GP64(), GP64() // wp + 128p, wp + 32p, 8p
+			MOVQ(wp, wg)
+			MOVQ(wp, ws)
+			XORQ(cg, cg)
+			if three {
+				MOVQ(cg, count)
+			}
+			Label("pairs")
+			for k := range 2 { // group g = 2p+k
+				group(k, wg, ws, func(j int, w reg.VecVirtual) {
+					t := YMM()
+					VMOVDQU(at(Mem{Base: wp, Disp: q3KPlanes + 64*(4*k+j)}, hr, 4), t)
+					VPSRLW(count, t, t)
+					VPSLLW(Imm(2), t, t)
+					VPAND(c04, t, t)
+					VPOR(t, w, w)
+				}, func(c int) Mem { return at(corrs.Offset(64*c+4*k), cg, 1) }, false)
+			}
+			ADDQ(U32(128), wg)
+			ADDQ(Imm(32), ws)
+			px.advance(32)
+			if three {
+				ADDQ(Imm(1), count)
+			}
+			ADDQ(Imm(8), cg)
+			CMPQ(cg, Imm(64))
+			JL(LabelRef("pairs"))
+			px.advance(-256)
 		}
 		for c := range C {
 			s := YMM()
@@ -112,21 +181,40 @@ func q23KPanelAVX2(C int, three bool) {
 		if three {
 			return
 		}
+		// The mins: ms[c] = sum over g of min(g) * corr(c, g).
 		ms := make([]reg.VecVirtual, C)
-		for g := range 16 {
+		mins := func(g int, ws reg.GPVirtual, corr func(c int) Mem, first bool) {
 			mn := YMM()
-			VPMOVZXBD(at(Mem{Base: wp, Disp: scoff + 16*g}, hr, 1), mn)
+			VPMOVZXBD(at(Mem{Base: ws, Disp: scoff + 16*g}, hr, 1), mn)
 			VPSRLD(Imm(4), mn, mn)
 			for c := range C {
 				t := YMM()
-				VPBROADCASTD(px.m(c, xKCorr+4*g), t)
+				VPBROADCASTD(corr(c), t)
 				VPMULLD(mn, t, t)
-				if g == 0 {
+				if first {
 					ms[c] = t
 				} else {
 					VPADDD(t, ms[c], ms[c])
 				}
 			}
+		}
+		if !looped {
+			for g := range 16 {
+				mins(g, wp, func(c int) Mem { return px.m(c, xKCorr+4*g) }, g == 0)
+			}
+		} else {
+			for c := range C {
+				ms[c] = YMM()
+				VPXOR(ms[c], ms[c], ms[c])
+			}
+			MOVQ(wp, ws)
+			XORQ(cg, cg)
+			Label("mins")
+			mins(0, ws, func(c int) Mem { return at(corrs.Offset(64*c), cg, 1) }, false)
+			ADDQ(Imm(16), ws)
+			ADDQ(Imm(4), cg)
+			CMPQ(cg, Imm(64))
+			JL(LabelRef("mins"))
 		}
 		wdm := YMM()
 		VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wdm)
