@@ -247,6 +247,9 @@ func q23KPanelAVX2(C int, three bool) {
 // the sub-block's exact sum, folded in with one fma per row as foldSum
 // does. The activation rows are taken four at a time, each group
 // rebuilding the weight vectors, so that the sums stay in registers.
+//
+// For more than two activation rows the sub-blocks run as a loop (see
+// q4KPanelAVX2), the activation pointers moving on 32 bytes a sub-block.
 func iq4XSPanelAVX2(C int) {
 	nb, wp, px, acc, dm := panelHeadAVX2("iq4XSPanelAVX2", "IQ4_XS", C)
 	c0f := bcastConstY(0x0f0f0f0f)
@@ -256,17 +259,19 @@ func iq4XSPanelAVX2(C int) {
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
 	rowScalesAVX2(wp, 0, px, C, dm)
-	for s := range 8 {
+	// sub emits the sub-block s on from ws (scales, 16 bytes a sub-block),
+	// wq (quants, 256) and the activation pointers (32).
+	sub := func(s int, ws, wq reg.GPVirtual) {
 		halfLoop(fmt.Sprintf("sub%d", s), func(hr reg.GPVirtual) {
 			sc := YMM()
-			VPMOVSXBD(at(Mem{Base: wp, Disp: 32 + 16*s}, hr, 1), sc)
+			VPMOVSXBD(at(Mem{Base: ws, Disp: 32 + 16*s}, hr, 1), sc)
 			wordPair(sc)
 			for c0 := 0; c0 < C; c0 += 4 {
 				cs := min(4, C-c0)
 				sum := make([]reg.VecVirtual, cs)
 				for j := range 4 {
 					q := YMM()
-					VMOVDQU(at(Mem{Base: wp, Disp: 160 + 256*s + 64*j}, hr, 4), q)
+					VMOVDQU(at(Mem{Base: wq, Disp: 160 + 256*s + 64*j}, hr, 4), q)
 					for k := range 2 { // low nibbles: elements 4j.., high: 16+4j..
 						w := YMM()
 						if k == 0 {
@@ -298,6 +303,22 @@ func iq4XSPanelAVX2(C int) {
 				}
 			}
 		})
+	}
+	if C <= 2 {
+		for s := range 8 {
+			sub(s, wp, wp)
+		}
+	} else {
+		ws, wq := GP64(), GP64()
+		MOVQ(wp, ws)
+		MOVQ(wp, wq)
+		countLoop("subs", 8, func() {
+			sub(0, ws, wq)
+			ADDQ(Imm(16), ws)
+			ADDQ(U32(256), wq)
+			px.advance(32)
+		})
+		px.advance(-256)
 	}
 	ADDQ(U32(iq4XSPanelBytes), wp)
 	px.advance(xKBlock)
