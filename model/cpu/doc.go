@@ -21,11 +21,12 @@
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16, BF16, Q8_0, Q5_0 and Q5_1 (on
-// the stored rows) and Q4_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
-// IQ4_XS (on the same panels; Q3_K's high bits and Q5_K's fifth bits are
-// planes, the stored bytes in the quants' lanes, except Q5_K's on CPUs with
-// AMX, whose kernel reads masks: panelSet.planes), with AVX2 versions of SwiGLU,
+// repack_kquant.go), AVX2+FMA for F32, F16, BF16 and Q8_0 (on the stored
+// rows) and Q4_0, IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
+// IQ4_XS (on the same panels; Q3_K's high bits and the fifth bits of Q5_K,
+// and on AVX2 of Q5_0 and Q5_1, are planes, the bits of each weight
+// vector's bytes in one byte, except Q5_K's on CPUs with AMX, whose kernel
+// reads masks: panelSet.planes), with AVX2 versions of SwiGLU,
 // f32→f16, the Q8_0 and Q8_K quantizers (elementwise_avx2.go in asmgen;
 // the same bits as the AVX-512 ones) and of attention's score, weights and
 // value passes (attendSIMD in kv.go, attn_avx2.go in asmgen), an AVX2 Q8_1

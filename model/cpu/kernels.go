@@ -182,8 +182,8 @@ type panelSet struct {
 	// one group of 16 rows (BenchmarkPanel Q6_K: 159 GMAC/s against 178 on
 	// the 2-core Intel Xeon with AMX) and faster from two (185).
 	amxMin int
-	// planes: the kernels read Q5_K's fifth bits in planes, not masks
-	// (repack_kquant.go).
+	// planes: the kernels read Q5_K's, Q5_0's and Q5_1's fifth bits in
+	// planes, not masks (repack_kquant.go, repack_q5.go).
 	planes bool
 }
 

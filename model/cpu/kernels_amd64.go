@@ -84,9 +84,9 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), Q4_0 and
-// IQ4_NL have AVX2 panel kernels as well; Q8_0, Q5_0 and Q5_1 have AVX2
-// tile kernels on the stored rows instead.
+// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), Q4_0, IQ4_NL,
+// Q5_0 and Q5_1 have AVX2 panel kernels as well; Q8_0 has AVX2 tile
+// kernels on the stored rows instead.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		if !haveF16C {
@@ -109,6 +109,10 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q40PanelsAVX2
 		case ggml.IQ4_NL:
 			return &iq4NLPanelsAVX2
+		case ggml.Q5_0:
+			return &q50PanelsAVX2
+		case ggml.Q5_1:
+			return &q51PanelsAVX2
 		}
 		return nil
 	}
@@ -216,6 +220,16 @@ var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", k: [maxPanelC]panelFunc{
 
 var q40PanelsAVX2 = panelSet{name: "q40AVX2", k: [maxPanelC]panelFunc{
 	q40PanelAVX2_1, q40PanelAVX2_2, q40PanelAVX2_3, q40PanelAVX2_4, q40PanelAVX2_5, q40PanelAVX2_6, q40PanelAVX2_7, q40PanelAVX2_8,
+}}
+
+// The AVX2 Q5_0 and Q5_1 panels read the fifth bits in planes
+// (repack_q5.go).
+var q50PanelsAVX2 = panelSet{name: "q50PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
+	q50PanelAVX2_1, q50PanelAVX2_2, q50PanelAVX2_3, q50PanelAVX2_4, q50PanelAVX2_5, q50PanelAVX2_6, q50PanelAVX2_7, q50PanelAVX2_8,
+}}
+
+var q51PanelsAVX2 = panelSet{name: "q51PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
+	q51PanelAVX2_1, q51PanelAVX2_2, q51PanelAVX2_3, q51PanelAVX2_4, q51PanelAVX2_5, q51PanelAVX2_6, q51PanelAVX2_7, q51PanelAVX2_8,
 }}
 
 var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", k: [maxPanelC]panelFunc{

@@ -21,8 +21,8 @@ func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
 	return w
 }
 
-// TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (VNNI,
-// and AVX2 for Q5_1; every C from 1 to 8, odd and even block counts, odd
+// TestQ50PanelsEqualPortable checks the Q5_0 and Q5_1 panel kernels (VNNI
+// on masks and AVX2 on planes; every C from 1 to 8, odd and even block counts, odd
 // row counts and partial panels, extreme quants) on repacked weights
 // against the portable kernel on the stored rows, bit for bit.
 func TestQ50PanelsEqualPortable(t *testing.T) {

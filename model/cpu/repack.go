@@ -71,7 +71,7 @@ func (ps *panelSet) repack(t ggml.Type, rows, cols int, data []byte) []byte {
 		return repackK(t, rows, cols, data, ps.planes)
 	}
 	if t == ggml.Q5_0 || t == ggml.Q5_1 {
-		return repackQ50(t, rows, cols, data)
+		return repackQ50(t, rows, cols, data, ps.planes)
 	}
 	nb := cols / ggml.QK
 	bsz, pbb := q80Bytes, panelBlockBytes(t)

@@ -23,6 +23,12 @@ import (
 // times its sum takes the offset off. A panel takes as many bytes as its 16
 // rows did.
 //
+// In the planes layout (panelSet.planes: the AVX2 kernels, which have no
+// mask registers) [32:96) holds the same bits transposed: byte 4i+k, one
+// for each byte of a weight vector, has bit v set when the quant that byte
+// of vector v stands for has its bit 4 set, so that a shift and a mask give
+// any vector's fifth bits.
+//
 // A Q5_1 panel block (q51PanelBytes) is Q5_0's with the 16 rows' f16 mins
 // inserted after their d (so everything after them 32 bytes on); its
 // kernel starts the sums at zero (the quants are unsigned) and adds the
@@ -33,8 +39,9 @@ const (
 	q51PanelBytes = panelRows * q51Bytes
 )
 
-// repackQ50 returns the rows×cols Q5_0 or (t) Q5_1 matrix data in panels.
-func repackQ50(t ggml.Type, rows, cols int, data []byte) []byte {
+// repackQ50 returns the rows×cols Q5_0 or (t) Q5_1 matrix data in panels,
+// the fifth bits in planes where planes is set.
+func repackQ50(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 	nb := cols / ggml.QK
 	bsz, pbb, off := q50Bytes, q50PanelBytes, 0
 	if t == ggml.Q5_1 {
@@ -65,7 +72,13 @@ func repackQ50(t ggml.Type, rows, cols int, data []byte) []byte {
 				}
 			}
 			for v, m := range masks {
-				binary.LittleEndian.PutUint64(dst[16*off+32+8*v:], m)
+				if !planes {
+					binary.LittleEndian.PutUint64(dst[16*off+32+8*v:], m)
+					continue
+				}
+				for p := range 64 {
+					dst[16*off+32+p] |= byte(m>>p&1) << v
+				}
 			}
 		}
 	}

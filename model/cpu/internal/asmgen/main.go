@@ -228,6 +228,10 @@ func main() {
 		q4PanelAVX2(C, false)
 		q4PanelAVX2(C, true)
 	}
+	for C := 1; C <= maxPanelC; C++ {
+		q5PanelAVX2(C, false)
+		q5PanelAVX2(C, true)
+	}
 	swiGLUAVX2()
 	quantQ80AVX2(false)
 	quantQ80AVX2(true)
