@@ -21,8 +21,8 @@
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16, BF16 and Q8_0 (on the stored
-// rows) and Q4_0, IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
+// repack_kquant.go), AVX2+FMA for F32, F16 and BF16 (on the stored rows)
+// and Q8_0, Q4_0, IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // IQ4_XS (on the same panels; Q3_K's high bits and the fifth bits of Q5_K,
 // and on AVX2 of Q5_0 and Q5_1, are planes, the bits of each weight
 // vector's bytes in one byte, except Q5_K's on CPUs with AMX, whose kernel

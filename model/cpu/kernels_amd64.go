@@ -84,9 +84,7 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// The K-panel types (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS), Q4_0, IQ4_NL,
-// Q5_0 and Q5_1 have AVX2 panel kernels as well; Q8_0 has AVX2 tile
-// kernels on the stored rows instead.
+// Every panel type has AVX2 panel kernels as well.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		if !haveF16C {
@@ -113,6 +111,8 @@ func archPanels(t ggml.Type) *panelSet {
 			return &q50PanelsAVX2
 		case ggml.Q5_1:
 			return &q51PanelsAVX2
+		case ggml.Q8_0:
+			return &q80PanelsAVX2
 		}
 		return nil
 	}
@@ -226,6 +226,10 @@ var q40PanelsAVX2 = panelSet{name: "q40AVX2", k: [maxPanelC]panelFunc{
 // (repack_q5.go).
 var q50PanelsAVX2 = panelSet{name: "q50PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
 	q50PanelAVX2_1, q50PanelAVX2_2, q50PanelAVX2_3, q50PanelAVX2_4, q50PanelAVX2_5, q50PanelAVX2_6, q50PanelAVX2_7, q50PanelAVX2_8,
+}}
+
+var q80PanelsAVX2 = panelSet{name: "q80PanelsAVX2", k: [maxPanelC]panelFunc{
+	q80PanelAVX2_1, q80PanelAVX2_2, q80PanelAVX2_3, q80PanelAVX2_4, q80PanelAVX2_5, q80PanelAVX2_6, q80PanelAVX2_7, q80PanelAVX2_8,
 }}
 
 var q51PanelsAVX2 = panelSet{name: "q51PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{

@@ -1617,6 +1617,11 @@ func q50PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q80PanelAVX2_1 computes a 16-row panel of Q8_0 weights against 1 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_1(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q50PanelAVX2_2 computes a 16-row panel of Q5_0 weights against 2 activation rows with AVX2.
 //
 //go:noescape
@@ -1626,6 +1631,11 @@ func q50PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVX2_2 computes a 16-row panel of Q8_0 weights against 2 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q50PanelAVX2_3 computes a 16-row panel of Q5_0 weights against 3 activation rows with AVX2.
 //
@@ -1637,6 +1647,11 @@ func q50PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q80PanelAVX2_3 computes a 16-row panel of Q8_0 weights against 3 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q50PanelAVX2_4 computes a 16-row panel of Q5_0 weights against 4 activation rows with AVX2.
 //
 //go:noescape
@@ -1646,6 +1661,11 @@ func q50PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVX2_4 computes a 16-row panel of Q8_0 weights against 4 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q50PanelAVX2_5 computes a 16-row panel of Q5_0 weights against 5 activation rows with AVX2.
 //
@@ -1657,6 +1677,11 @@ func q50PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q80PanelAVX2_5 computes a 16-row panel of Q8_0 weights against 5 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q50PanelAVX2_6 computes a 16-row panel of Q5_0 weights against 6 activation rows with AVX2.
 //
 //go:noescape
@@ -1666,6 +1691,11 @@ func q50PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVX2_6 computes a 16-row panel of Q8_0 weights against 6 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q50PanelAVX2_7 computes a 16-row panel of Q5_0 weights against 7 activation rows with AVX2.
 //
@@ -1677,6 +1707,11 @@ func q50PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q51PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q80PanelAVX2_7 computes a 16-row panel of Q8_0 weights against 7 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q50PanelAVX2_8 computes a 16-row panel of Q5_0 weights against 8 activation rows with AVX2.
 //
 //go:noescape
@@ -1686,6 +1721,11 @@ func q50PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q51PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVX2_8 computes a 16-row panel of Q8_0 weights against 8 activation rows with AVX2.
+//
+//go:noescape
+func q80PanelAVX2_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // swigluAVX2 sets gate[i] = silu(gate[i]) * up[i] for i < n (a multiple of 8), silu with ggml_v_expf.
 //

@@ -229,8 +229,9 @@ func main() {
 		q4PanelAVX2(C, true)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q5PanelAVX2(C, false)
-		q5PanelAVX2(C, true)
+		q5PanelAVX2(C, false, false)
+		q5PanelAVX2(C, true, false)
+		q5PanelAVX2(C, false, true)
 	}
 	swiGLUAVX2()
 	quantQ80AVX2(false)

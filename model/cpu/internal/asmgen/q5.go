@@ -245,7 +245,7 @@ func iq4SignedTable() Mem {
 }
 
 // q5PanelAVX2Consts is q5PanelAVX2's constants: 0x0f bytes at 0, 0x10
-// bytes at 32, int16 ones at 64.
+// bytes at 32, int16 ones at 64, 0x80 bytes at 96.
 var q5PanelAVX2Consts *Mem
 
 // q5PanelAVX2 emits q50PanelAVX2_C, or q51PanelAVX2_C with one: q50Panel's
@@ -268,12 +268,23 @@ var q5PanelAVX2Consts *Mem
 // activation row keeps its eight accumulators in registers, more rows
 // keep theirs, and the rows' d products, on the stack; the constants are
 // memory operands.
-func q5PanelAVX2(C int, one bool) {
+//
+// With q8, it emits q80PanelAVX2_C: Q8_0's lane panels (q80LanePanel's,
+// whose bytes are the quants plus 128) in the same order, ggml's AVX2 form
+// of the products as the Q8_0 tiles have it: the bytes XORed back to the
+// signed quants, their magnitudes (VPABSB: 0..128, unsigned) by the
+// activations with the weights' signs (VPSIGNB: exact for activation
+// quants in -127..127, all the quantizer makes; see VecDot), pairs at most
+// 2*128*127, no correction.
+func q5PanelAVX2(C int, one, q8 bool) {
 	name, what, size, po, qo := "q50PanelAVX2", "Q5_0", q50PanelBytes, 32, 96
 	xsize, xq := xQ80Lanes, 36
-	if one {
+	switch {
+	case one:
 		name, what, size, po, qo = "q51PanelAVX2", "Q5_1", q51PanelBytes, 64, 128
 		xsize, xq = 40, 8
+	case q8:
+		name, what, size, qo = "q80PanelAVX2", "Q8_0", 16*34, 32
 	}
 	if q5PanelAVX2Consts == nil {
 		m := GLOBL("q5PanelAVX2Consts", RODATA|NOPTR)
@@ -286,10 +297,13 @@ func q5PanelAVX2(C int, one bool) {
 		for i := range 8 {
 			DATA(64+4*i, U32(0x00010001))
 		}
+		for i := range 8 {
+			DATA(96+4*i, U32(0x80808080))
+		}
 		q5PanelAVX2Consts = &m
 	}
 	k := *q5PanelAVX2Consts
-	c0f, c10, ones := k, k.Offset(32), k.Offset(64)
+	c0f, c10, ones, c80 := k, k.Offset(32), k.Offset(64), k.Offset(96)
 	TEXT(fmt.Sprintf("%s_%d", name, C), 0, panelSignature)
 	Pragma("noescape")
 	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
@@ -360,33 +374,49 @@ func q5PanelAVX2(C int, one bool) {
 				}
 			}
 		}
-		pl := YMM()
-		VMOVDQU(at(Mem{Base: wp, Disp: po}, hr, 4), pl)
+		var pl reg.VecVirtual
+		if !q8 {
+			pl = YMM()
+			VMOVDQU(at(Mem{Base: wp, Disp: po}, hr, 4), pl)
+		}
 		for v := range 8 {
 			w := YMM()
-			VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
-			if v >= 4 {
-				VPSRLW(Imm(4), w, w)
+			var aw reg.VecVirtual
+			if q8 {
+				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w)
+				VPXOR(c80, w, w) // the signed quants
+				aw = YMM()
+				VPABSB(w, aw)
+			} else {
+				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
+				if v >= 4 {
+					VPSRLW(Imm(4), w, w)
+				}
+				VPAND(c0f, w, w)
+				b := pl // bit v of the plane bytes, moved to bit 4
+				switch {
+				case v < 4:
+					b = YMM()
+					VPSLLW(Imm(uint64(4-v)), pl, b)
+				case v > 4:
+					b = YMM()
+					VPSRLW(Imm(uint64(v-4)), pl, b)
+				}
+				t := YMM()
+				VPAND(c10, b, t)
+				VPOR(t, w, w)
 			}
-			VPAND(c0f, w, w)
-			b := pl // bit v of the plane bytes, moved to bit 4
-			switch {
-			case v < 4:
-				b = YMM()
-				VPSLLW(Imm(uint64(4-v)), pl, b)
-			case v > 4:
-				b = YMM()
-				VPSRLW(Imm(uint64(v-4)), pl, b)
-			}
-			t := YMM()
-			VPAND(c10, b, t)
-			VPOR(t, w, w)
 			for c := range C {
 				xb := YMM()
 				VPBROADCASTD(px.m(c, xq+4*v), xb)
-				VPMADDUBSW(xb, w, xb)
+				if q8 {
+					VPSIGNB(w, xb, xb) // the activation times the weight's sign
+					VPMADDUBSW(xb, aw, xb)
+				} else {
+					VPMADDUBSW(xb, w, xb)
+				}
 				VPMADDWD(ones, xb, xb)
-				if !one {
+				if !one && !q8 {
 					cr := YMM()
 					VPBROADCASTD(px.m(c, 4+4*v), cr)
 					VPADDD(cr, xb, xb)
