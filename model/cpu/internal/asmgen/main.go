@@ -229,9 +229,9 @@ func main() {
 		q4PanelAVX2(C, true)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q5PanelAVX2(C, false, false)
-		q5PanelAVX2(C, true, false)
-		q5PanelAVX2(C, false, true)
+		lanePanelAVX2(C, "Q5_0")
+		lanePanelAVX2(C, "Q5_1")
+		lanePanelAVX2(C, "Q8_0")
 	}
 	swiGLUAVX2()
 	quantQ80AVX2(false)

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"fmt"
+
+	. "github.com/mmcloughlin/avo/build"
+	. "github.com/mmcloughlin/avo/operand"
+	"github.com/mmcloughlin/avo/reg"
+)
+
+// lanePanelAVX2Consts is lanePanelAVX2's constants: 0x0f bytes at 0, 0x10
+// bytes at 32, int16 ones at 64, 0x80 bytes at 96.
+var lanePanelAVX2Consts *Mem
+
+// lanePanelAVX2 emits q50PanelAVX2_C, q51PanelAVX2_C or q80PanelAVX2_C
+// for typ "Q5_0", "Q5_1" or "Q8_0": the lane panels' order (q50Panel's,
+// q80LanePanel's: dotQ50Q80's, dotQ51Q81's, dotQ80Q80's) with AVX2, for
+// CPUs without AVX-512, which ran these types as 2×2 tiles on the stored
+// rows — Q5_0 and Q5_1 decoding every block's fifth bits once a row
+// (VPSHUFB, VPAND, VPCMPEQB), at 0.94-0.97× llama.cpp's generation for
+// Q5_0 on an AMD EPYC Zen 3 (session 18).
+//
+// The panel's two halves of eight rows run one after the other, each over
+// every block (the panel is read twice; it stays in cache). Q5_0 and Q5_1
+// read the planes layout (repack_q5.go): weight vector v's bytes are its
+// nibbles with bit v of the plane bytes moved to bit 4 and ORed in, the
+// unsigned 5-bit quants, 0..31; VPMADDUBSW by the activation bytes (pairs
+// at most 2*31*128) and VPMADDWD by ones make each row's lane sum,
+// exactly, for any activation bytes, and Q5_0 adds the lane's correction
+// (-16 times the sum of its activation quants, expandRow's) to make the
+// sum of the signed quants' products. Q8_0's bytes (the quants plus 128)
+// are XORed back to the signed quants, whose magnitudes (VPABSB: 0..128,
+// unsigned) multiply the activations with the weights' signs (VPSIGNB:
+// exact for activation quants in -127..127, all the quantizer makes; see
+// VecDot), pairs at most 2*128*127: ggml's AVX2 form, as the Q8_0 tiles
+// have it; no correction. Then acc[v] = fma(float32(sum), f16(w.d)*x.d,
+// acc[v]); Q5_1 also ms = fma(f16(w.m), x.s, ms). At the end the lanes
+// fold as hsum8 (foldAccs), plus ms. One activation row keeps its eight
+// accumulators in registers; more rows keep theirs, and the rows' d
+// products, on the stack. The constants are memory operands.
+func lanePanelAVX2(C int, typ string) {
+	one, q8 := typ == "Q5_1", typ == "Q8_0"
+	name, what, size, po, qo := "q50PanelAVX2", "Q5_0", q50PanelBytes, 32, 96
+	xsize, xq := xQ80Lanes, 36
+	switch {
+	case one:
+		name, what, size, po, qo = "q51PanelAVX2", "Q5_1", q51PanelBytes, 64, 128
+		xsize, xq = 40, 8
+	case q8:
+		name, what, size, qo = "q80PanelAVX2", "Q8_0", 16*34, 32
+	}
+	if lanePanelAVX2Consts == nil {
+		m := GLOBL("lanePanelAVX2Consts", RODATA|NOPTR)
+		for i := range 8 {
+			DATA(4*i, U32(0x0f0f0f0f))
+		}
+		for i := range 8 {
+			DATA(32+4*i, U32(0x10101010))
+		}
+		for i := range 8 {
+			DATA(64+4*i, U32(0x00010001))
+		}
+		for i := range 8 {
+			DATA(96+4*i, U32(0x80808080))
+		}
+		lanePanelAVX2Consts = &m
+	}
+	k := *lanePanelAVX2Consts
+	c0f, c10, ones, c80 := k, k.Offset(32), k.Offset(64), k.Offset(96)
+	TEXT(fmt.Sprintf("%s_%d", name, C), 0, panelSignature)
+	Pragma("noescape")
+	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
+	inRegs := C == 1
+	var accS, ddS, msS Mem
+	if !inRegs {
+		accS = AllocLocal(256 * C) // row c's lane v at 256c + 32v
+		ddS = AllocLocal(32 * C)
+		if one {
+			msS = AllocLocal(32 * C)
+		}
+	}
+	halfLoop("half", func(hr reg.GPVirtual) {
+		nb, wp := param("nb"), param("w")
+		px := newPanelRowsX(C)
+		var acc [8]reg.VecVirtual
+		var dd, ms reg.VecVirtual
+		if inRegs {
+			for v := range acc {
+				acc[v] = YMM()
+				VXORPS(acc[v], acc[v], acc[v])
+			}
+			if one {
+				ms = YMM()
+				VXORPS(ms, ms, ms)
+			}
+		} else {
+			z := YMM()
+			VXORPS(z, z, z)
+			for i := range 8 * C {
+				VMOVUPS(z, accS.Offset(32*i))
+			}
+			if one {
+				for c := range C {
+					VMOVUPS(z, msS.Offset(32*c))
+				}
+			}
+		}
+		Label("loop")
+		TESTQ(nb, nb)
+		JZ(LabelRef("done"))
+		wd := YMM()
+		VCVTPH2PS(at(Mem{Base: wp}, hr, 2), wd)
+		var wm reg.VecVirtual
+		if one {
+			wm = YMM()
+			VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wm)
+		}
+		for c := range C {
+			t := YMM()
+			VBROADCASTSS(px.m(c, 0), t)
+			VMULPS(wd, t, t)
+			if inRegs {
+				dd = t
+			} else {
+				VMOVUPS(t, ddS.Offset(32*c))
+			}
+			if one {
+				s := YMM()
+				VBROADCASTSS(px.m(c, 4), s)
+				if inRegs {
+					VFMADD231PS(s, wm, ms)
+				} else {
+					a := YMM()
+					VMOVUPS(msS.Offset(32*c), a)
+					VFMADD231PS(s, wm, a)
+					VMOVUPS(a, msS.Offset(32*c))
+				}
+			}
+		}
+		var pl reg.VecVirtual
+		if !q8 {
+			pl = YMM()
+			VMOVDQU(at(Mem{Base: wp, Disp: po}, hr, 4), pl)
+		}
+		for v := range 8 {
+			w := YMM()
+			var aw reg.VecVirtual
+			if q8 {
+				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w)
+				VPXOR(c80, w, w) // the signed quants
+				aw = YMM()
+				VPABSB(w, aw)
+			} else {
+				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
+				if v >= 4 {
+					VPSRLW(Imm(4), w, w)
+				}
+				VPAND(c0f, w, w)
+				b := pl // bit v of the plane bytes, moved to bit 4
+				switch {
+				case v < 4:
+					b = YMM()
+					VPSLLW(Imm(uint64(4-v)), pl, b)
+				case v > 4:
+					b = YMM()
+					VPSRLW(Imm(uint64(v-4)), pl, b)
+				}
+				t := YMM()
+				VPAND(c10, b, t)
+				VPOR(t, w, w)
+			}
+			for c := range C {
+				xb := YMM()
+				VPBROADCASTD(px.m(c, xq+4*v), xb)
+				if q8 {
+					VPSIGNB(w, xb, xb) // the activation times the weight's sign
+					VPMADDUBSW(xb, aw, xb)
+				} else {
+					VPMADDUBSW(xb, w, xb)
+				}
+				VPMADDWD(ones, xb, xb)
+				if !one && !q8 {
+					cr := YMM()
+					VPBROADCASTD(px.m(c, 4+4*v), cr)
+					VPADDD(cr, xb, xb)
+				}
+				VCVTDQ2PS(xb, xb)
+				if inRegs {
+					VFMADD231PS(dd, xb, acc[v])
+				} else {
+					a := YMM()
+					VMOVUPS(accS.Offset(256*c+32*v), a)
+					VFMADD231PS(ddS.Offset(32*c), xb, a)
+					VMOVUPS(a, accS.Offset(256*c+32*v))
+				}
+			}
+		}
+		ADDQ(U32(uint32(size)), wp)
+		px.advance(xsize)
+		DECQ(nb)
+		JMP(LabelRef("loop"))
+		Label("done")
+		op, os := param("out"), param("os")
+		LEAQ(at(Mem{Base: op}, hr, 4), op) // this half's eight outputs
+		for c := range C {
+			a := acc
+			if !inRegs {
+				for v := range a {
+					a[v] = YMM()
+					VMOVUPS(accS.Offset(256*c+32*v), a[v])
+				}
+			}
+			foldAccs(a)
+			if one {
+				if inRegs {
+					VADDPS(ms, a[0], a[0])
+				} else {
+					VADDPS(msS.Offset(32*c), a[0], a[0])
+				}
+			}
+			VMOVUPS(a[0], Mem{Base: op})
+			if c+1 < C {
+				ADDQ(os, op)
+			}
+		}
+	})
+	ret()
+}
