@@ -925,15 +925,17 @@ func q5Bits() Mem {
 // widened by VPMADDWD with the scale, wait on the stack for the last
 // four's.
 //
-// The sub-blocks run as a loop over their four pairs (low and high
-// nibbles of the same bytes), not unrolled: unrolled, the kernel for
-// eight activation rows was 18 KB of code a super-block, more than an AMD
-// Zen 3's op cache keeps beside the other kernels of a prompt, and ran at
-// half the speed of Q4_0's 4 KB kernel (BenchmarkPanel, session 18). The
-// pair loop moves the activation pointers on by 64 bytes a pair (back by
-// 256 after it) and shifts the planes right by 2p (VPSRLW by a count kept
-// on the stack) before the shift by 4 or 3 that puts bit 2p or 2p+1 at
-// bit 4: one instruction more per weight vector than a fixed shift.
+// For more than two activation rows the sub-blocks run as a loop over
+// their four pairs (low and high nibbles of the same bytes), not unrolled:
+// unrolled, the kernel for eight activation rows was 18 KB of code a
+// super-block, more than an AMD Zen 3's op cache keeps beside the other
+// kernels of a prompt, and ran at half the speed of Q4_0's 4 KB kernel
+// (BenchmarkPanel, session 18). The pair loop moves the activation
+// pointers on by 64 bytes a pair (back by 256 after it) and shifts the
+// planes right by 2p (VPSRLW by a count kept on the stack) before the
+// shift by 4 or 3 that puts bit 2p or 2p+1 at bit 4: one instruction more
+// per weight vector than a fixed shift, which one or two rows (generation)
+// do not pay: they keep the unrolled form.
 func q4KPanelAVX2(C int, five bool) {
 	name, what, size, qoff := "q4KPanelAVX2", "Q4_K", q4KPanelBytes, 320
 	if five {
