@@ -50,19 +50,7 @@ func lanePanelAVX2(C int, typ string) {
 		name, what, size, qo = "q80PanelAVX2", "Q8_0", 16*34, 32
 	}
 	if lanePanelAVX2Consts == nil {
-		m := GLOBL("lanePanelAVX2Consts", RODATA|NOPTR)
-		for i := range 8 {
-			DATA(4*i, U32(0x0f0f0f0f))
-		}
-		for i := range 8 {
-			DATA(32+4*i, U32(0x10101010))
-		}
-		for i := range 8 {
-			DATA(64+4*i, U32(0x00010001))
-		}
-		for i := range 8 {
-			DATA(96+4*i, U32(0x80808080))
-		}
+		m := constTable("lanePanelAVX2Consts", splat(0x0f0f0f0f), splat(0x10101010), splat(0x00010001), splat(0x80808080))
 		lanePanelAVX2Consts = &m
 	}
 	k := *lanePanelAVX2Consts
@@ -226,3 +214,18 @@ func lanePanelAVX2(C int, typ string) {
 	})
 	ret()
 }
+
+// constTable emits a read-only table of YMM constants named name, vector v
+// at 32v.
+func constTable(name string, vecs ...[8]uint32) Mem {
+	m := GLOBL(name, RODATA|NOPTR)
+	for v, vec := range vecs {
+		for i, x := range vec {
+			DATA(32*v+4*i, U32(x))
+		}
+	}
+	return m
+}
+
+// splat is x in every dword of a YMM constant.
+func splat(x uint32) [8]uint32 { return [8]uint32{x, x, x, x, x, x, x, x} }

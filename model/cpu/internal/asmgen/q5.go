@@ -153,16 +153,7 @@ var q5AVX2Consts *Mem
 // q5AVX2 is q50AVX2, or q51AVX2 with one.
 func q5AVX2(t *tile, one bool) {
 	if q5AVX2Consts == nil {
-		m := GLOBL("q5AVX2Consts", RODATA|NOPTR)
-		for i := range 8 {
-			DATA(4*i, U32(uint32(4*(i/4))))
-		}
-		for i := range 8 {
-			DATA(32+4*i, U32(0x0f0f0f0f))
-		}
-		for i := range 8 {
-			DATA(64+4*i, U32(0xf0f0f0f0))
-		}
+		m := constTable("q5AVX2Consts", [8]uint32{0, 0, 0, 0, 4, 4, 4, 4}, splat(0x0f0f0f0f), splat(0xf0f0f0f0))
 		q5AVX2Consts = &m
 	}
 	k := *q5AVX2Consts
