@@ -228,12 +228,12 @@ var q50PanelsAVX2 = panelSet{name: "q50PanelsAVX2", planes: true, k: [maxPanelC]
 	q50PanelAVX2_1, q50PanelAVX2_2, q50PanelAVX2_3, q50PanelAVX2_4, q50PanelAVX2_5, q50PanelAVX2_6, q50PanelAVX2_7, q50PanelAVX2_8,
 }}
 
-var q80PanelsAVX2 = panelSet{name: "q80PanelsAVX2", k: [maxPanelC]panelFunc{
-	q80PanelAVX2_1, q80PanelAVX2_2, q80PanelAVX2_3, q80PanelAVX2_4, q80PanelAVX2_5, q80PanelAVX2_6, q80PanelAVX2_7, q80PanelAVX2_8,
-}}
-
 var q51PanelsAVX2 = panelSet{name: "q51PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
 	q51PanelAVX2_1, q51PanelAVX2_2, q51PanelAVX2_3, q51PanelAVX2_4, q51PanelAVX2_5, q51PanelAVX2_6, q51PanelAVX2_7, q51PanelAVX2_8,
+}}
+
+var q80PanelsAVX2 = panelSet{name: "q80PanelsAVX2", k: [maxPanelC]panelFunc{
+	q80PanelAVX2_1, q80PanelAVX2_2, q80PanelAVX2_3, q80PanelAVX2_4, q80PanelAVX2_5, q80PanelAVX2_6, q80PanelAVX2_7, q80PanelAVX2_8,
 }}
 
 var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", k: [maxPanelC]panelFunc{
