@@ -4,6 +4,7 @@ package cpu
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -73,7 +74,7 @@ func TestSetKernels(t *testing.T) {
 }
 
 // TestSetAhead checks the values of STRATA_PREFETCH, and that the default
-// follows the vendor CPUID names.
+// follows the vendor and family CPUID names, compared with /proc/cpuinfo's.
 func TestSetAhead(t *testing.T) {
 	defer func(saved bool) { aheadOn = saved }(aheadOn)
 	for _, tc := range []struct {
@@ -83,8 +84,8 @@ func TestSetAhead(t *testing.T) {
 	}{
 		{v: "on", want: true},
 		{v: " OFF ", want: false},
-		{v: "auto", want: intelCPU()},
-		{v: "", want: intelCPU()},
+		{v: "auto", want: aheadAuto()},
+		{v: "", want: aheadAuto()},
 		{v: "yes", wrong: `STRATA_PREFETCH="yes": want on, off or auto`},
 	} {
 		for _, before := range []bool{false, true} {
@@ -108,8 +109,27 @@ func TestSetAhead(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc/cpuinfo to compare CPUID's vendor with")
 	}
-	if got, want := intelCPU(), cpu.X86.HasAVX && strings.Contains(string(vendor), "GenuineIntel"); got != want {
-		t.Errorf("intelCPU() = %v; /proc/cpuinfo says Intel with AVX: %v", got, want)
+	info := string(vendor)
+	family := -1
+	for line := range strings.Lines(info) {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "cpu family" {
+			family, _ = strconv.Atoi(strings.TrimSpace(v))
+			break
+		}
+	}
+	intel := strings.Contains(info, "GenuineIntel")
+	amd := strings.Contains(info, "AuthenticAMD")
+	gotVendor, gotFamily := cpuIdentity()
+	if cpu.X86.HasAVX {
+		if want := map[bool]string{true: "intel"}[intel] + map[bool]string{true: "amd"}[amd]; gotVendor != want {
+			t.Errorf("cpuIdentity vendor %q; /proc/cpuinfo says %q", gotVendor, want)
+		}
+		if int(gotFamily) != family {
+			t.Errorf("cpuIdentity family %d; /proc/cpuinfo says %d", gotFamily, family)
+		}
+	}
+	if got, want := aheadAuto(), cpu.X86.HasAVX && (intel || amd && family >= 26); got != want {
+		t.Errorf("aheadAuto() = %v; /proc/cpuinfo says Intel, or AMD family %d, with AVX: want %v", got, family, want)
 	}
 }
 

@@ -48,9 +48,9 @@
 // output exactly as the single-row kernel does; a product with one
 // activation row (generation) runs one weight row a tile
 // (Backend.runTile), one sequential stream for the hardware prefetcher,
-// and on Intel CPUs, whose prefetchers stop at each 4 KiB page, kernels
-// that prefetch a page ahead of that stream in software (aheadEnv,
-// STRATA_PREFETCH). BF16 runs no VDPBF16PS, though Zen 4 and Sapphire
+// and on Intel CPUs, whose prefetchers stop at each 4 KiB page, and AMD's
+// from Zen 5, kernels that prefetch a page ahead of that stream in
+// software (aheadEnv, STRATA_PREFETCH). BF16 runs no VDPBF16PS, though Zen 4 and Sapphire
 // Rapids have it: that instruction treats subnormal inputs as zero,
 // flushes subnormal results and adds each lane's odd product before its
 // even one, so it cannot give the bits of the portable kernel (and of the

@@ -26,27 +26,29 @@ func init() {
 		fmt.Fprintf(os.Stderr, "strata: %v; running the fastest kernels\n", err)
 	}
 	if err := setAhead(os.Getenv(aheadEnv)); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v; prefetching as this CPU's vendor wants\n", err)
+		fmt.Fprintf(os.Stderr, "strata: %v; prefetching as this CPU wants\n", err)
 	}
 }
 
 // aheadEnv is the environment variable that says whether matrix-vector
 // products (one activation row: generation) run the kernels that prefetch
 // their weights a page ahead (tileSet.ahead, panelSet.ahead): "on", "off",
-// or unset, empty or "auto" for this CPU's default, on for Intel and off
-// for the others. Intel's hardware prefetchers stop at each 4 KiB page, so
-// a one-row weight stream stalls there: on a 2-core Xeon (Emerald Rapids)
-// the prefetching kernels ran generation 30–40 % faster for F16 and BF16
-// and about 60 % for Q4_0 (README, Performance). On AMD's Zen 5 one-row tiles ran
-// faster without software prefetches (session figures in asmgen's
-// prefetchTile), and these kernels, measured there with this variable
-// (README, Zen 5 "after a long context"), gained for F32 and F16 and lost
-// for Q8_0 and Q4_0 within the runs' spread: off on AMD. Every setting
-// gives the same bits: a prefetch changes no result.
+// or unset, empty or "auto" for this CPU's default (aheadAuto): on for
+// Intel and for AMD from Zen 5, off for the others. Intel's hardware
+// prefetchers stop at each 4 KiB page, so a one-row weight stream stalls
+// there: on a 2-core Xeon (Emerald Rapids) the prefetching kernels ran
+// generation 30–40 % faster for F16 and BF16 and about 60 % for Q4_0
+// (README, Performance). On AMD's Zen 5 session 12 measured them gaining
+// for F32 and F16 and losing for Q8_0 and Q4_0 within the runs' spread;
+// session 19, on the same CPU family, measured one-thread generation 9–28 %
+// faster with them for F32, F16, BF16, Q4_0, Q4_K_M and Q6_K, Q8_0 at
+// parity, and every file of the 14-file table faster beside llama.cpp
+// (README, Zen 5, session 19): on from Zen 5. Every setting gives the same
+// bits: a prefetch changes no result.
 const aheadEnv = "STRATA_PREFETCH"
 
 // aheadOn is whether matrix-vector products run the prefetching kernels.
-var aheadOn = intelCPU()
+var aheadOn = aheadAuto()
 
 // MatVecAhead reports whether matrix-vector products run the kernels that
 // prefetch their weights a page ahead (aheadEnv), where a type has them.
@@ -56,7 +58,7 @@ func MatVecAhead() bool { return aheadOn && !portableOnly && !avx2Only }
 func setAhead(v string) error {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "auto":
-		aheadOn = intelCPU()
+		aheadOn = aheadAuto()
 	case "on":
 		aheadOn = true
 	case "off":

@@ -24,14 +24,35 @@ var (
 	haveAMX = haveVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && requestAMX()
 )
 
-// intelCPU reports whether CPUID names the vendor GenuineIntel. It runs
-// cpuVendor, which ends with VZEROUPPER, only on a CPU with AVX.
-func intelCPU() bool {
+// cpuIdentity returns CPUID's vendor ("intel", "amd" or "") and family
+// (the base family, plus the extended family where the base is 15: 25 is
+// AMD's Zen 3 and 4, 26 Zen 5). It runs cpuVendor, which ends with
+// VZEROUPPER, only on a CPU with AVX; without AVX it returns "", 0.
+func cpuIdentity() (vendor string, family uint32) {
 	if !cpu.X86.HasAVX {
-		return false
+		return "", 0
 	}
-	b, d, c := cpuVendor()
-	return b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e // "Genu" "ineI" "ntel"
+	b, d, c, sig := cpuVendor()
+	switch {
+	case b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e: // "Genu" "ineI" "ntel"
+		vendor = "intel"
+	case b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163: // "Auth" "enti" "cAMD"
+		vendor = "amd"
+	}
+	family = sig >> 8 & 0xf
+	if family == 0xf {
+		family += sig >> 20 & 0xff
+	}
+	return vendor, family
+}
+
+// aheadAuto is aheadEnv's default: on for Intel CPUs, whose prefetchers
+// stop at every 4 KiB page, and for AMD's from Zen 5 (family 26) on, where
+// the prefetching kernels were measured faster in session 19; off
+// elsewhere, Zen 4 included, where they were not measured.
+func aheadAuto() bool {
+	vendor, family := cpuIdentity()
+	return vendor == "intel" || vendor == "amd" && family >= 26
 }
 
 // archTiles returns the fastest kernels this CPU runs for weights of type t,

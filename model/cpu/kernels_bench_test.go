@@ -148,7 +148,7 @@ func BenchmarkMatMulBatch(b *testing.B) {
 	pool := NewPool(1)
 	defer pool.Close()
 	const N, K, R = 1024, 2048, 16
-	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL,
+	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0, ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL,
 		ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
 		b.Run(typ.String(), func(b *testing.B) {
 			wrow := mustRowBytes(b, typ, K)

@@ -15,7 +15,7 @@ func roundActivation(ggml.Type, []float32, []float32) { panic("unreachable") }
 // archPanels returns nil: other architectures run the portable kernels.
 func archPanels(ggml.Type) *panelSet { return nil }
 
-func intelCPU() bool { return false }
+func aheadAuto() bool { return false }
 
 // archWsum returns nil: other architectures run the portable loop.
 

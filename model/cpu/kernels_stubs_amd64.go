@@ -1494,8 +1494,8 @@ func q3KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order; it needs AVX (VZEROUPPER).
-func cpuVendor() (ebx uint32, edx uint32, ecx uint32)
+// cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order and leaf 1's EAX; it needs AVX (VZEROUPPER).
+func cpuVendor() (ebx uint32, edx uint32, ecx uint32, sig uint32)
 
 // q40AMX computes np 16-row panels of Q4_0 weights against ng groups of 16 activation rows with AMX tiles.
 //

@@ -241,19 +241,24 @@ func main() {
 	Generate()
 }
 
-// cpuVendor emits func cpuVendor() (ebx, edx, ecx uint32): CPUID leaf 0's
-// vendor string, "GenuineIntel" as "Genu", "ineI", "ntel". It ends with
-// ret's VZEROUPPER like every function here, so callers run it only on a
-// CPU with AVX (intelCPU).
+// cpuVendor emits func cpuVendor() (ebx, edx, ecx, sig uint32): CPUID leaf
+// 0's vendor string, "GenuineIntel" as "Genu", "ineI", "ntel", and leaf 1's
+// EAX, the family, model and stepping. It ends with ret's VZEROUPPER like
+// every function here, so callers run it only on a CPU with AVX
+// (cpuIdentity).
 func cpuVendor() {
-	TEXT("cpuVendor", NOSPLIT, "func() (ebx, edx, ecx uint32)")
-	Doc("cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order; it needs AVX (VZEROUPPER).")
+	TEXT("cpuVendor", NOSPLIT, "func() (ebx, edx, ecx, sig uint32)")
+	Doc("cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order and leaf 1's EAX; it needs AVX (VZEROUPPER).")
 	XORL(reg.EAX, reg.EAX)
 	XORL(reg.ECX, reg.ECX)
 	CPUID()
 	Store(reg.EBX, ReturnIndex(0))
 	Store(reg.EDX, ReturnIndex(1))
 	Store(reg.ECX, ReturnIndex(2))
+	MOVL(U32(1), reg.EAX)
+	XORL(reg.ECX, reg.ECX)
+	CPUID()
+	Store(reg.EAX, ReturnIndex(3))
 	ret()
 }
 
