@@ -187,3 +187,47 @@ func testQ50MatMulEqualsPortable(t *testing.T) {
 		}
 	}
 }
+
+// TestQ50PlanesTransposeMasks checks the planes layout against the masks
+// one on the same random blocks (every fifth bit, partial panels): plane
+// byte p has bit v set exactly when mask v has bit p, and every other byte
+// is the same.
+func TestQ50PlanesTransposeMasks(t *testing.T) {
+	r := rand.New(rand.NewPCG(77, 78))
+	for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1} {
+		for _, rows := range []int{1, 16, 23} {
+			const nb = 3
+			var w []byte
+			for range rows {
+				w = append(w, weightsOf(t, r, typ, nb*ggml.QK, true)...)
+			}
+			masks := repackQ50(typ, rows, nb*ggml.QK, w, false)
+			planes := repackQ50(typ, rows, nb*ggml.QK, w, true)
+			pbb, off := q50PanelBytes, 0
+			if typ == ggml.Q5_1 {
+				pbb, off = q51PanelBytes, 2
+			}
+			for blk := 0; blk < len(masks)/pbb; blk++ {
+				m, p := masks[blk*pbb:(blk+1)*pbb], planes[blk*pbb:(blk+1)*pbb]
+				bits := m[16*off+32 : 16*off+96]
+				for i := range m {
+					if i >= 16*off+32 && i < 16*off+96 {
+						continue
+					}
+					if m[i] != p[i] {
+						t.Fatalf("%s rows=%d block %d: byte %d differs: %#x, %#x", typ, rows, blk, i, m[i], p[i])
+					}
+				}
+				for b := range 64 {
+					var want byte
+					for v := range 8 {
+						want |= (bits[8*v+b/8] >> (b % 8) & 1) << v
+					}
+					if got := p[16*off+32+b]; got != want {
+						t.Fatalf("%s rows=%d block %d: plane byte %d = %08b, want %08b", typ, rows, blk, b, got, want)
+					}
+				}
+			}
+		}
+	}
+}

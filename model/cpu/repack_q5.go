@@ -61,26 +61,40 @@ func repackQ50(t ggml.Type, rows, cols int, data []byte, planes bool) []byte {
 					copy(dst[32+2*i:32+2*i+2], src[2:4])
 				}
 				qh := binary.LittleEndian.Uint32(src[2+off:])
-				for v := range 8 {
-					for k := range 4 {
-						e := 16*(v/4) + 4*(v%4) + k
-						masks[v] |= uint64(qh>>e&1) << (4*i + k)
-					}
-				}
 				for j := range 4 {
 					copy(dst[16*off+96+64*j+4*i:16*off+96+64*j+4*i+4], src[off+6+4*j:off+6+4*j+4])
 				}
-			}
-			for v, m := range masks {
-				if !planes {
-					binary.LittleEndian.PutUint64(dst[16*off+32+8*v:], m)
+				// Byte k of lane i of weight vector v stands for the element
+				// whose fifth bit is qh's bit k+4v (v < 4: the low nibbles'
+				// elements 4v+k, v >= 4: the high ones', 16+4(v-4)+k).
+				if planes {
+					for k := range 4 {
+						dst[16*off+32+4*i+k] = everyFourth(qh >> k)
+					}
 					continue
 				}
-				for p := range 64 {
-					dst[16*off+32+p] |= byte(m>>p&1) << v
+				for v := range 8 {
+					for k := range 4 {
+						masks[v] |= uint64(qh>>(k+4*v)&1) << (4*i + k)
+					}
+				}
+			}
+			if !planes {
+				for v, m := range masks {
+					binary.LittleEndian.PutUint64(dst[16*off+32+8*v:], m)
 				}
 			}
 		}
 	}
 	return out
+}
+
+// everyFourth returns bits 0, 4, 8, …, 28 of x as bits 0..7 of a byte (a
+// PEXT by 0x11111111, in three shift-and-mask steps): the planes byte of
+// one lane byte, its bit v the fifth bit of weight vector v.
+func everyFourth(x uint32) byte {
+	x &= 0x11111111
+	x = (x | x>>3) & 0x03030303
+	x = (x | x>>6) & 0x000f000f
+	return byte(x | x>>12)
 }
