@@ -42,9 +42,10 @@ func init() {
 // for F32 and F16 and losing for Q8_0 and Q4_0 within the runs' spread;
 // session 19, on the same CPU family, measured one-thread generation 9–28 %
 // faster with them for F32, F16, BF16, Q4_0, Q4_K_M and Q6_K, Q8_0 at
-// parity, and every file of the 14-file table faster beside llama.cpp
-// (README, Zen 5, session 19): on from Zen 5. Every setting gives the same
-// bits: a prefetch changes no result.
+// parity, and with them every generation cell of the 14-file table beside
+// llama.cpp at 1.11× or more but BF16's one-thread one (README, Zen 5,
+// session 19): on from Zen 5. Every setting gives the same bits: a
+// prefetch changes no result.
 const aheadEnv = "STRATA_PREFETCH"
 
 // aheadOn is whether matrix-vector products run the prefetching kernels.
