@@ -1424,12 +1424,12 @@ func q5KPlanePanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func f32AVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
-// f16xAVX512_1x1Ahead is f16xAVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+// f16xAVX512_1x1Ahead is f16xAVX512_1x1 with a software prefetch 8192 bytes ahead of its weights.
 //
 //go:noescape
 func f16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
-// bf16xAVX512_1x1Ahead is bf16xAVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+// bf16xAVX512_1x1Ahead is bf16xAVX512_1x1 with a software prefetch 8192 bytes ahead of its weights.
 //
 //go:noescape
 func bf16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)

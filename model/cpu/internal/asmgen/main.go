@@ -190,20 +190,22 @@ func main() {
 	for C := 1; C <= maxPanelC; C++ {
 		q4KPanel(C, true, true)
 	}
-	// The matrix-vector kernels again, prefetching a page ahead of their
-	// weights (matVecAhead): the 1×1 float tiles, then the C = 1 panels.
-	ahead = matVecAhead
+	// The matrix-vector kernels again, prefetching ahead of their weights
+	// (matVecAhead, halfAhead): the 1×1 float tiles, then the C = 1 panels.
 	for _, k := range []struct {
-		name string
-		gen  func(t *tile)
-	}{{"f32AVX512", f32AVX512}, {"f16xAVX512", f16xAVX512}, {"bf16xAVX512", bf16xAVX512}} {
+		name  string
+		gen   func(t *tile)
+		ahead int
+	}{{"f32AVX512", f32AVX512, matVecAhead}, {"f16xAVX512", f16xAVX512, halfAhead}, {"bf16xAVX512", bf16xAVX512, halfAhead}} {
+		ahead = k.ahead
 		name := k.name + "_1x1Ahead"
 		TEXT(name, NOSPLIT, signature)
 		Pragma("noescape")
-		Doc(fmt.Sprintf("%s is %s_1x1 with a software prefetch %d bytes ahead of its weights.", name, k.name, matVecAhead))
+		Doc(fmt.Sprintf("%s is %s_1x1 with a software prefetch %d bytes ahead of its weights.", name, k.name, ahead))
 		k.gen(newTile(1, 1))
 		ret()
 	}
+	ahead = matVecAhead
 	q80LanePanel(1)
 	panelKernel("q40Panel", "Q4_0", 1, true, false)
 	panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
@@ -1333,9 +1335,20 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 // picks the Ahead variants by vendor (aheadOn and aheadEnv in package cpu).
 const matVecAhead = 4096
 
+// halfAhead is matVecAhead for the f16 and bf16 matrix-vector tiles, two
+// pages. On a 2-core AMD EPYC Zen 5 (family 26 model 2), one thread, 8192
+// bytes made their generation 1.09× llama.cpp's where 4096 made it 0.96×
+// (BF16; F16 1.19× against 1.12×: vs-llamacpp bench tg64 against
+// llama-bench, medians of 5 alternated rounds, session 20), and
+// BenchmarkForward BF16 and F16 tg 8–19 % faster in four alternated runs;
+// 16384 was no better. The same distance cost F32 (1.06× against 1.18×)
+// and Q6_K and left the other panels level, so they keep 4096. On the
+// Intel Xeon above, 2048 to 8192 gave the same speeds.
+const halfAhead = 8192
+
 // ahead is the prefetch distance of the kernels being emitted: 0, or
-// matVecAhead while main emits the Ahead variants of the 1×1 float tiles
-// and the C = 1 panels.
+// matVecAhead (halfAhead) while main emits the Ahead variants of the 1×1
+// float tiles and the C = 1 panels.
 var ahead int
 
 // panelText starts panel kernel name_C (name_CAhead when ahead is set),
