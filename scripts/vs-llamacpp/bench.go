@@ -37,7 +37,7 @@ func benchFile(ctx context.Context, args []string) error {
 	if *depth > 0 {
 		return json.NewEncoder(os.Stdout).Encode(map[string]any{
 			"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG, "depth": *depth,
-			"cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(),
+			"cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(), "load_rss_mb": loadRSS(r), "file_mb": float64(r.FileBytes) / 1e6,
 		})
 	}
 	gc := coordinator.DefaultGenerateConfig()
@@ -58,6 +58,15 @@ func benchFile(ctx context.Context, args []string) error {
 	slices.Sort(tps)
 	return json.NewEncoder(os.Stdout).Encode(map[string]any{
 		"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG,
-		"e2e": tps[len(tps)/2], "cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(),
+		"e2e": tps[len(tps)/2], "cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(), "load_rss_mb": loadRSS(r), "file_mb": float64(r.FileBytes) / 1e6,
 	})
+}
+
+// loadRSS is how many MB the resident set grew over the load (bench.Result's
+// LoadRSS), or nil where it was not measured.
+func loadRSS(r bench.Result) any {
+	if !r.RSSKnown {
+		return nil
+	}
+	return float64(r.LoadRSS) / 1e6
 }
