@@ -105,8 +105,9 @@ type tileSet struct {
 	unit       int // elements per unit of n
 	maxR, maxC int
 	k          [maxTile][maxTile]tileFunc
-	// ahead is the 1×1 kernel again, prefetching its weights a page ahead:
-	// matrix-vector products run it where aheadOn (nil: none).
+	// ahead is the 1×1 kernel again, prefetching its weights a page ahead
+	// (two for f16 and bf16): matrix-vector products run it where aheadOn
+	// (nil: none).
 	ahead tileFunc
 	// one is the 1×1 kernel called directly, so that its result stays on
 	// the stack (a call through k cannot be proven not to keep &out); nil
