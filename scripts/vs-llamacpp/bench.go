@@ -34,11 +34,13 @@ func benchFile(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	out := map[string]any{
+		"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG,
+		"cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(), "load_rss_mb": loadRSS(r), "file_mb": float64(r.FileBytes) / 1e6,
+	}
 	if *depth > 0 {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{
-			"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG, "depth": *depth,
-			"cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(), "load_rss_mb": loadRSS(r), "file_mb": float64(r.FileBytes) / 1e6,
-		})
+		out["depth"] = *depth
+		return json.NewEncoder(os.Stdout).Encode(out)
 	}
 	gc := coordinator.DefaultGenerateConfig()
 	gc.Model, gc.Threads, gc.MaxTokens, gc.IgnoreEOS = *path, *threads, 65, true // the first token comes from prefill
@@ -56,10 +58,8 @@ func benchFile(ctx context.Context, args []string) error {
 		}
 	}
 	slices.Sort(tps)
-	return json.NewEncoder(os.Stdout).Encode(map[string]any{
-		"model": *path, "threads": r.Threads, "kernels": r.ISA, "pp128": r.PP, "tg64": r.TG,
-		"e2e": tps[len(tps)/2], "cpu": bench.CPU(), "load_s": r.LoadTime.Seconds(), "load_rss_mb": loadRSS(r), "file_mb": float64(r.FileBytes) / 1e6,
-	})
+	out["e2e"] = tps[len(tps)/2]
+	return json.NewEncoder(os.Stdout).Encode(out)
 }
 
 // loadRSS is how many MB the resident set grew over the load (bench.Result's

@@ -1340,8 +1340,8 @@ const matVecAhead = 4096
 // bytes made their generation 1.09× llama.cpp's where 4096 made it 0.96×
 // (BF16; F16 1.19× against 1.12×: vs-llamacpp bench tg64 against
 // llama-bench, medians of 5 alternated rounds, session 20), and
-// BenchmarkForward BF16 and F16 tg 8–19 % faster in four alternated runs;
-// 16384 was no better. The same distance cost F32 (1.06× against 1.18×)
+// BenchmarkForward tg 3–15 % faster (BF16 in three alternated runs, F16
+// in one); 16384 was no better. The same distance cost F32 (1.06× against 1.18×)
 // and Q6_K and left the other panels level, so they keep 4096. On the
 // Intel Xeon above, 2048 to 8192 gave the same speeds.
 const halfAhead = 8192
