@@ -220,18 +220,18 @@ func (b *Backend) runTile(worker, tile int) {
 	_ = j.out[(j.rows-1)*N+hi-1]
 	// A matrix-vector product (one activation row) runs one weight row a
 	// tile: one sequential stream, which the hardware prefetcher follows
-	// better than maxR interleaved ones (see prefetchTile in asmgen).
-	// Where aheadOn, that stream runs the kernel that prefetches a page
-	// ahead of it (aheadEnv).
-	maxR, k := ts.maxR, &ts.k
+	// better than maxR interleaved ones (see prefetchTile in asmgen); the
+	// set's rows kernel runs the item's rows in one call (vec), and where
+	// aheadOn the one that prefetches a page ahead of the stream (aheadEnv).
+	maxR := ts.maxR
 	if j.rows == 1 {
-		maxR = 1
-		if aheadOn && ts.ahead != nil {
-			vec := ts.k
-			vec[0][0] = ts.ahead
-			k = &vec
+		if k := ts.matVec(); k != nil {
+			k(n, &data[lo*j.wrow], j.wrow, &j.xb[0], &j.out[lo], hi-lo)
+			return
 		}
+		maxR = 1
 	}
+	k := &ts.k
 	for c0 := 0; c0 < j.rows; c0 += ts.maxC {
 		C := min(ts.maxC, j.rows-c0)
 		for o := lo; o < hi; o += maxR {

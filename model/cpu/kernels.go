@@ -95,6 +95,13 @@ func setKernels(v string) error {
 // type, whatever R and C.
 type tileFunc func(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// rowsFunc computes a matrix-vector product's run of rows ≥ 1 weight rows,
+// the first at w and one every ws bytes (bytes), against the one activation
+// row at x: out[i] is weight row i's dot product, with the bits of the 1×1
+// tileFunc of its set; n as for tileFunc. One call covers a run of rows
+// where the 1×1 kernel would take one call from Go a row.
+type rowsFunc func(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
 // maxTile bounds the rows and columns of a tile kernel.
 const maxTile = 4
 
@@ -105,10 +112,13 @@ type tileSet struct {
 	unit       int // elements per unit of n
 	maxR, maxC int
 	k          [maxTile][maxTile]tileFunc
-	// ahead is the 1×1 kernel again, prefetching its weights a page ahead
-	// (two for f16 and bf16): matrix-vector products run it where aheadOn
-	// (nil: none).
-	ahead tileFunc
+	// vec is the 1×1 kernel over a run of rows: matrix-vector products run
+	// it (nil: k[0][0] once a row).
+	vec rowsFunc
+	// ahead is vec again, prefetching its weights a page ahead (two for
+	// f16 and bf16): matrix-vector products run it where aheadOn (nil:
+	// none).
+	ahead rowsFunc
 	// one is the 1×1 kernel called directly, so that its result stays on
 	// the stack (a call through k cannot be proven not to keep &out); nil
 	// for a set of matrix kernels only (f32x).
@@ -119,6 +129,15 @@ type tileSet struct {
 	// the products and sums are the portable kernel's, and the kernel
 	// converts only the weights.
 	f32x bool
+}
+
+// matVec returns the kernel a matrix-vector product runs over its rows:
+// ahead where aheadOn and the set has it, else vec (nil: none).
+func (ts *tileSet) matVec() rowsFunc {
+	if aheadOn && ts.ahead != nil {
+		return ts.ahead
+	}
+	return ts.vec
 }
 
 // dot1 computes one dot product of n elements of rows w and x, which the

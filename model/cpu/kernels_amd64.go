@@ -269,7 +269,7 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
 // AVX2 ones on an AVX-512 machine.
 var avx2Only bool
 
-var f32AVX2 = tileSet{one: f32AVX21, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var f32AVX2 = tileSet{one: f32AVX21, vec: f32AVX2_rows, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f32AVX2_1x1, f32AVX2_1x2},
 	{f32AVX2_2x1, f32AVX2_2x2},
 }}
@@ -280,7 +280,7 @@ func f32AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f32AVX512 = tileSet{one: f32AVX5121, ahead: f32AVX512_1x1Ahead, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
+var f32AVX512 = tileSet{one: f32AVX5121, vec: f32AVX512_rows, ahead: f32AVX512_rowsAhead, name: "f32AVX512", unit: 1, maxR: 4, maxC: 4, k: [maxTile][maxTile]tileFunc{
 	{f32AVX512_1x1, f32AVX512_1x2, f32AVX512_1x3, f32AVX512_1x4},
 	{f32AVX512_2x1, f32AVX512_2x2, f32AVX512_2x3, f32AVX512_2x4},
 	{f32AVX512_3x1, f32AVX512_3x2, f32AVX512_3x3, f32AVX512_3x4},
@@ -304,14 +304,14 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 // f16xAVX512 and bf16xAVX512 are the matrix kernels of f16 and bf16
 // weights: their activation rows are float32, rounded to the weights'
 // dot-product type first (roundActivation).
-var f16xAVX512 = tileSet{ahead: f16xAVX512_1x1Ahead, name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+var f16xAVX512 = tileSet{vec: f16xAVX512_rows, ahead: f16xAVX512_rowsAhead, name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX512_1x1, f16xAVX512_1x2, f16xAVX512_1x3, f16xAVX512_1x4},
 	{f16xAVX512_2x1, f16xAVX512_2x2, f16xAVX512_2x3, f16xAVX512_2x4},
 	{f16xAVX512_3x1, f16xAVX512_3x2, f16xAVX512_3x3, f16xAVX512_3x4},
 	{f16xAVX512_4x1, f16xAVX512_4x2, f16xAVX512_4x3, f16xAVX512_4x4},
 }}
 
-var bf16xAVX512 = tileSet{ahead: bf16xAVX512_1x1Ahead, name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX512 = tileSet{vec: bf16xAVX512_rows, ahead: bf16xAVX512_rowsAhead, name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX512_1x1, bf16xAVX512_1x2, bf16xAVX512_1x3, bf16xAVX512_1x4},
 	{bf16xAVX512_2x1, bf16xAVX512_2x2, bf16xAVX512_2x3, bf16xAVX512_2x4},
 	{bf16xAVX512_3x1, bf16xAVX512_3x2, bf16xAVX512_3x3, bf16xAVX512_3x4},
@@ -401,7 +401,7 @@ func q40AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var f16AVX2 = tileSet{one: f16AVX21, vec: f16AVX2_rows, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f16AVX2_1x1, f16AVX2_1x2},
 	{f16AVX2_2x1, f16AVX2_2x2},
 }}
@@ -412,7 +412,7 @@ func f16AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var bf16AVX2 = tileSet{one: bf16AVX21, vec: bf16AVX2_rows, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{bf16AVX2_1x1, bf16AVX2_1x2},
 	{bf16AVX2_2x1, bf16AVX2_2x2},
 }}

@@ -1419,20 +1419,50 @@ func q5KPlanePanel_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q5KPlanePanel_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
-// f32AVX512_1x1Ahead is f32AVX512_1x1 with a software prefetch 4096 bytes ahead of its weights.
+// f32AVX512_rows computes the dot products of rows weight rows with one activation row, each as f32AVX512_1x1 does.
 //
 //go:noescape
-func f32AVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+func f32AVX512_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
-// f16xAVX512_1x1Ahead is f16xAVX512_1x1 with a software prefetch 8192 bytes ahead of its weights.
+// f32AVX512_rowsAhead is f32AVX512_rows with a software prefetch 4096 bytes ahead of its weights.
 //
 //go:noescape
-func f16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+func f32AVX512_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
-// bf16xAVX512_1x1Ahead is bf16xAVX512_1x1 with a software prefetch 8192 bytes ahead of its weights.
+// f16xAVX512_rows computes the dot products of rows weight rows with one activation row, each as f16xAVX512_1x1 does.
 //
 //go:noescape
-func bf16xAVX512_1x1Ahead(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+func f16xAVX512_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// f16xAVX512_rowsAhead is f16xAVX512_rows with a software prefetch 8192 bytes ahead of its weights.
+//
+//go:noescape
+func f16xAVX512_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// bf16xAVX512_rows computes the dot products of rows weight rows with one activation row, each as bf16xAVX512_1x1 does.
+//
+//go:noescape
+func bf16xAVX512_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// bf16xAVX512_rowsAhead is bf16xAVX512_rows with a software prefetch 8192 bytes ahead of its weights.
+//
+//go:noescape
+func bf16xAVX512_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// f32AVX2_rows computes the dot products of rows weight rows with one activation row, each as f32AVX2_1x1 does.
+//
+//go:noescape
+func f32AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// f16AVX2_rows computes the dot products of rows weight rows with one activation row, each as f16AVX2_1x1 does.
+//
+//go:noescape
+func f16AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// bf16AVX2_rows computes the dot products of rows weight rows with one activation row, each as bf16AVX2_1x1 does.
+//
+//go:noescape
+func bf16AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
 // q80LanePanel_1Ahead is q80LanePanel_1 with a software prefetch 4096 bytes ahead of its weights.
 //

@@ -174,7 +174,55 @@ func testTilesEqualPortable(t *testing.T) {
 						}
 					}
 				}
+				if ts.unit > 1 {
+					return // the rows kernels are the float types'
+				}
+				x := randRow(t, r, vt, n)
+				if vt != typ {
+					ConvertActivation(typ, randActVec(r, n), x)
+				}
+				checkRows(t, r, ts, typ, n, &x[0], func(w []byte) float32 {
+					var want float32
+					withPortable(func() { want = portable(n, w, x) })
+					return want
+				})
 			})
+		}
+	}
+}
+
+// checkRows checks ts's rows kernels (vec and ahead, where it has them) on
+// runs of 1 to 9 weight rows of n elements, with a gap between them, against
+// one activation row at x: each output equals dot(row), bit for bit, and
+// nothing past the run is written.
+func checkRows(t *testing.T, r *rand.Rand, ts *tileSet, typ ggml.Type, n int, x *byte, dot func(w []byte) float32) {
+	t.Helper()
+	wrow := mustRowBytes(t, typ, n)
+	for _, k := range []struct {
+		name string
+		f    rowsFunc
+	}{{"rows", ts.vec}, {"rowsAhead", ts.ahead}} {
+		if k.f == nil {
+			continue
+		}
+		for rows := 1; rows <= 9; rows++ {
+			ws := wrow + 3*typ.TypeSize()
+			w := make([]byte, rows*ws)
+			for i := range rows {
+				copy(w[i*ws:], randRow(t, r, typ, n))
+			}
+			out := make([]float32, rows+1)
+			k.f(n/ts.unit, &w[0], ws, x, &out[0], rows)
+			for i := range rows {
+				want := dot(w[i*ws : i*ws+wrow])
+				if got := out[i]; math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("%s_%s n=%d rows=%d out[%d] = %g (%08x), portable %g (%08x)",
+						ts.name, k.name, n, rows, i, got, math.Float32bits(got), want, math.Float32bits(want))
+				}
+			}
+			if out[rows] != 0 {
+				t.Fatalf("%s_%s n=%d rows=%d wrote past its run", ts.name, k.name, n, rows)
+			}
 		}
 	}
 }

@@ -70,6 +70,16 @@ func TestMatTilesEqualPortable(t *testing.T) {
 						}
 					}
 				}
+				v := randBytesVec(r, n)
+				xh := make([]byte, xrow)
+				ConvertActivation(typ, v, xh)
+				x := make([]float32, n)
+				roundActivation(typ, v, x)
+				checkRows(t, r, ts, typ, n, (*byte)(unsafe.Pointer(&x[0])), func(w []byte) float32 {
+					var want float32
+					withPortable(func() { want = portable(n, w, xh) })
+					return want
+				})
 			})
 		}
 	}

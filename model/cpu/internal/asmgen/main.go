@@ -190,20 +190,27 @@ func main() {
 	for C := 1; C <= maxPanelC; C++ {
 		q4KPanel(C, true, true)
 	}
-	// The matrix-vector kernels again, prefetching ahead of their weights
-	// (matVecAhead, halfAhead): the 1×1 float tiles, then the C = 1 panels.
+	// The matrix-vector kernels: the 1×1 float tiles looping over weight
+	// rows (rowsKernel), the AVX-512 ones again prefetching ahead of their
+	// weights (matVecAhead, halfAhead); then the C = 1 panels prefetching.
 	for _, k := range []struct {
 		name  string
 		gen   func(t *tile)
 		ahead int
-	}{{"f32AVX512", f32AVX512, matVecAhead}, {"f16xAVX512", f16xAVX512, halfAhead}, {"bf16xAVX512", bf16xAVX512, halfAhead}} {
-		ahead = k.ahead
-		name := k.name + "_1x1Ahead"
-		TEXT(name, NOSPLIT, signature)
-		Pragma("noescape")
-		Doc(fmt.Sprintf("%s is %s_1x1 with a software prefetch %d bytes ahead of its weights.", name, k.name, ahead))
-		k.gen(newTile(1, 1))
-		ret()
+	}{
+		{"f32AVX512", f32AVX512, matVecAhead},
+		{"f16xAVX512", f16xAVX512, halfAhead},
+		{"bf16xAVX512", bf16xAVX512, halfAhead},
+		{"f32AVX2", f32AVX2, 0},
+		{"f16AVX2", f16AVX2, 0},
+		{"bf16AVX2", bf16AVX2, 0},
+	} {
+		rowsKernel(k.name, k.gen)
+		if k.ahead > 0 {
+			ahead = k.ahead
+			rowsKernel(k.name, k.gen)
+			ahead = 0
+		}
 	}
 	ahead = matVecAhead
 	q80LanePanel(1)
@@ -612,6 +619,28 @@ type tile struct {
 	ws3    reg.GPVirtual
 	xp, xs reg.GPVirtual
 	xs3    reg.GPVirtual
+	// out, where set, holds the output address (a rows kernel's, see
+	// rowsKernel); else the stores load parameter out.
+	out reg.GPVirtual
+}
+
+// outPtr returns the register holding the output address: t.out, or
+// parameter out loaded.
+func (t *tile) outPtr() reg.GPVirtual {
+	if t.out != nil {
+		return t.out
+	}
+	return param("out")
+}
+
+// outStride returns parameter os loaded, for a tile of more than one
+// activation row; nil for one, whose outputs need no stride (and a rows
+// kernel has no os).
+func (t *tile) outStride() reg.GPVirtual {
+	if t.C == 1 {
+		return nil
+	}
+	return param("os")
 }
 
 func param(name string) reg.GPVirtual {
@@ -690,8 +719,8 @@ func imm(v int) Op {
 // store folds every accumulator (reduceLanes' tree: +8, +4, +2, +1) and
 // writes it to out.
 func (t *tile) store(acc [][]reg.VecVirtual) {
-	op := param("out")
-	os := param("os")
+	op := t.outPtr()
+	os := t.outStride()
 	var os3 reg.GPVirtual
 	if t.C > 3 {
 		os3 = GP64()
@@ -860,8 +889,8 @@ func f32AVX2(t *tile) {
 		}
 	}
 	Label("done")
-	op := param("out")
-	os := param("os")
+	op := t.outPtr()
+	os := t.outStride()
 	for r := range acc {
 		for c := range acc[r] {
 			s := foldY(acc[r][c].lo, acc[r][c].hi)
@@ -1272,8 +1301,8 @@ func (t *tile) blockAVX2Q(wsz, xsz, xq int, mins bool, wquants func(r, disp int)
 	t.advance(wsz, xsz, 1)
 	JMP(LabelRef("loop"))
 	Label("done")
-	op := param("out")
-	os := param("os")
+	op := t.outPtr()
+	os := t.outStride()
 	for r := range acc {
 		for c := range acc[r] {
 			if c == 0 {
@@ -1324,6 +1353,40 @@ func vpdpbusdBcst(m Mem, u, acc Op) {
 	})
 }
 
+// rowsSignature is the signature of the rows kernels (rowsKernel).
+const rowsSignature = "func(n int, w *byte, ws int, x *byte, out *float32, rows int)"
+
+// rowsKernel emits name_rows (name_rowsAhead where ahead is set): gen's 1×1
+// tile in a loop over rows ≥ 1 weight rows, the first at w, one every ws
+// bytes, against the one activation row at x: out[i] = the 1×1 tile of
+// weight row i, bit for bit. A matrix-vector product calls it once for a
+// run of rows, where it would call the 1×1 tile once a row: each call from
+// Go costs a few nanoseconds, and a token of a 110M model is ~127,000 rows.
+func rowsKernel(name string, gen func(t *tile)) {
+	fn := name + "_rows"
+	doc := fmt.Sprintf("%s computes the dot products of rows weight rows with one activation row, each as %s_1x1 does.", fn, name)
+	if ahead > 0 {
+		fn += "Ahead"
+		doc = fmt.Sprintf("%s is %s_rows with a software prefetch %d bytes ahead of its weights.", fn, name, ahead)
+	}
+	TEXT(fn, NOSPLIT, rowsSignature)
+	Pragma("noescape")
+	Doc(doc)
+	n, w, ws, x := param("n"), param("w"), param("ws"), param("x")
+	out, rows := param("out"), param("rows")
+	Label("row")
+	t := &tile{R: 1, C: 1, n: GP64(), wp: GP64(), xp: GP64(), out: out}
+	MOVQ(n, t.n)
+	MOVQ(w, t.wp)
+	MOVQ(x, t.xp)
+	gen(t)
+	ADDQ(ws, w)
+	ADDQ(Imm(4), out)
+	DECQ(rows)
+	JNZ(LabelRef("row"))
+	ret()
+}
+
 // matVecAhead is how far ahead of its weights, in bytes, a matrix-vector
 // kernel (one activation row) prefetches in its Ahead variant: a page, so
 // that the weight stream does not stall where it crosses into the next
@@ -1347,8 +1410,8 @@ const matVecAhead = 4096
 const halfAhead = 8192
 
 // ahead is the prefetch distance of the kernels being emitted: 0, or
-// matVecAhead (halfAhead) while main emits the Ahead variants of the 1×1
-// float tiles and the C = 1 panels.
+// matVecAhead (halfAhead) while main emits the Ahead variants of the float
+// rows kernels and the C = 1 panels.
 var ahead int
 
 // panelText starts panel kernel name_C (name_CAhead when ahead is set),
@@ -1655,8 +1718,8 @@ func halfAVX2(t *tile, bf16 bool) {
 		}
 	}
 	Label("done")
-	op := param("out")
-	os := param("os")
+	op := t.outPtr()
+	os := t.outStride()
 	for r := range acc {
 		for c := range acc[r] {
 			s := foldY(acc[r][c].lo, acc[r][c].hi)
