@@ -21,7 +21,9 @@
 // committed): AVX-512 for F32, F16 and BF16, AVX-512 VNNI for Q8_0, Q4_0,
 // IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (on weights
 // repacked into panels of 16 rows, see repack.go, repack_q5.go and
-// repack_kquant.go), AVX2+FMA for F32, F16 and BF16 (on the stored rows)
+// repack_kquant.go), AVX2+FMA for F32, F16 and BF16 (on the stored rows;
+// F16 and BF16 on both ISAs against float32 activations already rounded to
+// f16 or bf16, so the loop widens only the weights: archMatTiles)
 // and Q8_0, Q4_0, IQ4_NL, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and
 // IQ4_XS (on the same panels; Q3_K's high bits and the fifth bits of Q5_K,
 // and on AVX2 of Q5_0 and Q5_1, are planes, the bits of each weight
@@ -48,7 +50,8 @@
 // output exactly as the single-row kernel does; a product with one
 // activation row (generation) runs one weight row a tile
 // (Backend.runTile), one sequential stream for the hardware prefetcher,
-// and on Intel CPUs, whose prefetchers stop at each 4 KiB page, and AMD's
+// through a rows kernel that loops over the item's rows in assembly (one
+// call from Go per 16 rows, not per row: tileSet.vec), and on Intel CPUs, whose prefetchers stop at each 4 KiB page, and AMD's
 // from Zen 5, kernels that prefetch a page ahead of that stream in
 // software (two pages for f16 and bf16 weights; aheadEnv,
 // STRATA_PREFETCH). BF16 runs no VDPBF16PS, though Zen 4 and Sapphire

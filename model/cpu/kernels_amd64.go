@@ -318,17 +318,30 @@ var bf16xAVX512 = tileSet{vec: bf16xAVX512_rows, ahead: bf16xAVX512_rowsAhead, n
 	{bf16xAVX512_4x1, bf16xAVX512_4x2, bf16xAVX512_4x3, bf16xAVX512_4x4},
 }}
 
+// f16xAVX2 and bf16xAVX2 are f16xAVX512 and bf16xAVX512 on AVX2.
+var f16xAVX2 = tileSet{vec: f16xAVX2_rows, name: "f16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+	{f16xAVX2_1x1, f16xAVX2_1x2},
+	{f16xAVX2_2x1, f16xAVX2_2x2},
+}}
+
+var bf16xAVX2 = tileSet{vec: bf16xAVX2_rows, name: "bf16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+	{bf16xAVX2_1x1, bf16xAVX2_1x2},
+	{bf16xAVX2_2x1, bf16xAVX2_2x2},
+}}
+
 // archMatTiles returns the matrix kernels with float32 activations for
 // weights of type t, or nil where MatMul runs archTiles' kernels.
 func archMatTiles(t ggml.Type) *tileSet {
-	if !haveAVX512 || avx2Only {
-		return nil
-	}
-	switch t {
-	case ggml.F16:
+	avx512 := haveAVX512 && !avx2Only
+	switch {
+	case t == ggml.F16 && avx512:
 		return &f16xAVX512
-	case ggml.BF16:
+	case t == ggml.BF16 && avx512:
 		return &bf16xAVX512
+	case t == ggml.F16 && haveF16C:
+		return &f16xAVX2
+	case t == ggml.BF16 && haveAVX2:
+		return &bf16xAVX2
 	}
 	return nil
 }
@@ -340,11 +353,20 @@ func roundActivation(t ggml.Type, src, dst []float32) {
 		return
 	}
 	dst = dst[:len(src)]
+	avx512 := haveAVX512 && !avx2Only
 	switch t.VecDotType() {
 	case ggml.F16:
-		roundF16AVX512(len(src), &src[0], &dst[0])
+		if avx512 {
+			roundF16AVX512(len(src), &src[0], &dst[0])
+		} else {
+			roundF16AVX2(len(src), &src[0], &dst[0])
+		}
 	case ggml.BF16:
-		roundBF16AVX512(len(src), &src[0], &dst[0])
+		if avx512 {
+			roundBF16AVX512(len(src), &src[0], &dst[0])
+		} else {
+			roundBF16AVX2(len(src), &src[0], &dst[0])
+		}
 	default:
 		panic("cpu: roundActivation for " + t.String())
 	}
@@ -401,7 +423,7 @@ func q40AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var f16AVX2 = tileSet{one: f16AVX21, vec: f16AVX2_rows, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var f16AVX2 = tileSet{one: f16AVX21, name: "f16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f16AVX2_1x1, f16AVX2_1x2},
 	{f16AVX2_2x1, f16AVX2_2x2},
 }}
@@ -412,7 +434,7 @@ func f16AVX21(n int, w, x *byte) float32 {
 	return out
 }
 
-var bf16AVX2 = tileSet{one: bf16AVX21, vec: bf16AVX2_rows, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var bf16AVX2 = tileSet{one: bf16AVX21, name: "bf16AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{bf16AVX2_1x1, bf16AVX2_1x2},
 	{bf16AVX2_2x1, bf16AVX2_2x2},
 }}

@@ -1454,15 +1454,15 @@ func bf16xAVX512_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows i
 //go:noescape
 func f32AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
-// f16AVX2_rows computes the dot products of rows weight rows with one activation row, each as f16AVX2_1x1 does.
+// f16xAVX2_rows computes the dot products of rows weight rows with one activation row, each as f16xAVX2_1x1 does.
 //
 //go:noescape
-func f16AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+func f16xAVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
-// bf16AVX2_rows computes the dot products of rows weight rows with one activation row, each as bf16AVX2_1x1 does.
+// bf16xAVX2_rows computes the dot products of rows weight rows with one activation row, each as bf16xAVX2_1x1 does.
 //
 //go:noescape
-func bf16AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+func bf16xAVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
 // q80LanePanel_1Ahead is q80LanePanel_1 with a software prefetch 4096 bytes ahead of its weights.
 //
@@ -1781,3 +1781,53 @@ func f32ToF16AVX2(n int, src *float32, dst *uint16)
 //
 //go:noescape
 func quantQ8KXAVX2(nb int, x *float32, dst *byte)
+
+// f16xAVX2_1x1 computes a 1×1 tile of f16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func f16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_1x2 computes a 1×2 tile of f16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func f16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_2x1 computes a 2×1 tile of f16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func f16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_2x2 computes a 2×2 tile of f16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func f16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_1x1 computes a 1×1 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func bf16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_1x2 computes a 1×2 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func bf16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_2x1 computes a 2×1 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func bf16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_2x2 computes a 2×2 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
+//
+//go:noescape
+func bf16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// roundF16AVX2 sets dst[i] = ggml.F16ToF32(ggml.F32ToF16(src[i])) for i < n.
+//
+//go:noescape
+func roundF16AVX2(n int, src *float32, dst *float32)
+
+// roundBF16AVX2 sets dst[i] = ggml.BF16ToF32(ggml.F32ToBF16(src[i])) for i < n.
+//
+//go:noescape
+func roundBF16AVX2(n int, src *float32, dst *float32)

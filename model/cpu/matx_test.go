@@ -15,6 +15,13 @@ import (
 // kernel on the activations converted to the weights' dot-product type, bit
 // for bit, on random rows of awkward sizes.
 func TestMatTilesEqualPortable(t *testing.T) {
+	testMatTilesEqualPortable(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testMatTilesEqualPortable(t)
+}
+
+func testMatTilesEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	for _, typ := range []ggml.Type{ggml.F16, ggml.BF16} {
 		ts := archMatTiles(typ)
@@ -90,6 +97,13 @@ func TestMatTilesEqualPortable(t *testing.T) {
 // both zeros among them) and the rounding edges, over lengths that leave
 // every tail length.
 func TestRoundActivation(t *testing.T) {
+	testRoundActivation(t)
+	avx2Only = true
+	defer func() { avx2Only = false }()
+	testRoundActivation(t)
+}
+
+func testRoundActivation(t *testing.T) {
 	for _, typ := range []ggml.Type{ggml.F16, ggml.BF16} {
 		if archMatTiles(typ) == nil {
 			t.Skipf("%s: no float32-activation kernels on this CPU", typ)
@@ -118,11 +132,11 @@ func TestRoundActivation(t *testing.T) {
 			for i := range n {
 				w := want(src[i])
 				if math.Float32bits(dst[i]) != math.Float32bits(w) {
-					t.Fatalf("%s: round(%08x) = %08x, want %08x", typ, bits[i], math.Float32bits(dst[i]), math.Float32bits(w))
+					t.Fatalf("%s (avx2Only %v): round(%08x) = %08x, want %08x", typ, avx2Only, bits[i], math.Float32bits(dst[i]), math.Float32bits(w))
 				}
 			}
 			if dst[n] != 42 {
-				t.Fatalf("%s n=%d: wrote past the end", typ, n)
+				t.Fatalf("%s n=%d (avx2Only %v): wrote past the end", typ, n, avx2Only)
 			}
 		}
 	}

@@ -202,8 +202,8 @@ func main() {
 		{"f16xAVX512", f16xAVX512, halfAhead},
 		{"bf16xAVX512", bf16xAVX512, halfAhead},
 		{"f32AVX2", f32AVX2, 0},
-		{"f16AVX2", f16AVX2, 0},
-		{"bf16AVX2", bf16AVX2, 0},
+		{"f16xAVX2", f16xAVX2, 0},
+		{"bf16xAVX2", bf16xAVX2, 0},
 	} {
 		rowsKernel(k.name, k.gen)
 		if k.ahead > 0 {
@@ -247,6 +247,22 @@ func main() {
 	quantQ80AVX2(true)
 	f32ToF16AVX2()
 	quantQ8KXAVX2()
+	for _, k := range []struct {
+		name string
+		gen  func(t *tile)
+	}{{"f16xAVX2", f16xAVX2}, {"bf16xAVX2", bf16xAVX2}} {
+		for r := 1; r <= 2; r++ {
+			for c := 1; c <= 2; c++ {
+				TEXT(fmt.Sprintf("%s_%dx%d", k.name, r, c), NOSPLIT, signature)
+				Pragma("noescape")
+				Doc(fmt.Sprintf("%s_%dx%d computes a %d×%d tile of %s dot products with AVX2 (float32 activations).", k.name, r, c, r, c, k.name))
+				k.gen(newTile(r, c))
+				ret()
+			}
+		}
+	}
+	roundF16AVX2()
+	roundBF16AVX2()
 	Generate()
 }
 
