@@ -504,6 +504,46 @@ func q40AVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q40AVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
+// f16xAVX2_1x1 computes a 1×1 tile of f16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func f16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_1x2 computes a 1×2 tile of f16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func f16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_2x1 computes a 2×1 tile of f16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func f16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// f16xAVX2_2x2 computes a 2×2 tile of f16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func f16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_1x1 computes a 1×1 tile of bf16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func bf16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_1x2 computes a 1×2 tile of bf16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func bf16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_2x1 computes a 2×1 tile of bf16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func bf16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
+// bf16xAVX2_2x2 computes a 2×2 tile of bf16xAVX2 dot products with AVX2 and FMA.
+//
+//go:noescape
+func bf16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
+
 // expSubAVX512 sets dst[i] = expf(x[i] - sub) for i < n.
 //
 //go:noescape
@@ -1781,46 +1821,6 @@ func f32ToF16AVX2(n int, src *float32, dst *uint16)
 //
 //go:noescape
 func quantQ8KXAVX2(nb int, x *float32, dst *byte)
-
-// f16xAVX2_1x1 computes a 1×1 tile of f16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func f16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// f16xAVX2_1x2 computes a 1×2 tile of f16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func f16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// f16xAVX2_2x1 computes a 2×1 tile of f16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func f16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// f16xAVX2_2x2 computes a 2×2 tile of f16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func f16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// bf16xAVX2_1x1 computes a 1×1 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func bf16xAVX2_1x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// bf16xAVX2_1x2 computes a 1×2 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func bf16xAVX2_1x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// bf16xAVX2_2x1 computes a 2×1 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func bf16xAVX2_2x1(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
-
-// bf16xAVX2_2x2 computes a 2×2 tile of bf16xAVX2 dot products with AVX2 (float32 activations).
-//
-//go:noescape
-func bf16xAVX2_2x2(n int, w *byte, ws int, x *byte, xs int, out *float32, os int)
 
 // roundF16AVX2 sets dst[i] = ggml.F16ToF32(ggml.F32ToF16(src[i])) for i < n.
 //
