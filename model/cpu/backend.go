@@ -170,7 +170,9 @@ func (b *Backend) convertRow(worker, r int) {
 	K := j.w.Cols
 	dst := j.xb[r*j.stride : (r+1)*j.stride]
 	if j.ts != nil && j.ts.f32x {
-		roundActivation(j.w.Type, j.x[r*K:(r+1)*K], unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(dst))), K))
+		if K > 0 {
+			j.ts.round(K, &j.x[r*K], (*float32)(unsafe.Pointer(unsafe.SliceData(dst))))
+		}
 		return
 	}
 	if j.ps == nil {

@@ -51,8 +51,9 @@
 // activation row (generation) runs one weight row a tile
 // (Backend.runTile), one sequential stream for the hardware prefetcher,
 // through a rows kernel that loops over the item's rows in assembly (one
-// call from Go per 16 rows, not per row: tileSet.vec), and on Intel CPUs, whose prefetchers stop at each 4 KiB page, and AMD's
-// from Zen 5, kernels that prefetch a page ahead of that stream in
+// call from Go per 16 rows, not per row: tileSet.vec), and on Intel CPUs,
+// whose prefetchers stop at each 4 KiB page, and AMD's from Zen 5,
+// kernels that prefetch a page ahead of that stream in
 // software (two pages for f16 and bf16 weights; aheadEnv,
 // STRATA_PREFETCH). BF16 runs no VDPBF16PS, though Zen 4 and Sapphire
 // Rapids have it: that instruction treats subnormal inputs as zero,

@@ -125,10 +125,24 @@ type tileSet struct {
 	one func(n int, w, x *byte) float32
 	// f32x: the activation rows are float32 (4 bytes an element), each
 	// value rounded to the weights' dot-product type and widened back
-	// (roundActivation), not stored in that type: widening is exact, so
-	// the products and sums are the portable kernel's, and the kernel
+	// (round), not stored in that type: widening is exact, so the
+	// products and sums are the portable kernel's, and the kernel
 	// converts only the weights.
 	f32x bool
+	// round sets dst[i] to src[i] rounded to the weights' dot-product type
+	// (f16 or bf16) and widened back to float32, for i < n: an f32x set's
+	// activation rows (roundActivation).
+	round func(n int, src, dst *float32)
+}
+
+// roundActivation sets dst[i] to src[i] rounded for the float32-activation
+// kernels of t's weights (archMatTiles(t), which must exist): the rounding
+// those kernels' ISA has.
+func roundActivation(t ggml.Type, src, dst []float32) {
+	if len(src) == 0 {
+		return
+	}
+	archMatTiles(t).round(len(src), &src[0], &dst[:len(src)][0])
 }
 
 // matVec returns the kernel a matrix-vector product runs over its rows:

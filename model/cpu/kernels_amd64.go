@@ -303,15 +303,15 @@ var bf16AVX512 = tileSet{one: bf16AVX5121, name: "bf16AVX512", unit: 1, maxR: 4,
 
 // f16xAVX512 and bf16xAVX512 are the matrix kernels of f16 and bf16
 // weights: their activation rows are float32, rounded to the weights'
-// dot-product type first (roundActivation).
-var f16xAVX512 = tileSet{vec: f16xAVX512_rows, ahead: f16xAVX512_rowsAhead, name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+// dot-product type first (tileSet.round).
+var f16xAVX512 = tileSet{round: roundF16AVX512, vec: f16xAVX512_rows, ahead: f16xAVX512_rowsAhead, name: "f16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX512_1x1, f16xAVX512_1x2, f16xAVX512_1x3, f16xAVX512_1x4},
 	{f16xAVX512_2x1, f16xAVX512_2x2, f16xAVX512_2x3, f16xAVX512_2x4},
 	{f16xAVX512_3x1, f16xAVX512_3x2, f16xAVX512_3x3, f16xAVX512_3x4},
 	{f16xAVX512_4x1, f16xAVX512_4x2, f16xAVX512_4x3, f16xAVX512_4x4},
 }}
 
-var bf16xAVX512 = tileSet{vec: bf16xAVX512_rows, ahead: bf16xAVX512_rowsAhead, name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX512 = tileSet{round: roundBF16AVX512, vec: bf16xAVX512_rows, ahead: bf16xAVX512_rowsAhead, name: "bf16xAVX512", unit: 1, maxR: 4, maxC: 4, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX512_1x1, bf16xAVX512_1x2, bf16xAVX512_1x3, bf16xAVX512_1x4},
 	{bf16xAVX512_2x1, bf16xAVX512_2x2, bf16xAVX512_2x3, bf16xAVX512_2x4},
 	{bf16xAVX512_3x1, bf16xAVX512_3x2, bf16xAVX512_3x3, bf16xAVX512_3x4},
@@ -319,12 +319,12 @@ var bf16xAVX512 = tileSet{vec: bf16xAVX512_rows, ahead: bf16xAVX512_rowsAhead, n
 }}
 
 // f16xAVX2 and bf16xAVX2 are f16xAVX512 and bf16xAVX512 on AVX2.
-var f16xAVX2 = tileSet{vec: f16xAVX2_rows, name: "f16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+var f16xAVX2 = tileSet{round: roundF16AVX2, vec: f16xAVX2_rows, name: "f16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX2_1x1, f16xAVX2_1x2},
 	{f16xAVX2_2x1, f16xAVX2_2x2},
 }}
 
-var bf16xAVX2 = tileSet{vec: bf16xAVX2_rows, name: "bf16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX2 = tileSet{round: roundBF16AVX2, vec: bf16xAVX2_rows, name: "bf16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX2_1x1, bf16xAVX2_1x2},
 	{bf16xAVX2_2x1, bf16xAVX2_2x2},
 }}
@@ -344,32 +344,6 @@ func archMatTiles(t ggml.Type) *tileSet {
 		return &bf16xAVX2
 	}
 	return nil
-}
-
-// roundActivation sets dst[i] to src[i] rounded to t's dot-product type (f16
-// or bf16) and widened back to float32, for archMatTiles' kernels.
-func roundActivation(t ggml.Type, src, dst []float32) {
-	if len(src) == 0 {
-		return
-	}
-	dst = dst[:len(src)]
-	avx512 := haveAVX512 && !avx2Only
-	switch t.VecDotType() {
-	case ggml.F16:
-		if avx512 {
-			roundF16AVX512(len(src), &src[0], &dst[0])
-		} else {
-			roundF16AVX2(len(src), &src[0], &dst[0])
-		}
-	case ggml.BF16:
-		if avx512 {
-			roundBF16AVX512(len(src), &src[0], &dst[0])
-		} else {
-			roundBF16AVX2(len(src), &src[0], &dst[0])
-		}
-	default:
-		panic("cpu: roundActivation for " + t.String())
-	}
 }
 
 func f32AVX5121(n int, w, x *byte) float32 {

@@ -10,8 +10,6 @@ func archTiles(ggml.Type) *tileSet { return nil }
 // archMatTiles returns nil: other architectures run the portable kernels.
 func archMatTiles(ggml.Type) *tileSet { return nil }
 
-func roundActivation(ggml.Type, []float32, []float32) { panic("unreachable") }
-
 // archPanels returns nil: other architectures run the portable kernels.
 func archPanels(ggml.Type) *panelSet { return nil }
 
