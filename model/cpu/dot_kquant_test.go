@@ -250,9 +250,9 @@ func TestQuantDotAccuracyMore(t *testing.T) {
 // TestMatMulInvariantMore: MatMul gives every output the bits of the
 // one-row dot product, whether the activation rows come one at a time (a
 // matrix-vector product, which runs one weight row a tile: Backend.runTile) or
-// together, on one worker or two, with the kernels this CPU picks (with and
-// without the matrix-vector kernels that prefetch ahead: aheadEnv) and with
-// its AVX2 ones.
+// together, on one worker or two, with the kernels this CPU picks and with
+// its AVX2 ones, each with and without the matrix-vector kernels that
+// prefetch ahead (aheadEnv).
 func TestMatMulInvariantMore(t *testing.T) {
 	r := rand.New(rand.NewPCG(55, 56))
 	p1, p2 := NewPool(1), NewPool(2)
@@ -260,7 +260,7 @@ func TestMatMulInvariantMore(t *testing.T) {
 	defer p2.Close()
 	types := append([]ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0}, newTypes...)
 	defer func(avx2, ahead bool) { avx2Only, aheadOn = avx2, ahead }(avx2Only, aheadOn)
-	for _, set := range []struct{ avx2, ahead bool }{{false, false}, {false, true}, {true, false}} {
+	for _, set := range []struct{ avx2, ahead bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
 		avx2Only, aheadOn = set.avx2, set.ahead
 		for _, typ := range types {
 			K, N, R := 96, 37, 9

@@ -219,49 +219,49 @@ var q6KPanels = panelSet{name: "q6KVNNI", ahead: q6KPanel_1Ahead, amx: q6KAMX, a
 	q6KPanel_1, q6KPanel_2, q6KPanel_3, q6KPanel_4, q6KPanel_5, q6KPanel_6, q6KPanel_7, q6KPanel_8,
 }}
 
-var q4KPanelsAVX2 = panelSet{name: "q4KAVX2", k: [maxPanelC]panelFunc{
+var q4KPanelsAVX2 = panelSet{name: "q4KAVX2", ahead: q4KPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q4KPanelAVX2_1, q4KPanelAVX2_2, q4KPanelAVX2_3, q4KPanelAVX2_4, q4KPanelAVX2_5, q4KPanelAVX2_6, q4KPanelAVX2_7, q4KPanelAVX2_8,
 }}
 
-var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", planes: true, k: [maxPanelC]panelFunc{
+var q5KPanelsAVX2 = panelSet{name: "q5KAVX2", ahead: q5KPanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
 	q5KPanelAVX2_1, q5KPanelAVX2_2, q5KPanelAVX2_3, q5KPanelAVX2_4, q5KPanelAVX2_5, q5KPanelAVX2_6, q5KPanelAVX2_7, q5KPanelAVX2_8,
 }}
 
-var q6KPanelsAVX2 = panelSet{name: "q6KAVX2", k: [maxPanelC]panelFunc{
+var q6KPanelsAVX2 = panelSet{name: "q6KAVX2", ahead: q6KPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q6KPanelAVX2_1, q6KPanelAVX2_2, q6KPanelAVX2_3, q6KPanelAVX2_4, q6KPanelAVX2_5, q6KPanelAVX2_6, q6KPanelAVX2_7, q6KPanelAVX2_8,
 }}
 
-var q2KPanelsAVX2 = panelSet{name: "q2KAVX2", k: [maxPanelC]panelFunc{
+var q2KPanelsAVX2 = panelSet{name: "q2KAVX2", ahead: q2KPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q2KPanelAVX2_1, q2KPanelAVX2_2, q2KPanelAVX2_3, q2KPanelAVX2_4, q2KPanelAVX2_5, q2KPanelAVX2_6, q2KPanelAVX2_7, q2KPanelAVX2_8,
 }}
 
-var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", k: [maxPanelC]panelFunc{
+var q3KPanelsAVX2 = panelSet{name: "q3KAVX2", ahead: q3KPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q3KPanelAVX2_1, q3KPanelAVX2_2, q3KPanelAVX2_3, q3KPanelAVX2_4, q3KPanelAVX2_5, q3KPanelAVX2_6, q3KPanelAVX2_7, q3KPanelAVX2_8,
 }}
 
-var q40PanelsAVX2 = panelSet{name: "q40AVX2", k: [maxPanelC]panelFunc{
+var q40PanelsAVX2 = panelSet{name: "q40AVX2", ahead: q40PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q40PanelAVX2_1, q40PanelAVX2_2, q40PanelAVX2_3, q40PanelAVX2_4, q40PanelAVX2_5, q40PanelAVX2_6, q40PanelAVX2_7, q40PanelAVX2_8,
 }}
 
 // The AVX2 Q5_0 and Q5_1 panels read the fifth bits in planes
 // (repack_q5.go).
-var q50PanelsAVX2 = panelSet{name: "q50PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
+var q50PanelsAVX2 = panelSet{name: "q50PanelsAVX2", ahead: q50PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
 	q50PanelAVX2_1, q50PanelAVX2_2, q50PanelAVX2_3, q50PanelAVX2_4, q50PanelAVX2_5, q50PanelAVX2_6, q50PanelAVX2_7, q50PanelAVX2_8,
 }}
 
-var q51PanelsAVX2 = panelSet{name: "q51PanelsAVX2", planes: true, k: [maxPanelC]panelFunc{
+var q51PanelsAVX2 = panelSet{name: "q51PanelsAVX2", ahead: q51PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
 	q51PanelAVX2_1, q51PanelAVX2_2, q51PanelAVX2_3, q51PanelAVX2_4, q51PanelAVX2_5, q51PanelAVX2_6, q51PanelAVX2_7, q51PanelAVX2_8,
 }}
 
-var q80PanelsAVX2 = panelSet{name: "q80PanelsAVX2", k: [maxPanelC]panelFunc{
+var q80PanelsAVX2 = panelSet{name: "q80PanelsAVX2", ahead: q80PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q80PanelAVX2_1, q80PanelAVX2_2, q80PanelAVX2_3, q80PanelAVX2_4, q80PanelAVX2_5, q80PanelAVX2_6, q80PanelAVX2_7, q80PanelAVX2_8,
 }}
 
-var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", k: [maxPanelC]panelFunc{
+var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", ahead: iq4NLPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	iq4NLPanelAVX2_1, iq4NLPanelAVX2_2, iq4NLPanelAVX2_3, iq4NLPanelAVX2_4, iq4NLPanelAVX2_5, iq4NLPanelAVX2_6, iq4NLPanelAVX2_7, iq4NLPanelAVX2_8,
 }}
 
-var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
+var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
 }}
 
@@ -269,7 +269,7 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", k: [maxPanelC]panelFunc{
 // AVX2 ones on an AVX-512 machine.
 var avx2Only bool
 
-var f32AVX2 = tileSet{one: f32AVX21, vec: f32AVX2_rows, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
+var f32AVX2 = tileSet{one: f32AVX21, vec: f32AVX2_rows, ahead: f32AVX2_rowsAhead, name: "f32AVX2", unit: 1, maxR: 2, maxC: 2, k: [maxTile][maxTile]tileFunc{
 	{f32AVX2_1x1, f32AVX2_1x2},
 	{f32AVX2_2x1, f32AVX2_2x2},
 }}
@@ -319,12 +319,12 @@ var bf16xAVX512 = tileSet{round: roundBF16AVX512, vec: bf16xAVX512_rows, ahead: 
 }}
 
 // f16xAVX2 and bf16xAVX2 are f16xAVX512 and bf16xAVX512 on AVX2.
-var f16xAVX2 = tileSet{round: roundF16AVX2, vec: f16xAVX2_rows, name: "f16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+var f16xAVX2 = tileSet{round: roundF16AVX2, vec: f16xAVX2_rows, ahead: f16xAVX2_rowsAhead, name: "f16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{f16xAVX2_1x1, f16xAVX2_1x2},
 	{f16xAVX2_2x1, f16xAVX2_2x2},
 }}
 
-var bf16xAVX2 = tileSet{round: roundBF16AVX2, vec: bf16xAVX2_rows, name: "bf16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
+var bf16xAVX2 = tileSet{round: roundBF16AVX2, vec: bf16xAVX2_rows, ahead: bf16xAVX2_rowsAhead, name: "bf16xAVX2", unit: 1, maxR: 2, maxC: 2, f32x: true, k: [maxTile][maxTile]tileFunc{
 	{bf16xAVX2_1x1, bf16xAVX2_1x2},
 	{bf16xAVX2_2x1, bf16xAVX2_2x2},
 }}

@@ -1494,15 +1494,30 @@ func bf16xAVX512_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows i
 //go:noescape
 func f32AVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
+// f32AVX2_rowsAhead is f32AVX2_rows with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func f32AVX2_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
 // f16xAVX2_rows computes the dot products of rows weight rows with one activation row, each as f16xAVX2_1x1 does.
 //
 //go:noescape
 func f16xAVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
+// f16xAVX2_rowsAhead is f16xAVX2_rows with a software prefetch 8192 bytes ahead of its weights.
+//
+//go:noescape
+func f16xAVX2_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
 // bf16xAVX2_rows computes the dot products of rows weight rows with one activation row, each as bf16xAVX2_1x1 does.
 //
 //go:noescape
 func bf16xAVX2_rows(n int, w *byte, ws int, x *byte, out *float32, rows int)
+
+// bf16xAVX2_rowsAhead is bf16xAVX2_rows with a software prefetch 8192 bytes ahead of its weights.
+//
+//go:noescape
+func bf16xAVX2_rowsAhead(n int, w *byte, ws int, x *byte, out *float32, rows int)
 
 // q80LanePanel_1Ahead is q80LanePanel_1 with a software prefetch 4096 bytes ahead of its weights.
 //
@@ -1563,6 +1578,61 @@ func q3KPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanel_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVX2_1Ahead is q40PanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q40PanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVX2_1Ahead is iq4NLPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func iq4NLPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVX2_1Ahead is q50PanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q50PanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVX2_1Ahead is q51PanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q51PanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVX2_1Ahead is q80PanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q80PanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVX2_1Ahead is q4KPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q4KPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVX2_1Ahead is q5KPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q5KPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVX2_1Ahead is q6KPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q6KPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVX2_1Ahead is q2KPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q2KPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVX2_1Ahead is q3KPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func q3KPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVX2_1Ahead is iq4XSPanelAVX2_1 with a software prefetch 4096 bytes ahead of its weights.
+//
+//go:noescape
+func iq4XSPanelAVX2_1Ahead(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // cpuVendor returns CPUID leaf 0's vendor string in EBX, EDX, ECX order and leaf 1's EAX; it needs AVX (VZEROUPPER).
 func cpuVendor() (ebx uint32, edx uint32, ecx uint32, sig uint32)

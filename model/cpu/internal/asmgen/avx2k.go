@@ -66,6 +66,7 @@ func q23KPanelAVX2(C int, three bool) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, size)
 	rowScalesAVX2(wp, 0, px, C, dm)
 	if looped {
 		for c := range C {
@@ -258,6 +259,7 @@ func iq4XSPanelAVX2(C int) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, iq4XSPanelBytes)
 	rowScalesAVX2(wp, 0, px, C, dm)
 	// sub emits the sub-block s on from ws (scales, 16 bytes a sub-block),
 	// wq (quants, 256) and the activation pointers (32).

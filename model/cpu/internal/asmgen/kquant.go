@@ -774,9 +774,7 @@ func bcastConstY(v uint32) reg.VecVirtual {
 // a stack slot of the same shape for the rows' d.
 func panelHeadAVX2(name, what string, C int) (nb, wp reg.GPVirtual, px *panelRowsX, acc, d Mem) {
 	// Not NOSPLIT: 128*C bytes of stack pass the nosplit limit for C > 6.
-	TEXT(fmt.Sprintf("%s_%d", name, C), 0, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
+	panelTextAttr(0, name, what, C, " with AVX2")
 	nb = param("nb")
 	wp = param("w")
 	px = newPanelRowsX(C)
@@ -955,6 +953,7 @@ func q4KPanelAVX2(C int, five bool) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, size)
 	rowScalesAVX2(wp, 0, px, C, dm)
 	// The sub-block pairs: a loop for more than two activation rows, where
 	// weight vectors are shared; unrolled for one or two (generation's
@@ -1112,6 +1111,7 @@ func q6KPanelAVX2(C int) {
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
+	prefetchAhead(wp, q6KPanelBytes)
 	rowScalesAVX2(wp, 0, px, C, dm)
 	// group emits group g's body (g < 0: the loop's, its offsets in wg, ws,
 	// cg and the activation pointers).

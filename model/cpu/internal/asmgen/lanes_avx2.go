@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -55,9 +53,7 @@ func lanePanelAVX2(C int, typ string) {
 	}
 	k := *lanePanelAVX2Consts
 	c0f, c10, ones, c80 := k, k.Offset(32), k.Offset(64), k.Offset(96)
-	TEXT(fmt.Sprintf("%s_%d", name, C), 0, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
+	panelTextAttr(0, name, what, C, " with AVX2")
 	inRegs := C == 1
 	var accS, ddS, msS Mem
 	if !inRegs {
@@ -96,6 +92,7 @@ func lanePanelAVX2(C int, typ string) {
 		Label("loop")
 		TESTQ(nb, nb)
 		JZ(LabelRef("done"))
+		prefetchAhead(wp, size)
 		wd := YMM()
 		VCVTPH2PS(at(Mem{Base: wp}, hr, 2), wd)
 		var wm reg.VecVirtual

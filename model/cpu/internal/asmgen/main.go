@@ -27,6 +27,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/mmcloughlin/avo/attr"
 	. "github.com/mmcloughlin/avo/build"
 	"github.com/mmcloughlin/avo/ir"
 	. "github.com/mmcloughlin/avo/operand"
@@ -191,8 +192,10 @@ func main() {
 		q4KPanel(C, true, true)
 	}
 	// The matrix-vector kernels: the 1×1 float tiles looping over weight
-	// rows (rowsKernel), the AVX-512 ones again prefetching ahead of their
-	// weights (matVecAhead, halfAhead); then the C = 1 panels prefetching.
+	// rows (rowsKernel), again prefetching ahead of their weights
+	// (matVecAhead, halfAhead); then the C = 1 panels prefetching, AVX-512
+	// and AVX2: an Intel CPU without AVX-512 has the prefetchers that stop
+	// at every page too.
 	for _, k := range []struct {
 		name  string
 		gen   func(t *tile)
@@ -201,31 +204,38 @@ func main() {
 		{"f32AVX512", f32AVX512, matVecAhead},
 		{"f16xAVX512", f16xAVX512, halfAhead},
 		{"bf16xAVX512", bf16xAVX512, halfAhead},
-		{"f32AVX2", f32AVX2, 0},
-		{"f16xAVX2", f16xAVX2, 0},
-		{"bf16xAVX2", bf16xAVX2, 0},
+		{"f32AVX2", f32AVX2, matVecAhead},
+		{"f16xAVX2", f16xAVX2, halfAhead},
+		{"bf16xAVX2", bf16xAVX2, halfAhead},
 	} {
 		rowsKernel(k.name, k.gen)
-		if k.ahead > 0 {
-			ahead = k.ahead
-			rowsKernel(k.name, k.gen)
-			ahead = 0
-		}
+		withAhead(k.ahead, func() { rowsKernel(k.name, k.gen) })
 	}
-	ahead = matVecAhead
-	q80LanePanel(1)
-	panelKernel("q40Panel", "Q4_0", 1, true, false)
-	panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
-	q50Panel(1, false)
-	q50Panel(1, true)
-	q4KPanel(1, false, false)
-	q4KPanel(1, true, false)
-	q4KPanel(1, true, true)
-	q6KPanel(1)
-	q23KPanel(1, false)
-	q23KPanel(1, true)
-	iq4XSPanel(1)
-	ahead = 0
+	withAhead(matVecAhead, func() {
+		q80LanePanel(1)
+		panelKernel("q40Panel", "Q4_0", 1, true, false)
+		panelKernel("iq4NLPanel", "IQ4_NL", 1, true, true)
+		q50Panel(1, false)
+		q50Panel(1, true)
+		q4KPanel(1, false, false)
+		q4KPanel(1, true, false)
+		q4KPanel(1, true, true)
+		q6KPanel(1)
+		q23KPanel(1, false)
+		q23KPanel(1, true)
+		iq4XSPanel(1)
+		q4PanelAVX2(1, false)
+		q4PanelAVX2(1, true)
+		lanePanelAVX2(1, "Q5_0")
+		lanePanelAVX2(1, "Q5_1")
+		lanePanelAVX2(1, "Q8_0")
+		q4KPanelAVX2(1, false)
+		q4KPanelAVX2(1, true)
+		q6KPanelAVX2(1)
+		q23KPanelAVX2(1, false)
+		q23KPanelAVX2(1, true)
+		iq4XSPanelAVX2(1)
+	})
 	cpuVendor()
 	amxPanel(amxQ40)
 	amxPanel(amxIQ4NL)
@@ -844,6 +854,7 @@ func f32AVX2(t *tile) {
 	Label("loop")
 	CMPQ(t.n, Imm(16))
 	JL(LabelRef("tail"))
+	prefetchAhead(t.wp, 64)
 	xv := make([]pair, t.C)
 	for c := range xv {
 		xv[c] = pair{YMM(), YMM()}
@@ -1412,21 +1423,41 @@ const matVecAhead = 4096
 const halfAhead = 8192
 
 // ahead is the prefetch distance of the kernels being emitted: 0, or
-// matVecAhead (halfAhead) while main emits the Ahead variants of the float
-// rows kernels and the C = 1 panels.
+// matVecAhead (halfAhead) inside withAhead, where main emits the Ahead
+// variants of the float rows kernels and the C = 1 panels. The generators
+// read it (panelText, rowsKernel, prefetchAhead) rather than take it as a
+// parameter, which every panel generator and its callers would carry for
+// the one call in each that emits an Ahead variant.
 var ahead int
+
+// withAhead runs emit with ahead set to d, then 0 again; d = 0 emits
+// nothing.
+func withAhead(d int, emit func()) {
+	if d == 0 {
+		return
+	}
+	ahead = d
+	defer func() { ahead = 0 }()
+	emit()
+}
 
 // panelText starts panel kernel name_C (name_CAhead when ahead is set),
 // whose doc says it computes what weights against C activation rows, with
 // more (" in ggml's eight-lane order", say) after that.
 func panelText(name, what string, C int, more string) {
+	panelTextAttr(NOSPLIT, name, what, C, more)
+}
+
+// panelTextAttr is panelText with TEXT's attribute a: 0 for the kernels
+// whose stack passes the nosplit limit.
+func panelTextAttr(a attr.Attribute, name, what string, C int, more string) {
 	fn := fmt.Sprintf("%s_%d", name, C)
 	doc := fmt.Sprintf("%s computes a 16-row panel of %s weights against %d activation rows%s.", fn, what, C, more)
 	if ahead > 0 {
 		doc = fmt.Sprintf("%sAhead is %s with a software prefetch %d bytes ahead of its weights.", fn, fn, ahead)
 		fn += "Ahead"
 	}
-	TEXT(fn, NOSPLIT, panelSignature)
+	TEXT(fn, a, panelSignature)
 	Pragma("noescape")
 	Doc(doc)
 }
@@ -1689,6 +1720,7 @@ func halfAVX2(t *tile, bf16, f32x bool) {
 		Label("loopu")
 		CMPQ(t.n, Imm(32))
 		JL(LabelRef("loop"))
+		prefetchAhead(t.wp, 64)
 		step(0)
 		step(1)
 		t.advance(64, 2*xbytes, 32)

@@ -37,9 +37,7 @@ func q4PanelAVX2(C int, lut bool) {
 	if lut {
 		name, what = "iq4NLPanelAVX2", "IQ4_NL"
 	}
-	TEXT(fmt.Sprintf("%s_%d", name, C), NOSPLIT, panelSignature)
-	Pragma("noescape")
-	Doc(fmt.Sprintf("%s_%d computes a 16-row panel of %s weights against %d activation rows with AVX2.", name, C, what, C))
+	panelText(name, what, C, " with AVX2")
 	const G = 4
 	acc := AllocLocal(64 * G) // row c's half h at 64c + 32h
 	for c0 := 0; c0 < C; c0 += G {
@@ -71,6 +69,7 @@ func q4PanelAVX2(C int, lut bool) {
 		Label(loop)
 		TESTQ(nb, nb)
 		JZ(LabelRef(done))
+		prefetchAhead(wp, 32+4*64)
 		for h := range 2 {
 			var s [G]reg.VecVirtual
 			for j := range 4 {
