@@ -55,10 +55,10 @@
 // whose prefetchers stop at each 4 KiB page, and AMD's from Zen 5,
 // kernels that prefetch a page ahead of that stream in
 // software (two pages for f16 and bf16 weights; aheadEnv,
-// STRATA_PREFETCH), with AVX-512 or AVX2 alike. BF16 runs no VDPBF16PS, though Zen 4 and Sapphire
-// Rapids have it: that instruction treats subnormal inputs as zero,
-// flushes subnormal results and adds each lane's odd product before its
-// even one, so it cannot give the bits of the portable kernel (and of the
-// AVX2 and AVX-512 ones that widen bf16 to float32 exactly and add each
-// product with one FMA) on every input.
+// STRATA_PREFETCH), with AVX-512 or AVX2 alike. BF16 runs no VDPBF16PS,
+// though Zen 4 and Sapphire Rapids have it: that instruction treats
+// subnormal inputs as zero, flushes subnormal results and adds each
+// lane's odd product before its even one, so it cannot give the bits of
+// the portable kernel (and of the AVX2 and AVX-512 ones that widen bf16 to
+// float32 exactly and add each product with one FMA) on every input.
 package cpu

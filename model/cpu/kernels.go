@@ -43,8 +43,8 @@ func init() {
 // session 19, on the same CPU family, measured one-thread generation 9–28 %
 // faster with them for F32, F16, BF16, Q4_0, Q4_K_M and Q6_K, Q8_0 at
 // parity, and with them every generation cell of the 14-file table beside
-// llama.cpp at 1.11× or more but BF16's one-thread one (docs/performance-history.md, Zen 5,
-// session 19): on from Zen 5. The AVX2 kernels have had them since session
+// llama.cpp at 1.11× or more but BF16's one-thread one
+// (docs/performance-history.md, Zen 5, session 19): on from Zen 5. The AVX2 kernels have had them since session
 // 22 (an Intel CPU without AVX-512 has the same prefetchers): on the same
 // Zen 5 held to AVX2, one-thread generation ran 1.06–1.82× faster with
 // them for every type but F32 and Q8_0 (at parity). Every setting gives

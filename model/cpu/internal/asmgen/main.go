@@ -1407,8 +1407,9 @@ func rowsKernel(name string, gen func(t *tile)) {
 // Intel Xeon (Emerald Rapids) 2048 to 8192 bytes gave the same speeds,
 // 1024 less, 512 little (BenchmarkForward BF16 and F16 tg, one thread,
 // 35 tok/s without, 52–55 from 2048 on); on AMD's Zen 5 they gained
-// nothing outside the noise (docs/performance-history.md, Zen 5), so the Go side
-// picks the Ahead variants by vendor (aheadOn and aheadEnv in package cpu).
+// nothing outside the noise in session 12 and 9–28 % in session 19
+// (docs/performance-history.md, Zen 5), so the Go side picks the Ahead
+// variants by vendor (aheadOn and aheadEnv in package cpu).
 const matVecAhead = 4096
 
 // halfAhead is matVecAhead for the f16 and bf16 matrix-vector tiles, two
