@@ -27,7 +27,7 @@ func TestAVX2KernelsForEveryType(t *testing.T) {
 	defer func() { avx2Only, portableOnly = savedAVX2, savedPortable }()
 	for _, typ := range []ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0,
 		ggml.Q5_0, ggml.Q5_1, ggml.IQ4_NL, ggml.Q2_K, ggml.Q3_K, ggml.Q4_K, ggml.Q5_K, ggml.Q6_K, ggml.IQ4_XS} {
-		if isa := ISA(typ); !strings.HasSuffix(isa, "AVX2") {
+		if isa := ISA(typ); !strings.HasSuffix(isa, "AVX2") && !strings.HasSuffix(isa, "AVXVNNI") {
 			t.Errorf("%s runs %s with AVX2 only", typ, isa)
 		}
 	}
@@ -35,36 +35,44 @@ func TestAVX2KernelsForEveryType(t *testing.T) {
 
 // TestSetKernels checks the values of STRATA_CPU.
 func TestSetKernels(t *testing.T) {
-	defer func() { avx2Only, portableOnly, noAMX = false, false, false }()
+	defer func() { avx2Only, portableOnly, noAMX, noAVXVNNI = false, false, false, false }()
+	vnni := "AVX2" // Q4_0's kernels under "avxvnni"
+	if haveAVXVNNI {
+		vnni = "AVXVNNI"
+	}
 	for _, tc := range []struct {
-		v                     string
-		avx2, portable, noAMX bool
-		isaSuffix, wrong      string
+		v                                string
+		avx2, portable, noAMX, noAVXVNNI bool
+		isaSuffix, q40Suffix, wrong      string
 	}{
-		{v: "avx2", avx2: true, noAMX: true, isaSuffix: "AVX2"},
-		{v: " AVX2 ", avx2: true, noAMX: true, isaSuffix: "AVX2"},
-		{v: "portable", portable: true, noAMX: true, isaSuffix: "portable"},
+		{v: "avx2", avx2: true, noAMX: true, noAVXVNNI: true, isaSuffix: "AVX2", q40Suffix: "AVX2"},
+		{v: " AVX2 ", avx2: true, noAMX: true, noAVXVNNI: true, isaSuffix: "AVX2", q40Suffix: "AVX2"},
+		{v: "avxvnni", avx2: true, noAMX: true, isaSuffix: "AVX2", q40Suffix: vnni},
+		{v: "portable", portable: true, noAMX: true, noAVXVNNI: true, isaSuffix: "portable", q40Suffix: "portable"},
 		{v: "avx512", noAMX: true},
 		{v: "auto"},
 		{v: ""},
-		{v: "avx10", wrong: `STRATA_CPU="avx10": want avx512, avx2, portable or auto`},
+		{v: "avx10", wrong: `STRATA_CPU="avx10": want avx512, avxvnni, avx2, portable or auto`},
 	} {
-		avx2Only, portableOnly, noAMX = true, true, true // a bad value changes nothing
+		avx2Only, portableOnly, noAMX, noAVXVNNI = true, true, true, true // a bad value changes nothing
 		err := setKernels(tc.v)
 		if tc.wrong != "" {
 			if err == nil || err.Error() != tc.wrong {
 				t.Errorf("%q: error %v, want %q", tc.v, err, tc.wrong)
 			}
-			if !avx2Only || !portableOnly || !noAMX {
+			if !avx2Only || !portableOnly || !noAMX || !noAVXVNNI {
 				t.Errorf("%q changed the kernels", tc.v)
 			}
 			continue
 		}
-		if err != nil || avx2Only != tc.avx2 || portableOnly != tc.portable || noAMX != tc.noAMX {
-			t.Errorf("%q: avx2Only %v, portableOnly %v, noAMX %v, error %v", tc.v, avx2Only, portableOnly, noAMX, err)
+		if err != nil || avx2Only != tc.avx2 || portableOnly != tc.portable || noAMX != tc.noAMX || noAVXVNNI != tc.noAVXVNNI {
+			t.Errorf("%q: avx2Only %v, portableOnly %v, noAMX %v, noAVXVNNI %v, error %v", tc.v, avx2Only, portableOnly, noAMX, noAVXVNNI, err)
 		}
 		if isa := ISA(ggml.Q2_K); haveF16C && tc.isaSuffix != "" && !strings.HasSuffix(isa, tc.isaSuffix) {
 			t.Errorf("%q: Q2_K runs %s", tc.v, isa)
+		}
+		if isa := ISA(ggml.Q4_0); haveF16C && tc.q40Suffix != "" && !strings.HasSuffix(isa, tc.q40Suffix) {
+			t.Errorf("%q: Q4_0 runs %s, want a name ending %s", tc.v, isa, tc.q40Suffix)
 		}
 		// Q4_0 runs AMX tiles where the CPU has them, unless held back.
 		if isa, amx := ISA(ggml.Q4_0), haveAMX && !tc.noAMX; strings.HasSuffix(isa, "+AMX") != amx {

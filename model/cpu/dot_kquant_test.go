@@ -252,16 +252,19 @@ func TestQuantDotAccuracyMore(t *testing.T) {
 // matrix-vector product, which runs one weight row a tile: Backend.runTile) or
 // together, on one worker or two, with the kernels this CPU picks and with
 // its AVX2 ones, each with and without the matrix-vector kernels that
-// prefetch ahead (aheadEnv).
+// prefetch ahead (aheadEnv), and with the AVX-VNNI ones where the CPU has
+// them.
 func TestMatMulInvariantMore(t *testing.T) {
 	r := rand.New(rand.NewPCG(55, 56))
 	p1, p2 := NewPool(1), NewPool(2)
 	defer p1.Close()
 	defer p2.Close()
 	types := append([]ggml.Type{ggml.F32, ggml.F16, ggml.BF16, ggml.Q8_0, ggml.Q4_0}, newTypes...)
-	defer func(avx2, ahead bool) { avx2Only, aheadOn = avx2, ahead }(avx2Only, aheadOn)
-	for _, set := range []struct{ avx2, ahead bool }{{false, false}, {false, true}, {true, false}, {true, true}} {
-		avx2Only, aheadOn = set.avx2, set.ahead
+	defer func(avx2, ahead, noVNNI bool) { avx2Only, aheadOn, noAVXVNNI = avx2, ahead, noVNNI }(avx2Only, aheadOn, noAVXVNNI)
+	for _, set := range []struct{ avx2, ahead, noVNNI bool }{
+		{false, false, false}, {false, true, false}, {true, false, false}, {true, true, false}, {true, false, true}, {true, true, true},
+	} {
+		avx2Only, aheadOn, noAVXVNNI = set.avx2, set.ahead, set.noVNNI
 		for _, typ := range types {
 			K, N, R := 96, 37, 9
 			if typ.BlockSize() == 256 {
@@ -290,7 +293,7 @@ func TestMatMulInvariantMore(t *testing.T) {
 				be.MatMul(w, x[i*K:(i+1)*K], 1, one[i*N:(i+1)*N])
 			}
 			if !slices.Equal(all, want) || !slices.Equal(one, want) {
-				t.Errorf("%s (%s, ahead %v): MatMul outputs differ from the one-row dot products", typ, ISA(typ), aheadOn)
+				t.Errorf("%s (%s, ahead %v, noAVXVNNI %v): MatMul outputs differ from the one-row dot products", typ, ISA(typ), aheadOn, noAVXVNNI)
 			}
 		}
 	}

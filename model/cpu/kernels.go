@@ -14,7 +14,9 @@ import (
 // what a CPU with AVX-512 and VNNI but no AMX runs (the AMX panel kernels
 // are skipped), "avx2" runs what
 // a CPU with AVX2, FMA and F16C but no AVX-512 runs (amd64; the AVX-512 and
-// VNNI kernels, activation quantizers and attention loops are skipped),
+// VNNI kernels, activation quantizers and attention loops are skipped, and
+// the AVX-VNNI ones), "avxvnni" what such a CPU with AVX-VNNI runs (the
+// AVX2 kernels and, where this CPU has AVX-VNNI, the AVX-VNNI panels),
 // "portable" the portable Go kernels; unset, empty or "auto", the fastest
 // this CPU has. It is read once, when the process starts; another value is
 // reported on standard error and ignored. Every setting gives the same
@@ -77,15 +79,17 @@ func setAhead(v string) error {
 func setKernels(v string) error {
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "", "auto":
-		avx2Only, portableOnly, noAMX = false, false, false
+		avx2Only, portableOnly, noAMX, noAVXVNNI = false, false, false, false
 	case "avx512":
-		avx2Only, portableOnly, noAMX = false, false, true
+		avx2Only, portableOnly, noAMX, noAVXVNNI = false, false, true, false
+	case "avxvnni":
+		avx2Only, portableOnly, noAMX, noAVXVNNI = true, false, true, false
 	case "avx2":
-		avx2Only, portableOnly, noAMX = true, false, true
+		avx2Only, portableOnly, noAMX, noAVXVNNI = true, false, true, true
 	case "portable":
-		avx2Only, portableOnly, noAMX = false, true, true
+		avx2Only, portableOnly, noAMX, noAVXVNNI = false, true, true, true
 	default:
-		return fmt.Errorf("%s=%q: want avx512, avx2, portable or auto", cpuEnv, v)
+		return fmt.Errorf("%s=%q: want avx512, avxvnni, avx2, portable or auto", cpuEnv, v)
 	}
 	return nil
 }
@@ -173,6 +177,11 @@ var portableOnly bool
 
 // noAMX skips the AMX panel kernels (cpuEnv "avx512", or a lower setting).
 var noAMX bool
+
+// noAVXVNNI skips the AVX-VNNI panel kernels, which run where the AVX2
+// ones would on a CPU that has AVX-VNNI (cpuEnv "avx2"; "avxvnni" keeps
+// them).
+var noAVXVNNI bool
 
 // tilesFor returns the SIMD kernels for weights of type t, or nil when the
 // portable kernels run (other CPUs, other types, or portableOnly set).

@@ -18,6 +18,11 @@ var (
 	// haveF16C adds VCVTPH2PS, which the AVX2 block kernels use for the
 	// scales (every AVX2 CPU has it).
 	haveF16C = haveAVX2 && cpu.X86.HasF16C
+	// haveAVXVNNI adds VPDPBUSD on YMM registers in its VEX encoding
+	// (AVX-VNNI: Intel's client cores from Alder Lake on and its E-core
+	// Xeons, AVX2 CPUs without AVX-512), which the AVX-VNNI panel kernels
+	// use for prompts.
+	haveAVXVNNI = haveF16C && cpu.X86.HasAVXVNNI
 	// haveAMX adds the AMX tile instructions (TDPBSSD and the tile loads
 	// and stores), which the AMX panel kernels use beside AVX-512, once
 	// Linux has let this process use tile data (requestAMX).
@@ -110,6 +115,20 @@ func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		if !haveF16C {
 			return nil
+		}
+		if haveAVXVNNI && !noAVXVNNI {
+			switch t {
+			case ggml.Q4_0:
+				return &q40PanelsAVXVNNI
+			case ggml.IQ4_NL:
+				return &iq4NLPanelsAVXVNNI
+			case ggml.Q5_0:
+				return &q50PanelsAVXVNNI
+			case ggml.Q5_1:
+				return &q51PanelsAVXVNNI
+			case ggml.Q8_0:
+				return &q80PanelsAVXVNNI
+			}
 		}
 		switch t {
 		case ggml.Q4_K:
@@ -263,6 +282,29 @@ var iq4NLPanelsAVX2 = panelSet{name: "iq4NLAVX2", ahead: iq4NLPanelAVX2_1Ahead, 
 
 var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
+}}
+
+// The AVX-VNNI panels: the AVX2 panels' layouts and bits, their prompt
+// kernels (C >= 2) with VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2);
+// one activation row runs the AVX2 kernel.
+var q40PanelsAVXVNNI = panelSet{name: "q40AVXVNNI", ahead: q40PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
+	q40PanelAVX2_1, q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8,
+}}
+
+var iq4NLPanelsAVXVNNI = panelSet{name: "iq4NLAVXVNNI", ahead: iq4NLPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
+	iq4NLPanelAVX2_1, iq4NLPanelAVXVNNI_2, iq4NLPanelAVXVNNI_3, iq4NLPanelAVXVNNI_4, iq4NLPanelAVXVNNI_5, iq4NLPanelAVXVNNI_6, iq4NLPanelAVXVNNI_7, iq4NLPanelAVXVNNI_8,
+}}
+
+var q50PanelsAVXVNNI = panelSet{name: "q50PanelsAVXVNNI", ahead: q50PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
+	q50PanelAVX2_1, q50PanelAVXVNNI_2, q50PanelAVXVNNI_3, q50PanelAVXVNNI_4, q50PanelAVXVNNI_5, q50PanelAVXVNNI_6, q50PanelAVXVNNI_7, q50PanelAVXVNNI_8,
+}}
+
+var q51PanelsAVXVNNI = panelSet{name: "q51PanelsAVXVNNI", ahead: q51PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
+	q51PanelAVX2_1, q51PanelAVXVNNI_2, q51PanelAVXVNNI_3, q51PanelAVXVNNI_4, q51PanelAVXVNNI_5, q51PanelAVXVNNI_6, q51PanelAVXVNNI_7, q51PanelAVXVNNI_8,
+}}
+
+var q80PanelsAVXVNNI = panelSet{name: "q80PanelsAVXVNNI", ahead: q80PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
+	q80PanelAVX2_1, q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the

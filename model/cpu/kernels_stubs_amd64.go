@@ -1901,3 +1901,178 @@ func roundF16AVX2(n int, src *float32, dst *float32)
 //
 //go:noescape
 func roundBF16AVX2(n int, src *float32, dst *float32)
+
+// q40PanelAVXVNNI_2 computes a 16-row panel of Q4_0 weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_2 computes a 16-row panel of IQ4_NL weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_2 computes a 16-row panel of Q5_0 weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_2 computes a 16-row panel of Q5_1 weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_2 computes a 16-row panel of Q8_0 weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_3 computes a 16-row panel of Q4_0 weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_3 computes a 16-row panel of IQ4_NL weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_3 computes a 16-row panel of Q5_0 weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_3 computes a 16-row panel of Q5_1 weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_3 computes a 16-row panel of Q8_0 weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_4 computes a 16-row panel of Q4_0 weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_4 computes a 16-row panel of IQ4_NL weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_4 computes a 16-row panel of Q5_0 weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_4 computes a 16-row panel of Q5_1 weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_4 computes a 16-row panel of Q8_0 weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_5 computes a 16-row panel of Q4_0 weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_5 computes a 16-row panel of IQ4_NL weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_5 computes a 16-row panel of Q5_0 weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_5 computes a 16-row panel of Q5_1 weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_5 computes a 16-row panel of Q8_0 weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_6 computes a 16-row panel of Q4_0 weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_6 computes a 16-row panel of IQ4_NL weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_6 computes a 16-row panel of Q5_0 weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_6 computes a 16-row panel of Q5_1 weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_6 computes a 16-row panel of Q8_0 weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_7 computes a 16-row panel of Q4_0 weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_7 computes a 16-row panel of IQ4_NL weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_7 computes a 16-row panel of Q5_0 weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_7 computes a 16-row panel of Q5_1 weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_7 computes a 16-row panel of Q8_0 weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q40PanelAVXVNNI_8 computes a 16-row panel of Q4_0 weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q40PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4NLPanelAVXVNNI_8 computes a 16-row panel of IQ4_NL weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4NLPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q50PanelAVXVNNI_8 computes a 16-row panel of Q5_0 weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q50PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q51PanelAVXVNNI_8 computes a 16-row panel of Q5_1 weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q51PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q80PanelAVXVNNI_8 computes a 16-row panel of Q8_0 weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q80PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

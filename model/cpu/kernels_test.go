@@ -433,7 +433,9 @@ func testAttendWindowReadsOnlyItsKeys(t *testing.T) {
 func TestPanelsEqualPortable(t *testing.T) {
 	testPanelsEqualPortable(t)
 	avx2Only = true
-	defer func() { avx2Only = false }()
+	defer func() { avx2Only, noAVXVNNI = false, false }()
+	testPanelsEqualPortable(t) // AVX-VNNI, where the CPU has it
+	noAVXVNNI = true
 	testPanelsEqualPortable(t)
 }
 
@@ -442,7 +444,7 @@ func testPanelsEqualPortable(t *testing.T) {
 	for _, typ := range []ggml.Type{ggml.Q8_0, ggml.Q4_0, ggml.IQ4_NL} {
 		ps := archPanels(typ)
 		if ps == nil {
-			t.Logf("%s (avx2Only %v): no panel kernels on this CPU", typ, avx2Only)
+			t.Logf("%s (avx2Only %v, noAVXVNNI %v): no panel kernels on this CPU", typ, avx2Only, noAVXVNNI)
 			continue
 		}
 		portable, err := VecDotFor(typ)

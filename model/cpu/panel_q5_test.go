@@ -26,11 +26,12 @@ func q50Weights(t testing.TB, r *rand.Rand, rows, n int) []byte {
 // row counts and partial panels, extreme quants) on repacked weights
 // against the portable kernel on the stored rows, bit for bit.
 func TestQ50PanelsEqualPortable(t *testing.T) {
-	defer func() { avx2Only = false }()
-	for _, avx2 := range []bool{false, true} {
-		avx2Only = avx2
+	defer func() { avx2Only, noAVXVNNI = false, false }()
+	// AVX-512; AVX2 with AVX-VNNI where the CPU has it; AVX2 alone.
+	for _, set := range []struct{ avx2, noVNNI bool }{{false, false}, {true, false}, {true, true}} {
+		avx2Only, noAVXVNNI = set.avx2, set.noVNNI
 		for _, typ := range []ggml.Type{ggml.Q5_0, ggml.Q5_1} {
-			t.Run(fmt.Sprintf("%s/avx2Only=%v", typ, avx2), func(t *testing.T) { testQ5PanelsEqualPortable(t, typ) })
+			t.Run(fmt.Sprintf("%s/avx2Only=%v/noAVXVNNI=%v", typ, set.avx2, set.noVNNI), func(t *testing.T) { testQ5PanelsEqualPortable(t, typ) })
 		}
 	}
 }
@@ -150,7 +151,9 @@ func TestQ50TilesEqualPortable(t *testing.T) {
 func TestQ50MatMulEqualsPortable(t *testing.T) {
 	testQ50MatMulEqualsPortable(t)
 	avx2Only = true
-	defer func() { avx2Only = false }()
+	defer func() { avx2Only, noAVXVNNI = false, false }()
+	testQ50MatMulEqualsPortable(t) // AVX-VNNI, where the CPU has it
+	noAVXVNNI = true
 	testQ50MatMulEqualsPortable(t)
 }
 

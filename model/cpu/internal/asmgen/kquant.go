@@ -349,15 +349,8 @@ func q6KPanel(C int) {
 // plus 128 as unsigned bytes (1..241): VPSHUFB of a nibble vector with it
 // gives the unsigned quants VPDPBUSD takes.
 func iq4Table() reg.VecVirtual {
-	if iq4Levels == nil {
-		m := GLOBL("iq4Levels128", RODATA|NOPTR)
-		for i, v := range iq4Values {
-			DATA(i, U8(uint8(int(v)+128)))
-		}
-		iq4Levels = &m
-	}
 	t := ZMM()
-	VBROADCASTI32X4(*iq4Levels, t)
+	VBROADCASTI32X4(iq4UnsignedTable(), t)
 	return t
 }
 

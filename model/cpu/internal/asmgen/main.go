@@ -224,11 +224,11 @@ func main() {
 		q23KPanel(1, false)
 		q23KPanel(1, true)
 		iq4XSPanel(1)
-		q4PanelAVX2(1, false)
-		q4PanelAVX2(1, true)
-		lanePanelAVX2(1, "Q5_0")
-		lanePanelAVX2(1, "Q5_1")
-		lanePanelAVX2(1, "Q8_0")
+		q4PanelAVX2(1, false, false)
+		q4PanelAVX2(1, true, false)
+		lanePanelAVX2(1, "Q5_0", false)
+		lanePanelAVX2(1, "Q5_1", false)
+		lanePanelAVX2(1, "Q8_0", false)
 		q4KPanelAVX2(1, false)
 		q4KPanelAVX2(1, true)
 		q6KPanelAVX2(1)
@@ -244,13 +244,13 @@ func main() {
 	amxPanel(amxQ5K)
 	amxPanel(amxQ6K)
 	for C := 1; C <= maxPanelC; C++ {
-		q4PanelAVX2(C, false)
-		q4PanelAVX2(C, true)
+		q4PanelAVX2(C, false, false)
+		q4PanelAVX2(C, true, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		lanePanelAVX2(C, "Q5_0")
-		lanePanelAVX2(C, "Q5_1")
-		lanePanelAVX2(C, "Q8_0")
+		lanePanelAVX2(C, "Q5_0", false)
+		lanePanelAVX2(C, "Q5_1", false)
+		lanePanelAVX2(C, "Q8_0", false)
 	}
 	swiGLUAVX2()
 	quantQ80AVX2(false)
@@ -259,7 +259,20 @@ func main() {
 	quantQ8KXAVX2()
 	roundF16AVX2()
 	roundBF16AVX2()
+	// AVX-VNNI: the AVX2 block panels for prompts (C >= 2; one activation
+	// row runs the AVX2 kernels, with or without the prefetch).
+	for C := 2; C <= maxPanelC; C++ {
+		q4PanelAVX2(C, false, true)
+		q4PanelAVX2(C, true, true)
+		lanePanelAVX2(C, "Q5_0", true)
+		lanePanelAVX2(C, "Q5_1", true)
+		lanePanelAVX2(C, "Q8_0", true)
+	}
 	Generate()
+	if err := vexVNNI(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 // cpuVendor emits func cpuVendor() (ebx, edx, ecx, sig uint32): CPUID leaf

@@ -113,3 +113,22 @@ func callName(c *ast.CallExpr) string {
 	}
 	return ""
 }
+
+// TestVEXVPDPBUSD checks the AVX-VNNI encoding against GNU as's ({vex}
+// vpdpbusd in AT&T order, which is Go's: signed, unsigned, accumulator),
+// high registers in each field included.
+func TestVEXVPDPBUSD(t *testing.T) {
+	for _, tc := range []struct {
+		s, u, acc int
+		want      []byte
+	}{
+		{1, 0, 2, []byte{0xc4, 0xe2, 0x7d, 0x50, 0xd1}},
+		{3, 12, 13, []byte{0xc4, 0x62, 0x1d, 0x50, 0xeb}},
+		{15, 0, 8, []byte{0xc4, 0x42, 0x7d, 0x50, 0xc7}},
+		{10, 9, 6, []byte{0xc4, 0xc2, 0x35, 0x50, 0xf2}},
+	} {
+		if got := vexVPDPBUSD(tc.s, tc.u, tc.acc); !slices.Equal(got, tc.want) {
+			t.Errorf("VPDPBUSD Y%d, Y%d, Y%d: % x, want % x", tc.s, tc.u, tc.acc, got, tc.want)
+		}
+	}
+}

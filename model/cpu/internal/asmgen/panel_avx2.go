@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -32,12 +33,23 @@ import (
 // weight vectors made once for four rows), their accumulators on the
 // stack where a group has more than two (in registers otherwise); the
 // kernel streams the panel once per group (it stays in cache).
-func q4PanelAVX2(C int, lut bool) {
-	name, what := "q40PanelAVX2", "Q4_0"
+//
+// With vnni (q40PanelAVXVNNI_C, iq4NLPanelAVXVNNI_C: AVX2 CPUs with
+// AVX-VNNI) each row's block sum starts at the block's correction (-8 or
+// -128 times the activations' sum, expandRow's) and VPDPBUSD adds the
+// products of the unsigned quants (Q4_0's nibbles; IQ4_NL's levels plus
+// 128, 1..241) with the broadcast activation bytes, four to an int32, one
+// instruction where AVX2 takes two (Q4_0) or four (IQ4_NL): the same exact
+// integer, so the same bits.
+func q4PanelAVX2(C int, lut, vnni bool) {
+	name, what, more := "q40PanelAVX2", "Q4_0", " with AVX2"
 	if lut {
 		name, what = "iq4NLPanelAVX2", "IQ4_NL"
 	}
-	panelText(name, what, C, " with AVX2")
+	if vnni {
+		name, more = strings.Replace(name, "AVX2", avxVNNIMark, 1), " with AVX2 and AVX-VNNI"
+	}
+	panelText(name, what, C, more)
 	const G = 4
 	acc := AllocLocal(64 * G) // row c's half h at 64c + 32h
 	for c0 := 0; c0 < C; c0 += G {
@@ -46,7 +58,11 @@ func q4PanelAVX2(C int, lut bool) {
 		c0f := bcastConstY(0x0f0f0f0f)
 		ones := bcastConstY(0x00010001)
 		var tbl reg.VecVirtual
-		if lut {
+		switch {
+		case lut && vnni:
+			tbl = YMM()
+			VBROADCASTI128(iq4UnsignedTable(), tbl)
+		case lut:
 			tbl = YMM()
 			VBROADCASTI128(iq4SignedTable(), tbl)
 		}
@@ -72,6 +88,12 @@ func q4PanelAVX2(C int, lut bool) {
 		prefetchAhead(wp, 32+4*64)
 		for h := range 2 {
 			var s [G]reg.VecVirtual
+			if vnni {
+				for c := range cc {
+					s[c] = YMM()
+					VPBROADCASTD(x(c, 4), s[c]) // the correction
+				}
+			}
 			for j := range 4 {
 				q := YMM()
 				VMOVDQU(Mem{Base: wp, Disp: 32 + 64*j + 32*h}, q)
@@ -80,6 +102,17 @@ func q4PanelAVX2(C int, lut bool) {
 				VPSRLW(Imm(4), q, hi)
 				VPAND(c0f, hi, hi)
 				for k, w := range []reg.VecVirtual{lo, hi} {
+					if vnni {
+						if lut {
+							VPSHUFB(w, tbl, w)
+						}
+						for c := range cc {
+							xb := YMM()
+							VPBROADCASTD(x(c, 8+4*j+16*k), xb)
+							vpdpbusdY(xb, w, s[c])
+						}
+						continue
+					}
 					var aw reg.VecVirtual
 					if lut {
 						VPSHUFB(w, tbl, w)
@@ -110,7 +143,7 @@ func q4PanelAVX2(C int, lut bool) {
 			dw := YMM()
 			VCVTPH2PS(Mem{Base: wp, Disp: 16 * h}, dw)
 			for c := range cc {
-				if !lut {
+				if !lut && !vnni {
 					VPMADDWD(ones, s[c], s[c])
 					corr := YMM()
 					VPBROADCASTD(x(c, 4), corr)

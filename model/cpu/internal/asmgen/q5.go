@@ -223,6 +223,20 @@ const iq4NLBytes = 18
 // iq4SignedTable.
 var iq4Signed *Mem
 
+// iq4UnsignedTable is ggml's IQ4 levels plus 128 (1..241) as 16 unsigned
+// bytes, in memory for VBROADCASTI128 (iq4Table's, for the AVX-VNNI
+// kernels).
+func iq4UnsignedTable() Mem {
+	if iq4Levels == nil {
+		m := GLOBL("iq4Levels128", RODATA|NOPTR)
+		for i, v := range iq4Values {
+			DATA(i, U8(uint8(int(v)+128)))
+		}
+		iq4Levels = &m
+	}
+	return *iq4Levels
+}
+
 // iq4SignedTable returns iq4Signed, making it on the first call.
 func iq4SignedTable() Mem {
 	if iq4Signed == nil {
