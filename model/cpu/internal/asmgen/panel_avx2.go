@@ -87,11 +87,15 @@ func q4PanelAVX2(C int, lut, vnni bool) {
 		JZ(LabelRef(done))
 		prefetchAhead(wp, 32+4*64)
 		for h := range 2 {
-			var s [G]reg.VecVirtual
+			var s, s2 [G]reg.VecVirtual
 			if vnni {
+				// Two sums a row, the low nibbles' and the high ones', added
+				// at the end: two chains of VPDPBUSD, not one of eight
+				// (its latency, not its throughput, bounded one chain).
 				for c := range cc {
-					s[c] = YMM()
+					s[c], s2[c] = YMM(), YMM()
 					VPBROADCASTD(x(c, 4), s[c]) // the correction
+					VPXOR(s2[c], s2[c], s2[c])
 				}
 			}
 			for j := range 4 {
@@ -109,7 +113,11 @@ func q4PanelAVX2(C int, lut, vnni bool) {
 						for c := range cc {
 							xb := YMM()
 							VPBROADCASTD(x(c, 8+4*j+16*k), xb)
-							vpdpbusdY(xb, w, s[c])
+							a := s[c]
+							if k == 1 {
+								a = s2[c]
+							}
+							vpdpbusdY(xb, w, a)
 						}
 						continue
 					}
@@ -143,6 +151,9 @@ func q4PanelAVX2(C int, lut, vnni bool) {
 			dw := YMM()
 			VCVTPH2PS(Mem{Base: wp, Disp: 16 * h}, dw)
 			for c := range cc {
+				if vnni {
+					VPADDD(s2[c], s[c], s[c])
+				}
 				if !lut && !vnni {
 					VPMADDWD(ones, s[c], s[c])
 					corr := YMM()
