@@ -128,6 +128,8 @@ func archPanels(t ggml.Type) *panelSet {
 				return &q51PanelsAVXVNNI
 			case ggml.Q8_0:
 				return &q80PanelsAVXVNNI
+			case ggml.IQ4_XS:
+				return &iq4XSPanelsAVXVNNI
 			}
 		}
 		switch t {
@@ -285,7 +287,8 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, 
 }}
 
 // The AVX-VNNI panels: the AVX2 panels' layouts and bits, their prompt
-// kernels (C >= 2) with VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2);
+// kernels (C >= 2) with VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2,
+// iq4XSPanelAVX2);
 // one activation row runs the AVX2 kernel.
 var q40PanelsAVXVNNI = panelSet{name: "q40AVXVNNI", ahead: q40PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q40PanelAVX2_1, q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8,
@@ -305,6 +308,10 @@ var q51PanelsAVXVNNI = panelSet{name: "q51PanelsAVXVNNI", ahead: q51PanelAVX2_1A
 
 var q80PanelsAVXVNNI = panelSet{name: "q80PanelsAVXVNNI", ahead: q80PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
 	q80PanelAVX2_1, q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8,
+}}
+
+var iq4XSPanelsAVXVNNI = panelSet{name: "iq4XSAVXVNNI", ahead: iq4XSPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
+	iq4XSPanelAVX2_1, iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8,
 }}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the

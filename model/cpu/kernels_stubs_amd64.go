@@ -1927,6 +1927,11 @@ func q51PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q80PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// iq4XSPanelAVXVNNI_2 computes a 16-row panel of IQ4_XS weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_3 computes a 16-row panel of Q4_0 weights against 3 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -1951,6 +1956,11 @@ func q51PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q80PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVXVNNI_3 computes a 16-row panel of IQ4_XS weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40PanelAVXVNNI_4 computes a 16-row panel of Q4_0 weights against 4 activation rows with AVX2 and AVX-VNNI.
 //
@@ -1977,6 +1987,11 @@ func q51PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q80PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// iq4XSPanelAVXVNNI_4 computes a 16-row panel of IQ4_XS weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_5 computes a 16-row panel of Q4_0 weights against 5 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2001,6 +2016,11 @@ func q51PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q80PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVXVNNI_5 computes a 16-row panel of IQ4_XS weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40PanelAVXVNNI_6 computes a 16-row panel of Q4_0 weights against 6 activation rows with AVX2 and AVX-VNNI.
 //
@@ -2027,6 +2047,11 @@ func q51PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q80PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// iq4XSPanelAVXVNNI_6 computes a 16-row panel of IQ4_XS weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_7 computes a 16-row panel of Q4_0 weights against 7 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2052,6 +2077,11 @@ func q51PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func q80PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// iq4XSPanelAVXVNNI_7 computes a 16-row panel of IQ4_XS weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_8 computes a 16-row panel of Q4_0 weights against 8 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2076,3 +2106,8 @@ func q51PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func q80PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// iq4XSPanelAVXVNNI_8 computes a 16-row panel of IQ4_XS weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func iq4XSPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

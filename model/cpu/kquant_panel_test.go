@@ -67,7 +67,9 @@ func kActivations(t testing.TB, r *rand.Rand, n int, extreme bool) []byte {
 func TestKPanelsEqualPortable(t *testing.T) {
 	testKPanelsEqualPortable(t)
 	avx2Only = true
-	defer func() { avx2Only = false }()
+	defer func() { avx2Only, noAVXVNNI = false, false }()
+	testKPanelsEqualPortable(t) // IQ4_XS's AVX-VNNI kernels, where the CPU has them
+	noAVXVNNI = true
 	testKPanelsEqualPortable(t)
 }
 
@@ -75,7 +77,7 @@ func testKPanelsEqualPortable(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	for _, typ := range kPanelTypes {
 		if archPanels(typ) == nil {
-			t.Logf("%s (avx2Only %v): no panel kernels on this CPU", typ, avx2Only)
+			t.Logf("%s (avx2Only %v, noAVXVNNI %v): no panel kernels on this CPU", typ, avx2Only, noAVXVNNI)
 			continue
 		}
 		for _, ps := range append([]*panelSet{archPanels(typ)}, morePanels(typ)...) {
@@ -150,7 +152,9 @@ func testKPanelSet(t *testing.T, r *rand.Rand, typ ggml.Type, ps *panelSet) {
 func TestKMatMulEqualsPortable(t *testing.T) {
 	testKMatMulEqualsPortable(t)
 	avx2Only = true
-	defer func() { avx2Only = false }()
+	defer func() { avx2Only, noAVXVNNI = false, false }()
+	testKMatMulEqualsPortable(t) // AVX-VNNI, where the CPU has it
+	noAVXVNNI = true
 	testKMatMulEqualsPortable(t)
 }
 

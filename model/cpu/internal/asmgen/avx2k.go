@@ -251,11 +251,37 @@ func q23KPanelAVX2(C int, three bool) {
 //
 // For more than two activation rows the sub-blocks run as a loop (see
 // q4KPanelAVX2), the activation pointers moving on 32 bytes a sub-block.
-func iq4XSPanelAVX2(C int) {
-	nb, wp, px, acc, dm := panelHeadAVX2("iq4XSPanelAVX2", "IQ4_XS", C)
+//
+// With vnni (iq4XSPanelAVXVNNI_C, C >= 2: AVX2 CPUs with AVX-VNNI) the
+// nibbles are looked up in the levels plus 128 (1..241, unsigned) and each
+// row's sub-block sum starts at -128 times its activations' sum (four times
+// the two 16-element corrections, as iq4XSPanel does) and VPDPBUSD adds
+// the products, two chains (the low nibbles', the high ones') added at the
+// end; VPMULLD by the scales makes scale(s) times the exact sum, the
+// integer VPMADDWD makes: the same bits, one instruction a vector and row
+// where AVX2 takes five. In the loop a second set of activation pointers
+// moves on 8 bytes a sub-block, over the corrections.
+func iq4XSPanelAVX2(C int, vnni bool) {
+	name, more := "iq4XSPanelAVX2", " with AVX2"
+	if vnni {
+		name, more = "iq4XSPanel"+avxVNNIMark, " with AVX2 and AVX-VNNI"
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2More(name, "IQ4_XS", C, more)
 	c0f := bcastConstY(0x0f0f0f0f)
 	tbl := YMM()
-	VBROADCASTI128(iq4SignedTable(), tbl)
+	if vnni {
+		VBROADCASTI128(iq4UnsignedTable(), tbl)
+	} else {
+		VBROADCASTI128(iq4SignedTable(), tbl)
+	}
+	// corr(c, s) is the address of the first of activation row c's two
+	// corrections of sub-block s (s = 0 in the loop, pc moving on).
+	var pc *panelRowsX
+	corr := func(c, s int) Mem { return px.m(c, xKCorr+8*s) }
+	if vnni && C > 2 {
+		pc = &panelRowsX{xp: GP64(), xs: px.xs, xs3: px.xs3}
+		corr = func(c, s int) Mem { return pc.m(c, xKCorr) }
+	}
 	Label("loop")
 	TESTQ(nb, nb)
 	JZ(LabelRef("done"))
@@ -267,10 +293,24 @@ func iq4XSPanelAVX2(C int) {
 		halfLoop(fmt.Sprintf("sub%d", s), func(hr reg.GPVirtual) {
 			sc := YMM()
 			VPMOVSXBD(at(Mem{Base: ws, Disp: 32 + 16*s}, hr, 1), sc)
-			wordPair(sc)
+			if !vnni {
+				wordPair(sc)
+			}
 			for c0 := 0; c0 < C; c0 += 4 {
 				cs := min(4, C-c0)
 				sum := make([]reg.VecVirtual, cs)
+				sum2 := make([]reg.VecVirtual, cs)
+				if vnni {
+					for i := range cs {
+						sum[i], sum2[i] = YMM(), YMM()
+						t := YMM()
+						VPBROADCASTD(corr(c0+i, s), sum[i])
+						VPBROADCASTD(corr(c0+i, s).Offset(4), t)
+						VPADDD(t, sum[i], sum[i])
+						VPSLLD(Imm(2), sum[i], sum[i])
+						VPXOR(sum2[i], sum2[i], sum2[i])
+					}
+				}
 				for j := range 4 {
 					q := YMM()
 					VMOVDQU(at(Mem{Base: wq, Disp: 160 + 256*s + 64*j}, hr, 4), q)
@@ -284,6 +324,16 @@ func iq4XSPanelAVX2(C int) {
 						}
 						VPSHUFB(w, tbl, w)
 						for i := range cs {
+							if vnni {
+								xb := YMM()
+								VPBROADCASTD(px.m(c0+i, xKQuants+32*s+4*j+16*k), xb)
+								a := sum[i]
+								if k == 1 {
+									a = sum2[i]
+								}
+								vpdpbusdY(xb, w, a)
+								continue
+							}
 							xb, ax := YMM(), YMM()
 							VPBROADCASTD(px.m(c0+i, xKQuants+32*s+4*j+16*k), xb)
 							VPABSB(xb, ax)
@@ -300,6 +350,10 @@ func iq4XSPanelAVX2(C int) {
 				}
 				for i := range cs {
 					c := c0 + i
+					if vnni {
+						VPADDD(sum2[i], sum[i], sum[i])
+						VPMULLD(sc, sum[i], sum[i])
+					}
 					VCVTDQ2PS(sum[i], sum[i])
 					fmaAcc(sum[i], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
 				}
@@ -314,11 +368,21 @@ func iq4XSPanelAVX2(C int) {
 		ws, wq := GP64(), GP64()
 		MOVQ(wp, ws)
 		MOVQ(wp, wq)
+		if pc != nil {
+			MOVQ(px.xp, pc.xp)
+			if C > 4 {
+				pc.xp4 = GP64()
+				MOVQ(px.xp4, pc.xp4)
+			}
+		}
 		countLoop("subs", 8, func() {
 			sub(0, ws, wq)
 			ADDQ(Imm(16), ws)
 			ADDQ(U32(256), wq)
 			px.advance(32)
+			if pc != nil {
+				pc.advance(8)
+			}
 		})
 		px.advance(-256)
 	}

@@ -766,8 +766,13 @@ func bcastConstY(v uint32) reg.VecVirtual {
 // accumulators (row c's half h at acc + 64c + 32h) zeroed on the stack, and
 // a stack slot of the same shape for the rows' d.
 func panelHeadAVX2(name, what string, C int) (nb, wp reg.GPVirtual, px *panelRowsX, acc, d Mem) {
+	return panelHeadAVX2More(name, what, C, " with AVX2")
+}
+
+// panelHeadAVX2More is panelHeadAVX2 with more after the doc's type.
+func panelHeadAVX2More(name, what string, C int, more string) (nb, wp reg.GPVirtual, px *panelRowsX, acc, d Mem) {
 	// Not NOSPLIT: 128*C bytes of stack pass the nosplit limit for C > 6.
-	panelTextAttr(0, name, what, C, " with AVX2")
+	panelTextAttr(0, name, what, C, more)
 	nb = param("nb")
 	wp = param("w")
 	px = newPanelRowsX(C)

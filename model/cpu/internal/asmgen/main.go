@@ -168,7 +168,7 @@ func main() {
 	for C := 1; C <= maxPanelC; C++ {
 		q23KPanelAVX2(C, false)
 		q23KPanelAVX2(C, true)
-		iq4XSPanelAVX2(C)
+		iq4XSPanelAVX2(C, false)
 	}
 	for r := 1; r <= 2; r++ {
 		for c := 1; c <= 2; c++ {
@@ -234,7 +234,7 @@ func main() {
 		q6KPanelAVX2(1)
 		q23KPanelAVX2(1, false)
 		q23KPanelAVX2(1, true)
-		iq4XSPanelAVX2(1)
+		iq4XSPanelAVX2(1, false)
 	})
 	cpuVendor()
 	amxPanel(amxQ40)
@@ -267,6 +267,7 @@ func main() {
 		lanePanelAVX2(C, "Q5_0", true)
 		lanePanelAVX2(C, "Q5_1", true)
 		lanePanelAVX2(C, "Q8_0", true)
+		iq4XSPanelAVX2(C, true)
 	}
 	Generate()
 	if err := vexVNNI(); err != nil {
