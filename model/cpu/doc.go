@@ -32,14 +32,17 @@
 // f32→f16, the Q8_0 and Q8_K quantizers (elementwise_avx2.go in asmgen;
 // the same bits as the AVX-512 ones) and of attention's score, weights and
 // value passes (attendSIMD in kv.go, attn_avx2.go in asmgen), an AVX2 Q8_1
-// quantizer that AVX-512 CPUs run too, and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
+// quantizer that AVX-512 CPUs run too, AVX-VNNI prompt panels for Q4_0,
+// IQ4_NL, Q5_0, Q5_1, Q8_0 and IQ4_XS on AVX2 CPUs that have it (VPDPBUSD
+// in its VEX encoding, which Go's assembler lacks: avxvnni.go in asmgen
+// writes its bytes), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
 // and Q6_K products of 16 activation rows or more (32 for Q6_K: prompts,
 // batched decode) where the CPU has AMX-INT8 and Linux lets the process
 // use it (amx.go in asmgen: the tiles sum each sub-block in integers, the
 // fold is the VNNI kernels'), chosen at run time with
 // golang.org/x/sys/cpu (the STRATA_CPU environment variable can hold a
-// process to the AVX-512 kernels without AMX, the AVX2 or the portable
-// kernels, for measuring; see cpuEnv). Other architectures (or the
+// process to the AVX-512 kernels without AMX, the AVX2 kernels with or
+// without AVX-VNNI, or the portable kernels, for measuring; see cpuEnv). Other architectures (or the
 // purego tag) and x86 CPUs without AVX2 run the portable Go kernels, which
 // give the same bits: tests compare the two on random inputs. Every type's
 // order (dot.go, dot_quant.go, dot_kquant.go, dot_q5.go) sums each block or

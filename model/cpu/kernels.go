@@ -12,13 +12,12 @@ import (
 // cpuEnv is the environment variable that limits the kernels, for
 // measuring one path on a machine that has a faster one: "avx512" runs
 // what a CPU with AVX-512 and VNNI but no AMX runs (the AMX panel kernels
-// are skipped), "avx2" runs what
-// a CPU with AVX2, FMA and F16C but no AVX-512 runs (amd64; the AVX-512 and
-// VNNI kernels, activation quantizers and attention loops are skipped, and
-// the AVX-VNNI ones), "avxvnni" what such a CPU with AVX-VNNI runs (the
-// AVX2 kernels and, where this CPU has AVX-VNNI, the AVX-VNNI panels),
-// "portable" the portable Go kernels; unset, empty or "auto", the fastest
-// this CPU has. It is read once, when the process starts; another value is
+// are skipped), "avx2" what a CPU with AVX2, FMA and F16C but neither
+// AVX-512 nor AVX-VNNI runs (amd64; the AVX-512 and VNNI kernels,
+// activation quantizers and attention loops are skipped, and the AVX-VNNI
+// panels), "avxvnni" what such a CPU with AVX-VNNI runs (the AVX2 kernels
+// and, where this CPU has AVX-VNNI, the AVX-VNNI panels), "portable" the
+// portable Go kernels; unset, empty or "auto", the fastest this CPU has. It is read once, when the process starts; another value is
 // reported on standard error and ignored. Every setting gives the same
 // bits, only the speed differs.
 const cpuEnv = "STRATA_CPU"
