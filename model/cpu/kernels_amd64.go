@@ -286,33 +286,35 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, 
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
 }}
 
-// The AVX-VNNI panels: the AVX2 panels' layouts and bits, their prompt
-// kernels (C >= 2) with VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2,
-// iq4XSPanelAVX2);
-// one activation row runs the AVX2 kernel.
-var q40PanelsAVXVNNI = panelSet{name: "q40AVXVNNI", ahead: q40PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
-	q40PanelAVX2_1, q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8,
-}}
+// The AVX-VNNI panels: the AVX2 sets with their prompt kernels (C >= 2)
+// in VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2, iq4XSPanelAVX2): the
+// same layouts and bits; one activation row runs the AVX2 kernel.
+var (
+	q40PanelsAVXVNNI = avxVNNIPanels(&q40PanelsAVX2, "q40AVXVNNI",
+		q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8)
+	iq4NLPanelsAVXVNNI = avxVNNIPanels(&iq4NLPanelsAVX2, "iq4NLAVXVNNI",
+		iq4NLPanelAVXVNNI_2, iq4NLPanelAVXVNNI_3, iq4NLPanelAVXVNNI_4, iq4NLPanelAVXVNNI_5, iq4NLPanelAVXVNNI_6, iq4NLPanelAVXVNNI_7, iq4NLPanelAVXVNNI_8)
+	q50PanelsAVXVNNI = avxVNNIPanels(&q50PanelsAVX2, "q50PanelsAVXVNNI",
+		q50PanelAVXVNNI_2, q50PanelAVXVNNI_3, q50PanelAVXVNNI_4, q50PanelAVXVNNI_5, q50PanelAVXVNNI_6, q50PanelAVXVNNI_7, q50PanelAVXVNNI_8)
+	q51PanelsAVXVNNI = avxVNNIPanels(&q51PanelsAVX2, "q51PanelsAVXVNNI",
+		q51PanelAVXVNNI_2, q51PanelAVXVNNI_3, q51PanelAVXVNNI_4, q51PanelAVXVNNI_5, q51PanelAVXVNNI_6, q51PanelAVXVNNI_7, q51PanelAVXVNNI_8)
+	q80PanelsAVXVNNI = avxVNNIPanels(&q80PanelsAVX2, "q80PanelsAVXVNNI",
+		q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8)
+	iq4XSPanelsAVXVNNI = avxVNNIPanels(&iq4XSPanelsAVX2, "iq4XSAVXVNNI",
+		iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8)
+)
 
-var iq4NLPanelsAVXVNNI = panelSet{name: "iq4NLAVXVNNI", ahead: iq4NLPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
-	iq4NLPanelAVX2_1, iq4NLPanelAVXVNNI_2, iq4NLPanelAVXVNNI_3, iq4NLPanelAVXVNNI_4, iq4NLPanelAVXVNNI_5, iq4NLPanelAVXVNNI_6, iq4NLPanelAVXVNNI_7, iq4NLPanelAVXVNNI_8,
-}}
-
-var q50PanelsAVXVNNI = panelSet{name: "q50PanelsAVXVNNI", ahead: q50PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
-	q50PanelAVX2_1, q50PanelAVXVNNI_2, q50PanelAVXVNNI_3, q50PanelAVXVNNI_4, q50PanelAVXVNNI_5, q50PanelAVXVNNI_6, q50PanelAVXVNNI_7, q50PanelAVXVNNI_8,
-}}
-
-var q51PanelsAVXVNNI = panelSet{name: "q51PanelsAVXVNNI", ahead: q51PanelAVX2_1Ahead, planes: true, k: [maxPanelC]panelFunc{
-	q51PanelAVX2_1, q51PanelAVXVNNI_2, q51PanelAVXVNNI_3, q51PanelAVXVNNI_4, q51PanelAVXVNNI_5, q51PanelAVXVNNI_6, q51PanelAVXVNNI_7, q51PanelAVXVNNI_8,
-}}
-
-var q80PanelsAVXVNNI = panelSet{name: "q80PanelsAVXVNNI", ahead: q80PanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
-	q80PanelAVX2_1, q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8,
-}}
-
-var iq4XSPanelsAVXVNNI = panelSet{name: "iq4XSAVXVNNI", ahead: iq4XSPanelAVX2_1Ahead, k: [maxPanelC]panelFunc{
-	iq4XSPanelAVX2_1, iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8,
-}}
+// avxVNNIPanels returns the AVX2 set base named name, with k as its
+// kernels for 2 to maxPanelC activation rows.
+func avxVNNIPanels(base *panelSet, name string, k ...panelFunc) panelSet {
+	if len(k) != maxPanelC-1 {
+		panic("cpu: " + name + ": want a kernel for each of 2 to maxPanelC activation rows")
+	}
+	ps := *base
+	ps.name = name
+	copy(ps.k[1:], k)
+	return ps
+}
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
 // AVX2 ones on an AVX-512 machine.
