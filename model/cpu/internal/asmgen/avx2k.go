@@ -264,7 +264,7 @@ func q23KPanelAVX2(C int, three bool) {
 func iq4XSPanelAVX2(C int, vnni bool) {
 	name, more := "iq4XSPanelAVX2", " with AVX2"
 	if vnni {
-		name, more = "iq4XSPanel"+avxVNNIMark, " with AVX2 and AVX-VNNI"
+		name, more = avxVNNIName(name)
 	}
 	nb, wp, px, acc, dm := panelHeadAVX2More(name, "IQ4_XS", C, more)
 	c0f := bcastConstY(0x0f0f0f0f)

@@ -23,6 +23,12 @@ import (
 // instructions as the bytes of its VEX encoding.
 const avxVNNIMark = "AVXVNNI"
 
+// avxVNNIName returns the AVX-VNNI twin of the AVX2 kernel name (its
+// "AVX2" made avxVNNIMark) and the doc's words for its instruction sets.
+func avxVNNIName(name string) (string, string) {
+	return strings.Replace(name, "AVX2", avxVNNIMark, 1), " with AVX2 and AVX-VNNI"
+}
+
 // vpdpbusdLine matches a register-only VPDPBUSD as avo prints it: the
 // signed bytes (ModRM's r/m), the unsigned bytes (VEX.vvvv), the int32
 // accumulator (ModRM's reg).

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"strings"
-
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -66,7 +64,7 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 	c0f, c10, ones, c80 := k, k.Offset(32), k.Offset(64), k.Offset(96)
 	more := " with AVX2"
 	if vnni {
-		name, more = strings.Replace(name, "AVX2", avxVNNIMark, 1), " with AVX2 and AVX-VNNI"
+		name, more = avxVNNIName(name)
 	}
 	panelTextAttr(0, name, what, C, more)
 	inRegs := C == 1
@@ -145,13 +143,13 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 		for v := range 8 {
 			w := YMM()
 			var aw reg.VecVirtual
-			if q8 && vnni {
+			if q8 {
 				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w) // the quants plus 128
-			} else if q8 {
-				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w)
-				VPXOR(c80, w, w) // the signed quants
-				aw = YMM()
-				VPABSB(w, aw)
+				if !vnni {
+					VPXOR(c80, w, w) // the signed quants
+					aw = YMM()
+					VPABSB(w, aw)
+				}
 			} else {
 				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
 				if v >= 4 {

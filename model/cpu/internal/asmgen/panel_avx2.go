@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
@@ -47,7 +46,7 @@ func q4PanelAVX2(C int, lut, vnni bool) {
 		name, what = "iq4NLPanelAVX2", "IQ4_NL"
 	}
 	if vnni {
-		name, more = strings.Replace(name, "AVX2", avxVNNIMark, 1), " with AVX2 and AVX-VNNI"
+		name, more = avxVNNIName(name)
 	}
 	panelText(name, what, C, more)
 	const G = 4
@@ -56,7 +55,10 @@ func q4PanelAVX2(C int, lut, vnni bool) {
 		cc := min(G, C-c0)
 		nb, wp, xp, x := panelGroup(c0, cc)
 		c0f := bcastConstY(0x0f0f0f0f)
-		ones := bcastConstY(0x00010001)
+		var ones reg.VecVirtual // VPMADDWD's, without VNNI
+		if !vnni {
+			ones = bcastConstY(0x00010001)
+		}
 		var tbl reg.VecVirtual
 		switch {
 		case lut && vnni:
