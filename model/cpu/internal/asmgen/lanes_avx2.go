@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+
 	. "github.com/mmcloughlin/avo/build"
 	. "github.com/mmcloughlin/avo/operand"
 	"github.com/mmcloughlin/avo/reg"
@@ -33,9 +35,19 @@ var lanePanelAVX2Consts *Mem
 // VecDot), pairs at most 2*128*127: ggml's AVX2 form, as the Q8_0 tiles
 // have it; no correction. Then acc[v] = fma(float32(sum), f16(w.d)*x.d,
 // acc[v]); Q5_1 also ms = fma(f16(w.m), x.s, ms). At the end the lanes
-// fold as hsum8 (foldAccs), plus ms. One activation row keeps its eight
-// accumulators in registers; more rows keep theirs, and the rows' d
-// products, on the stack. The constants are memory operands.
+// fold as hsum8 (foldAccs), plus ms. The constants are memory operands.
+//
+// Every accumulator lives in a register while the blocks run: one
+// activation row keeps its eight; more rows are taken two at a time, each
+// pair in two passes over the blocks of four weight vectors each (eight
+// accumulators, the panel read again from cache, the pair's d products made
+// again), which park their sums on the stack for the fold. Until session 24
+// every row kept its eight accumulators on the stack (a load and a store
+// around each FMA): on an AMD EPYC Zen 5 held to AVX2 eight rows ran at
+// 0.63× the one-row kernel's rate per row, and Q8_0 prompts at 0.87-0.90×
+// llama.cpp's haswell build; two rows at a time run 1.1× the one-row rate
+// (BenchmarkPanel, Q8_0 C=8: 32.6 → 53.5 GMAC/s; four at a time, with their
+// d products on the stack, 36.5).
 //
 // With vnni (q50PanelAVXVNNI_C, q51PanelAVXVNNI_C, q80PanelAVXVNNI_C: AVX2
 // CPUs with AVX-VNNI) each row's lane sum starts at the lane's correction
@@ -67,167 +79,188 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 		name, more = avxVNNIName(name)
 	}
 	panelTextAttr(0, name, what, C, more)
-	inRegs := C == 1
-	var accS, ddS, msS Mem
-	if !inRegs {
+	var accS, msS, ddS Mem
+	if C > 1 {
 		accS = AllocLocal(256 * C) // row c's lane v at 256c + 32v
-		ddS = AllocLocal(32 * C)
 		if one {
 			msS = AllocLocal(32 * C)
 		}
+		ddS = AllocLocal(32 * lanePanelGroup)
 	}
 	halfLoop("half", func(hr reg.GPVirtual) {
-		nb, wp := param("nb"), param("w")
-		px := newPanelRowsX(C)
-		var acc [8]reg.VecVirtual
-		var dd, ms reg.VecVirtual
-		if inRegs {
-			for v := range acc {
-				acc[v] = YMM()
-				VXORPS(acc[v], acc[v], acc[v])
-			}
-			if one {
-				ms = YMM()
-				VXORPS(ms, ms, ms)
-			}
-		} else {
+		if C > 1 && one {
 			z := YMM()
 			VXORPS(z, z, z)
-			for i := range 8 * C {
-				VMOVUPS(z, accS.Offset(32*i))
-			}
-			if one {
-				for c := range C {
-					VMOVUPS(z, msS.Offset(32*c))
-				}
-			}
-		}
-		Label("loop")
-		TESTQ(nb, nb)
-		JZ(LabelRef("done"))
-		prefetchAhead(wp, size)
-		wd := YMM()
-		VCVTPH2PS(at(Mem{Base: wp}, hr, 2), wd)
-		var wm reg.VecVirtual
-		if one {
-			wm = YMM()
-			VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wm)
-		}
-		for c := range C {
-			t := YMM()
-			VBROADCASTSS(px.m(c, 0), t)
-			VMULPS(wd, t, t)
-			if inRegs {
-				dd = t
-			} else {
-				VMOVUPS(t, ddS.Offset(32*c))
-			}
-			if one {
-				s := YMM()
-				VBROADCASTSS(px.m(c, 4), s)
-				if inRegs {
-					VFMADD231PS(s, wm, ms)
-				} else {
-					a := YMM()
-					VMOVUPS(msS.Offset(32*c), a)
-					VFMADD231PS(s, wm, a)
-					VMOVUPS(a, msS.Offset(32*c))
-				}
-			}
-		}
-		var pl reg.VecVirtual
-		if !q8 {
-			pl = YMM()
-			VMOVDQU(at(Mem{Base: wp, Disp: po}, hr, 4), pl)
-		}
-		for v := range 8 {
-			w := YMM()
-			var aw reg.VecVirtual
-			if q8 {
-				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w) // the quants plus 128
-				if !vnni {
-					VPXOR(c80, w, w) // the signed quants
-					aw = YMM()
-					VPABSB(w, aw)
-				}
-			} else {
-				VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
-				if v >= 4 {
-					VPSRLW(Imm(4), w, w)
-				}
-				VPAND(c0f, w, w)
-				b := pl // bit v of the plane bytes, moved to bit 4
-				switch {
-				case v < 4:
-					b = YMM()
-					VPSLLW(Imm(uint64(4-v)), pl, b)
-				case v > 4:
-					b = YMM()
-					VPSRLW(Imm(uint64(v-4)), pl, b)
-				}
-				t := YMM()
-				VPAND(c10, b, t)
-				VPOR(t, w, w)
-			}
 			for c := range C {
-				xb := YMM()
-				VPBROADCASTD(px.m(c, xq+4*v), xb)
-				if vnni {
-					sum := YMM()
-					if one {
-						VPXOR(sum, sum, sum)
-					} else {
-						VPBROADCASTD(px.m(c, 4+4*v), sum) // the correction
+				VMOVUPS(z, msS.Offset(32*c))
+			}
+		}
+		for c0 := 0; c0 < C; c0 += lanePanelGroup {
+			cc := min(lanePanelGroup, C-c0)
+			V := 8 // weight vectors a pass: cc*V accumulators in registers
+			for cc*V > 8 {
+				V /= 2
+			}
+			ddInRegs := cc*V+cc+6 <= 16
+			msInRegs := one && cc == 1
+			for v0 := 0; v0 < 8; v0 += V {
+				nb, wp, xp, xm := panelGroup(c0, cc)
+				var acc [lanePanelGroup][8]reg.VecVirtual // [row][v-v0]
+				for c := range cc {
+					for i := range V {
+						acc[c][i] = YMM()
+						VXORPS(acc[c][i], acc[c][i], acc[c][i])
 					}
-					vpdpbusdY(xb, w, sum)
-					xb = sum
-				} else if q8 {
-					VPSIGNB(w, xb, xb) // the activation times the weight's sign
-					VPMADDUBSW(xb, aw, xb)
-				} else {
-					VPMADDUBSW(xb, w, xb)
 				}
-				if !vnni {
-					VPMADDWD(ones, xb, xb)
+				var ms reg.VecVirtual
+				if msInRegs {
+					ms = YMM()
+					VXORPS(ms, ms, ms)
 				}
-				if !one && !q8 && !vnni {
-					cr := YMM()
-					VPBROADCASTD(px.m(c, 4+4*v), cr)
-					VPADDD(cr, xb, xb)
+				loop, done := fmt.Sprintf("loop%d_%d", c0, v0), fmt.Sprintf("done%d_%d", c0, v0)
+				Label(loop)
+				TESTQ(nb, nb)
+				JZ(LabelRef(done))
+				if c0 == 0 && v0 == 0 {
+					prefetchAhead(wp, size)
 				}
-				VCVTDQ2PS(xb, xb)
-				if inRegs {
-					VFMADD231PS(dd, xb, acc[v])
-				} else {
-					a := YMM()
-					VMOVUPS(accS.Offset(256*c+32*v), a)
-					VFMADD231PS(ddS.Offset(32*c), xb, a)
-					VMOVUPS(a, accS.Offset(256*c+32*v))
+				wd := YMM()
+				VCVTPH2PS(at(Mem{Base: wp}, hr, 2), wd)
+				var wm reg.VecVirtual
+				if one && v0 == 0 {
+					wm = YMM()
+					VCVTPH2PS(at(Mem{Base: wp, Disp: 32}, hr, 2), wm)
+				}
+				var dd [lanePanelGroup]reg.VecVirtual
+				for c := range cc {
+					t := YMM()
+					VBROADCASTSS(xm(c, 0), t)
+					VMULPS(wd, t, t)
+					if ddInRegs {
+						dd[c] = t
+					} else {
+						VMOVUPS(t, ddS.Offset(32*c))
+					}
+					if one && v0 == 0 {
+						s := YMM()
+						VBROADCASTSS(xm(c, 4), s)
+						if msInRegs {
+							VFMADD231PS(s, wm, ms)
+						} else {
+							a := YMM()
+							VMOVUPS(msS.Offset(32*(c0+c)), a)
+							VFMADD231PS(s, wm, a)
+							VMOVUPS(a, msS.Offset(32*(c0+c)))
+						}
+					}
+				}
+				var pl reg.VecVirtual
+				if !q8 {
+					pl = YMM()
+					VMOVDQU(at(Mem{Base: wp, Disp: po}, hr, 4), pl)
+				}
+				for v := v0; v < v0+V; v++ {
+					w := YMM()
+					var aw reg.VecVirtual
+					if q8 {
+						VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*v}, hr, 4), w) // the quants plus 128
+						if !vnni {
+							VPXOR(c80, w, w) // the signed quants
+							aw = YMM()
+							VPABSB(w, aw)
+						}
+					} else {
+						VMOVDQU(at(Mem{Base: wp, Disp: qo + 64*(v%4)}, hr, 4), w)
+						if v >= 4 {
+							VPSRLW(Imm(4), w, w)
+						}
+						VPAND(c0f, w, w)
+						b := pl // bit v of the plane bytes, moved to bit 4
+						switch {
+						case v < 4:
+							b = YMM()
+							VPSLLW(Imm(uint64(4-v)), pl, b)
+						case v > 4:
+							b = YMM()
+							VPSRLW(Imm(uint64(v-4)), pl, b)
+						}
+						t := YMM()
+						VPAND(c10, b, t)
+						VPOR(t, w, w)
+					}
+					for c := range cc {
+						xb := YMM()
+						VPBROADCASTD(xm(c, xq+4*v), xb)
+						if vnni {
+							sum := YMM()
+							if one {
+								VPXOR(sum, sum, sum)
+							} else {
+								VPBROADCASTD(xm(c, 4+4*v), sum) // the correction
+							}
+							vpdpbusdY(xb, w, sum)
+							xb = sum
+						} else if q8 {
+							VPSIGNB(w, xb, xb) // the activation times the weight's sign
+							VPMADDUBSW(xb, aw, xb)
+						} else {
+							VPMADDUBSW(xb, w, xb)
+						}
+						if !vnni {
+							VPMADDWD(ones, xb, xb)
+						}
+						if !one && !q8 && !vnni {
+							cr := YMM()
+							VPBROADCASTD(xm(c, 4+4*v), cr)
+							VPADDD(cr, xb, xb)
+						}
+						VCVTDQ2PS(xb, xb)
+						if ddInRegs {
+							VFMADD231PS(dd[c], xb, acc[c][v-v0])
+						} else {
+							VFMADD231PS(ddS.Offset(32*c), xb, acc[c][v-v0])
+						}
+					}
+				}
+				ADDQ(U32(uint32(size)), wp)
+				ADDQ(U32(uint32(xsize)), xp)
+				DECQ(nb)
+				JMP(LabelRef(loop))
+				Label(done)
+				if C == 1 {
+					op := param("out")
+					LEAQ(at(Mem{Base: op}, hr, 4), op) // this half's eight outputs
+					foldAccs(acc[0])
+					if one {
+						VADDPS(ms, acc[0][0], acc[0][0])
+					}
+					VMOVUPS(acc[0][0], Mem{Base: op})
+					continue
+				}
+				for c := range cc {
+					for i := range V {
+						VMOVUPS(acc[c][i], accS.Offset(256*(c0+c)+32*(v0+i)))
+					}
+				}
+				if msInRegs {
+					VMOVUPS(ms, msS.Offset(32*c0))
 				}
 			}
 		}
-		ADDQ(U32(uint32(size)), wp)
-		px.advance(xsize)
-		DECQ(nb)
-		JMP(LabelRef("loop"))
-		Label("done")
+		if C == 1 {
+			return
+		}
 		op, os := param("out"), param("os")
 		LEAQ(at(Mem{Base: op}, hr, 4), op) // this half's eight outputs
 		for c := range C {
-			a := acc
-			if !inRegs {
-				for v := range a {
-					a[v] = YMM()
-					VMOVUPS(accS.Offset(256*c+32*v), a[v])
-				}
+			var a [8]reg.VecVirtual
+			for v := range a {
+				a[v] = YMM()
+				VMOVUPS(accS.Offset(256*c+32*v), a[v])
 			}
 			foldAccs(a)
 			if one {
-				if inRegs {
-					VADDPS(ms, a[0], a[0])
-				} else {
-					VADDPS(msS.Offset(32*c), a[0], a[0])
-				}
+				VADDPS(msS.Offset(32*c), a[0], a[0])
 			}
 			VMOVUPS(a[0], Mem{Base: op})
 			if c+1 < C {
@@ -237,6 +270,9 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 	})
 	ret()
 }
+
+// lanePanelGroup is how many activation rows lanePanelAVX2 takes at a time.
+const lanePanelGroup = 2
 
 // constTable emits a read-only table of YMM constants named name, vector v
 // at 32v.
