@@ -36,7 +36,7 @@ func TestAVX2KernelsForEveryType(t *testing.T) {
 // TestSetKernels checks the values of STRATA_CPU.
 func TestSetKernels(t *testing.T) {
 	defer func() { avx2Only, portableOnly, noAMX, noAVXVNNI = false, false, false, false }()
-	vnni := "AVX2" // Q4_0's kernels under "avxvnni"
+	vnni := "AVX2" // Q4_0's and Q2_K's kernels under "avxvnni"
 	if haveAVXVNNI {
 		vnni = "AVXVNNI"
 	}
@@ -47,7 +47,7 @@ func TestSetKernels(t *testing.T) {
 	}{
 		{v: "avx2", avx2: true, noAMX: true, noAVXVNNI: true, isaSuffix: "AVX2", q40Suffix: "AVX2"},
 		{v: " AVX2 ", avx2: true, noAMX: true, noAVXVNNI: true, isaSuffix: "AVX2", q40Suffix: "AVX2"},
-		{v: "avxvnni", avx2: true, noAMX: true, isaSuffix: "AVX2", q40Suffix: vnni},
+		{v: "avxvnni", avx2: true, noAMX: true, isaSuffix: vnni, q40Suffix: vnni},
 		{v: "portable", portable: true, noAMX: true, noAVXVNNI: true, isaSuffix: "portable", q40Suffix: "portable"},
 		{v: "avx512", noAMX: true},
 		{v: "auto"},

@@ -33,7 +33,7 @@
 // the same bits as the AVX-512 ones) and of attention's score, weights and
 // value passes (attendSIMD in kv.go, attn_avx2.go in asmgen), an AVX2 Q8_1
 // quantizer that AVX-512 CPUs run too, AVX-VNNI prompt panels for Q4_0,
-// IQ4_NL, Q5_0, Q5_1, Q8_0 and IQ4_XS on AVX2 CPUs that have it (VPDPBUSD
+// IQ4_NL, Q5_0, Q5_1, Q8_0, IQ4_XS and the K-quants on AVX2 CPUs that have it (VPDPBUSD
 // in its VEX encoding, which Go's assembler lacks: avxvnni.go in asmgen
 // writes its bytes), and AMX tiles for Q4_0, IQ4_NL, IQ4_XS, Q4_K, Q5_K
 // and Q6_K products of 16 activation rows or more (32 for Q6_K: prompts,

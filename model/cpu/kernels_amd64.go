@@ -130,6 +130,16 @@ func archPanels(t ggml.Type) *panelSet {
 				return &q80PanelsAVXVNNI
 			case ggml.IQ4_XS:
 				return &iq4XSPanelsAVXVNNI
+			case ggml.Q2_K:
+				return &q2KPanelsAVXVNNI
+			case ggml.Q3_K:
+				return &q3KPanelsAVXVNNI
+			case ggml.Q4_K:
+				return &q4KPanelsAVXVNNI
+			case ggml.Q5_K:
+				return &q5KPanelsAVXVNNI
+			case ggml.Q6_K:
+				return &q6KPanelsAVXVNNI
 			}
 		}
 		switch t {
@@ -287,8 +297,9 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, 
 }}
 
 // The AVX-VNNI panels: the AVX2 sets with their prompt kernels (C >= 2)
-// in VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2, iq4XSPanelAVX2): the
-// same layouts and bits; one activation row runs the AVX2 kernel.
+// in VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2, iq4XSPanelAVX2,
+// q23KPanelAVX2, q4KPanelAVX2, q6KPanelAVX2): the same layouts and bits;
+// one activation row runs the AVX2 kernel. Every panel type has them.
 var (
 	q40PanelsAVXVNNI = avxVNNIPanels(&q40PanelsAVX2, "q40AVXVNNI",
 		q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8)
@@ -302,6 +313,16 @@ var (
 		q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8)
 	iq4XSPanelsAVXVNNI = avxVNNIPanels(&iq4XSPanelsAVX2, "iq4XSAVXVNNI",
 		iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8)
+	q2KPanelsAVXVNNI = avxVNNIPanels(&q2KPanelsAVX2, "q2KAVXVNNI",
+		q2KPanelAVXVNNI_2, q2KPanelAVXVNNI_3, q2KPanelAVXVNNI_4, q2KPanelAVXVNNI_5, q2KPanelAVXVNNI_6, q2KPanelAVXVNNI_7, q2KPanelAVXVNNI_8)
+	q3KPanelsAVXVNNI = avxVNNIPanels(&q3KPanelsAVX2, "q3KAVXVNNI",
+		q3KPanelAVXVNNI_2, q3KPanelAVXVNNI_3, q3KPanelAVXVNNI_4, q3KPanelAVXVNNI_5, q3KPanelAVXVNNI_6, q3KPanelAVXVNNI_7, q3KPanelAVXVNNI_8)
+	q4KPanelsAVXVNNI = avxVNNIPanels(&q4KPanelsAVX2, "q4KAVXVNNI",
+		q4KPanelAVXVNNI_2, q4KPanelAVXVNNI_3, q4KPanelAVXVNNI_4, q4KPanelAVXVNNI_5, q4KPanelAVXVNNI_6, q4KPanelAVXVNNI_7, q4KPanelAVXVNNI_8)
+	q5KPanelsAVXVNNI = avxVNNIPanels(&q5KPanelsAVX2, "q5KAVXVNNI",
+		q5KPanelAVXVNNI_2, q5KPanelAVXVNNI_3, q5KPanelAVXVNNI_4, q5KPanelAVXVNNI_5, q5KPanelAVXVNNI_6, q5KPanelAVXVNNI_7, q5KPanelAVXVNNI_8)
+	q6KPanelsAVXVNNI = avxVNNIPanels(&q6KPanelsAVX2, "q6KAVXVNNI",
+		q6KPanelAVXVNNI_2, q6KPanelAVXVNNI_3, q6KPanelAVXVNNI_4, q6KPanelAVXVNNI_5, q6KPanelAVXVNNI_6, q6KPanelAVXVNNI_7, q6KPanelAVXVNNI_8)
 )
 
 // avxVNNIPanels returns the AVX2 set base named name, with k as its

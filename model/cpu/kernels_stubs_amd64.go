@@ -1932,6 +1932,31 @@ func q80PanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanelAVXVNNI_2 computes a 16-row panel of Q2_K weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_2 computes a 16-row panel of Q3_K weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_2 computes a 16-row panel of Q4_K weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_2 computes a 16-row panel of Q5_K weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_2 computes a 16-row panel of Q6_K weights against 2 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_2(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_3 computes a 16-row panel of Q4_0 weights against 3 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -1961,6 +1986,31 @@ func q80PanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVXVNNI_3 computes a 16-row panel of Q2_K weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_3 computes a 16-row panel of Q3_K weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_3 computes a 16-row panel of Q4_K weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_3 computes a 16-row panel of Q5_K weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_3 computes a 16-row panel of Q6_K weights against 3 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_3(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40PanelAVXVNNI_4 computes a 16-row panel of Q4_0 weights against 4 activation rows with AVX2 and AVX-VNNI.
 //
@@ -1992,6 +2042,31 @@ func q80PanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanelAVXVNNI_4 computes a 16-row panel of Q2_K weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_4 computes a 16-row panel of Q3_K weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_4 computes a 16-row panel of Q4_K weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_4 computes a 16-row panel of Q5_K weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_4 computes a 16-row panel of Q6_K weights against 4 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_4(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_5 computes a 16-row panel of Q4_0 weights against 5 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2021,6 +2096,31 @@ func q80PanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVXVNNI_5 computes a 16-row panel of Q2_K weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_5 computes a 16-row panel of Q3_K weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_5 computes a 16-row panel of Q4_K weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_5 computes a 16-row panel of Q5_K weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_5 computes a 16-row panel of Q6_K weights against 5 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_5(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
 // q40PanelAVXVNNI_6 computes a 16-row panel of Q4_0 weights against 6 activation rows with AVX2 and AVX-VNNI.
 //
@@ -2052,6 +2152,31 @@ func q80PanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanelAVXVNNI_6 computes a 16-row panel of Q2_K weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_6 computes a 16-row panel of Q3_K weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_6 computes a 16-row panel of Q4_K weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_6 computes a 16-row panel of Q5_K weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_6 computes a 16-row panel of Q6_K weights against 6 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_6(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_7 computes a 16-row panel of Q4_0 weights against 7 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2082,6 +2207,31 @@ func q80PanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //go:noescape
 func iq4XSPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
 
+// q2KPanelAVXVNNI_7 computes a 16-row panel of Q2_K weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_7 computes a 16-row panel of Q3_K weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_7 computes a 16-row panel of Q4_K weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_7 computes a 16-row panel of Q5_K weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_7 computes a 16-row panel of Q6_K weights against 7 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_7(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
 // q40PanelAVXVNNI_8 computes a 16-row panel of Q4_0 weights against 8 activation rows with AVX2 and AVX-VNNI.
 //
 //go:noescape
@@ -2111,3 +2261,28 @@ func q80PanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
 //
 //go:noescape
 func iq4XSPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q2KPanelAVXVNNI_8 computes a 16-row panel of Q2_K weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q2KPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q3KPanelAVXVNNI_8 computes a 16-row panel of Q3_K weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q3KPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q4KPanelAVXVNNI_8 computes a 16-row panel of Q4_K weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q4KPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q5KPanelAVXVNNI_8 computes a 16-row panel of Q5_K weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q5KPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)
+
+// q6KPanelAVXVNNI_8 computes a 16-row panel of Q6_K weights against 8 activation rows with AVX2 and AVX-VNNI.
+//
+//go:noescape
+func q6KPanelAVXVNNI_8(nb int, w *byte, x *byte, xs int, out *float32, os int)

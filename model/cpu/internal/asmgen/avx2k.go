@@ -40,12 +40,24 @@ func wordPair(sc reg.VecVirtual) {
 // q4KPanelAVX2): the activation pointers move on 32 bytes a pair, the rows'
 // corrections are copied to the stack first, isum starts at zero, and
 // Q3_K's plane bit p moves to bit 2 by a shift count kept on the stack.
-func q23KPanelAVX2(C int, three bool) {
+//
+// With vnni (q2KPanelAVXVNNI_C, q3KPanelAVXVNNI_C, C >= 2: AVX2 CPUs with
+// AVX-VNNI) each row's group sum starts at Q3_K's correction (-4 times the
+// group's activation sum; zero for Q2_K) and VPDPBUSD adds the products of
+// the four weight vectors (0..3, Q3_K's 0..7) with the activation bytes;
+// VPMULLD by the group's scale then makes scale(g) times the exact sum, the
+// integer VPMADDWD makes: the same bits, one instruction a vector and row
+// where AVX2 takes two, and none of the int16 correction's three.
+func q23KPanelAVX2(C int, three, vnni bool) {
 	name, what, size, loff, scoff := "q2KPanelAVX2", "Q2_K", q2KPanelBytes, 320, 64
 	if three {
 		name, what, size, loff, scoff = "q3KPanelAVX2", "Q3_K", q3KPanelBytes, q3KL, 32
 	}
-	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
+	more := " with AVX2"
+	if vnni {
+		name, more = avxVNNIName(name)
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2More(name, what, C, more)
 	isum := AllocLocal(32 * C)
 	looped := C > 2
 	var corrs, count Mem
@@ -59,7 +71,9 @@ func q23KPanelAVX2(C int, three bool) {
 	var c04, lowW, c0f reg.VecVirtual
 	if three {
 		c04 = bcastConstY(0x04040404)
-		lowW = bcastConstY(0x0000ffff)
+		if !vnni {
+			lowW = bcastConstY(0x0000ffff)
+		}
 	} else {
 		c0f = bcastConstY(0x0000000f)
 	}
@@ -105,8 +119,30 @@ func q23KPanelAVX2(C int, three bool) {
 				VPMOVZXBD(at(Mem{Base: ws, Disp: scoff + 16*k}, hr, 1), sc)
 				VPAND(c0f, sc, sc)
 			}
-			wordPair(sc)
+			if !vnni {
+				wordPair(sc)
+			}
 			for c := range C {
+				if vnni {
+					sum := YMM()
+					if three {
+						VPBROADCASTD(corr(c), sum)
+						VPSRAD(Imm(3), sum, sum)
+					} else {
+						VPXOR(sum, sum, sum)
+					}
+					for j := range w {
+						xb := YMM()
+						VPBROADCASTD(px.m(c, xKQuants+16*k+4*j), xb)
+						vpdpbusdY(xb, w[j], sum)
+					}
+					VPMULLD(sc, sum, sum)
+					if !first {
+						VPADDD(isum.Offset(32*c), sum, sum)
+					}
+					VMOVDQU(sum, isum.Offset(32*c))
+					continue
+				}
 				var sum reg.VecVirtual
 				for j := range w {
 					xb := YMM()

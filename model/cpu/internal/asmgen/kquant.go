@@ -932,16 +932,35 @@ func q5Bits() Mem {
 // shift by 4 or 3 that puts bit 2p or 2p+1 at bit 4: one instruction more
 // per weight vector than a fixed shift, which one or two rows (generation)
 // do not pay: they keep the unrolled form.
-func q4KPanelAVX2(C int, five bool) {
+//
+// With vnni (q4KPanelAVXVNNI_C, q5KPanelAVXVNNI_C, C >= 2: AVX2 CPUs with
+// AVX-VNNI) VPDPBUSD adds each row's products of the unsigned quants with
+// the activation bytes into an int32 sum, all eight vectors of a sub-block
+// (no int16 to keep apart: Q5_K needs no second part), in two chains
+// (even and odd vectors, added at the end) for up to three rows, whose
+// single chains would wait on the instruction's latency; VPMULLD by the
+// scale then makes scale(s) times the exact sum, the integer VPMADDWD
+// makes: the same bits.
+func q4KPanelAVX2(C int, five, vnni bool) {
 	name, what, size, qoff := "q4KPanelAVX2", "Q4_K", q4KPanelBytes, 320
 	if five {
 		name, what, size, qoff = "q5KPanelAVX2", "Q5_K", q5KPanelBytes, q5KPlaneQuants
 	}
-	nb, wp, px, acc, dm := panelHeadAVX2(name, what, C)
+	more := " with AVX2"
+	if vnni {
+		name, more = avxVNNIName(name)
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2More(name, what, C, more)
+	chains := 1
+	if vnni && C <= 3 {
+		chains = 2
+	}
 	var part, count Mem
 	var c10 reg.VecVirtual
 	if five {
-		part = AllocLocal(32 * C)
+		if !vnni {
+			part = AllocLocal(32 * C)
+		}
 		if C > 2 {
 			count = AllocLocal(16) // the planes' shift, 2p, in the m128 VPSRLW reads
 		}
@@ -960,12 +979,28 @@ func q4KPanelAVX2(C int, five bool) {
 	pair := func(p int, ws, wq reg.GPVirtual, count Mem) {
 		for k := range 2 { // sub-block s = 2p+k: the low nibbles, then the high
 			halfLoop(fmt.Sprintf("sub%d", 2*max(p, 0)+k), func(hr reg.GPVirtual) {
-				sc := YMM() // the rows' scale(s) in both words of their lane
+				sc := YMM() // the rows' scale(s) in both words of their lane (VNNI: in the lane)
 				VPMOVZXBD(at(Mem{Base: ws, Disp: 64 + 16*k}, hr, 1), sc)
-				t := YMM()
-				VPSLLD(Imm(16), sc, t)
-				VPOR(t, sc, sc)
+				if !vnni {
+					t := YMM()
+					VPSLLD(Imm(16), sc, t)
+					VPOR(t, sc, sc)
+				}
 				sum := make([]reg.VecVirtual, C)
+				var sum2 []reg.VecVirtual
+				if vnni {
+					for c := range sum {
+						sum[c] = YMM()
+						VPXOR(sum[c], sum[c], sum[c])
+					}
+					if chains == 2 {
+						sum2 = make([]reg.VecVirtual, C)
+						for c := range sum2 {
+							sum2[c] = YMM()
+							VPXOR(sum2[c], sum2[c], sum2[c])
+						}
+					}
+				}
 				for j := range 8 {
 					w := YMM()
 					m := at(Mem{Base: wq, Disp: qoff + 64*j}, hr, 4)
@@ -991,6 +1026,14 @@ func q4KPanelAVX2(C int, five bool) {
 					for c := range C {
 						xb := YMM()
 						VPBROADCASTD(px.m(c, xKQuants+64*max(p, 0)+32*k+4*j), xb)
+						if vnni {
+							a := sum[c]
+							if chains == 2 && j%2 == 1 {
+								a = sum2[c]
+							}
+							vpdpbusdY(xb, w, a)
+							continue
+						}
 						VPMADDUBSW(xb, w, xb)
 						if j == 0 || (five && j == 4) {
 							sum[c] = xb
@@ -998,7 +1041,7 @@ func q4KPanelAVX2(C int, five bool) {
 							VPADDW(xb, sum[c], sum[c])
 						}
 					}
-					if five && j == 3 {
+					if five && j == 3 && !vnni {
 						for c := range C {
 							VPMADDWD(sc, sum[c], sum[c])
 							VMOVDQU(sum[c], part.Offset(32*c))
@@ -1006,9 +1049,17 @@ func q4KPanelAVX2(C int, five bool) {
 					}
 				}
 				for c := range C {
-					VPMADDWD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
-					if five {
+					switch {
+					case vnni:
+						if chains == 2 {
+							VPADDD(sum2[c], sum[c], sum[c])
+						}
+						VPMULLD(sc, sum[c], sum[c]) // scale(s) * the sub-block's sum
+					case five:
+						VPMADDWD(sc, sum[c], sum[c])
 						VPADDD(part.Offset(32*c), sum[c], sum[c])
+					default:
+						VPMADDWD(sc, sum[c], sum[c])
 					}
 					VCVTDQ2PS(sum[c], sum[c])
 					fmaAcc(sum[c], at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
@@ -1096,11 +1147,23 @@ func countLoop(label string, n int, body func()) {
 // (unrolled they made 19 KB of code for eight rows; see q4KPanelAVX2),
 // the activation pointers moving on 16 bytes a group and the rows'
 // corrections, which move on 4, copied to the stack first.
-func q6KPanelAVX2(C int) {
-	nb, wp, px, acc, dm := panelHeadAVX2("q6KPanelAVX2", "Q6_K", C)
+//
+// With vnni (q6KPanelAVXVNNI_C, C >= 2: AVX2 CPUs with AVX-VNNI) each
+// row's group sum starts at its correction and VPDPBUSD adds the products
+// of the unsigned quants (0..63) with the activation bytes, in two chains
+// for up to three rows (see q4KPanelAVX2): the same exact integer.
+func q6KPanelAVX2(C int, vnni bool) {
+	name, more := "q6KPanelAVX2", " with AVX2"
+	if vnni {
+		name, more = avxVNNIName(name)
+	}
+	nb, wp, px, acc, dm := panelHeadAVX2More(name, "Q6_K", C, more)
 	m0f := bcastConstY(0x0f0f0f0f)
 	m30 := bcastConstY(0x30303030)
-	ones := bcastConstY(0x00010001)
+	var ones reg.VecVirtual
+	if !vnni {
+		ones = bcastConstY(0x00010001)
+	}
 	looped := C > 2
 	var corrs Mem
 	if looped {
@@ -1154,6 +1217,31 @@ func q6KPanelAVX2(C int) {
 			VPMOVSXBD(at(Mem{Base: ws, Disp: 32}, hr, 1), sc)
 			VCVTDQ2PS(sc, sc)
 			for c := range C {
+				if vnni {
+					sum := YMM()
+					VPBROADCASTD(corr(c), sum)
+					var sum2 reg.VecVirtual
+					if C <= 3 {
+						sum2 = YMM()
+						VPXOR(sum2, sum2, sum2)
+					}
+					for k := range w {
+						xb := YMM()
+						VPBROADCASTD(px.m(c, xKQuants+16*max(g, 0)+4*k), xb)
+						a := sum
+						if sum2 != nil && k%2 == 1 {
+							a = sum2
+						}
+						vpdpbusdY(xb, w[k], a)
+					}
+					if sum2 != nil {
+						VPADDD(sum2, sum, sum)
+					}
+					VCVTDQ2PS(sum, sum)
+					VMULPS(sc, sum, sum)
+					fmaAcc(sum, at(dm.Offset(64*c), hr, 4), at(acc.Offset(64*c), hr, 4), false)
+					continue
+				}
 				var pair [2]reg.VecVirtual
 				for k := range w {
 					xb := YMM()

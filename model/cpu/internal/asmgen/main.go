@@ -132,8 +132,8 @@ func main() {
 	}
 	quantQ8KX()
 	for C := 1; C <= maxPanelC; C++ {
-		q4KPanelAVX2(C, false)
-		q6KPanelAVX2(C)
+		q4KPanelAVX2(C, false, false)
+		q6KPanelAVX2(C, false)
 	}
 	for C := 1; C <= maxPanelC; C++ {
 		q50Panel(C, false)
@@ -143,7 +143,7 @@ func main() {
 		q23KPanel(C, false)
 		q23KPanel(C, true)
 		q50Panel(C, true)
-		q4KPanelAVX2(C, true)
+		q4KPanelAVX2(C, true, false)
 		iq4XSPanel(C)
 		panelKernel("iq4NLPanel", "IQ4_NL", C, true, true)
 	}
@@ -166,8 +166,8 @@ func main() {
 		}
 	}
 	for C := 1; C <= maxPanelC; C++ {
-		q23KPanelAVX2(C, false)
-		q23KPanelAVX2(C, true)
+		q23KPanelAVX2(C, false, false)
+		q23KPanelAVX2(C, true, false)
 		iq4XSPanelAVX2(C, false)
 	}
 	for r := 1; r <= 2; r++ {
@@ -229,11 +229,11 @@ func main() {
 		lanePanelAVX2(1, "Q5_0", false)
 		lanePanelAVX2(1, "Q5_1", false)
 		lanePanelAVX2(1, "Q8_0", false)
-		q4KPanelAVX2(1, false)
-		q4KPanelAVX2(1, true)
-		q6KPanelAVX2(1)
-		q23KPanelAVX2(1, false)
-		q23KPanelAVX2(1, true)
+		q4KPanelAVX2(1, false, false)
+		q4KPanelAVX2(1, true, false)
+		q6KPanelAVX2(1, false)
+		q23KPanelAVX2(1, false, false)
+		q23KPanelAVX2(1, true, false)
 		iq4XSPanelAVX2(1, false)
 	})
 	cpuVendor()
@@ -268,6 +268,11 @@ func main() {
 		lanePanelAVX2(C, "Q5_1", true)
 		lanePanelAVX2(C, "Q8_0", true)
 		iq4XSPanelAVX2(C, true)
+		q23KPanelAVX2(C, false, true)
+		q23KPanelAVX2(C, true, true)
+		q4KPanelAVX2(C, false, true)
+		q4KPanelAVX2(C, true, true)
+		q6KPanelAVX2(C, true)
 	}
 	Generate()
 	if err := vexVNNI(); err != nil {
