@@ -110,63 +110,21 @@ func archTiles(t ggml.Type) *tileSet {
 }
 
 // archPanels returns the kernels for repacked weights of type t, or nil.
-// Every panel type has AVX2 panel kernels as well.
+// Every panel type has AVX2 panel kernels as well, and AVX-VNNI twins of
+// their prompt kernels.
 func archPanels(t ggml.Type) *panelSet {
 	if !haveVNNI || avx2Only {
 		if !haveF16C {
 			return nil
 		}
-		if haveAVXVNNI && !noAVXVNNI {
-			switch t {
-			case ggml.Q4_0:
-				return &q40PanelsAVXVNNI
-			case ggml.IQ4_NL:
-				return &iq4NLPanelsAVXVNNI
-			case ggml.Q5_0:
-				return &q50PanelsAVXVNNI
-			case ggml.Q5_1:
-				return &q51PanelsAVXVNNI
-			case ggml.Q8_0:
-				return &q80PanelsAVXVNNI
-			case ggml.IQ4_XS:
-				return &iq4XSPanelsAVXVNNI
-			case ggml.Q2_K:
-				return &q2KPanelsAVXVNNI
-			case ggml.Q3_K:
-				return &q3KPanelsAVXVNNI
-			case ggml.Q4_K:
-				return &q4KPanelsAVXVNNI
-			case ggml.Q5_K:
-				return &q5KPanelsAVXVNNI
-			case ggml.Q6_K:
-				return &q6KPanelsAVXVNNI
-			}
+		sets, ok := avx2PanelSets[t]
+		switch {
+		case !ok:
+			return nil
+		case haveAVXVNNI && !noAVXVNNI:
+			return sets[1]
 		}
-		switch t {
-		case ggml.Q4_K:
-			return &q4KPanelsAVX2
-		case ggml.Q5_K:
-			return &q5KPanelsAVX2
-		case ggml.Q6_K:
-			return &q6KPanelsAVX2
-		case ggml.Q2_K:
-			return &q2KPanelsAVX2
-		case ggml.Q3_K:
-			return &q3KPanelsAVX2
-		case ggml.IQ4_XS:
-			return &iq4XSPanelsAVX2
-		case ggml.Q4_0:
-			return &q40PanelsAVX2
-		case ggml.IQ4_NL:
-			return &iq4NLPanelsAVX2
-		case ggml.Q5_0:
-			return &q50PanelsAVX2
-		case ggml.Q5_1:
-			return &q51PanelsAVX2
-		case ggml.Q8_0:
-			return &q80PanelsAVX2
-		}
-		return nil
+		return sets[0]
 	}
 	switch t {
 	case ggml.Q8_0:
@@ -324,6 +282,22 @@ var (
 	q6KPanelsAVXVNNI = avxVNNIPanels(&q6KPanelsAVX2, "q6KAVXVNNI",
 		q6KPanelAVXVNNI_2, q6KPanelAVXVNNI_3, q6KPanelAVXVNNI_4, q6KPanelAVXVNNI_5, q6KPanelAVXVNNI_6, q6KPanelAVXVNNI_7, q6KPanelAVXVNNI_8)
 )
+
+// avx2PanelSets is every panel type's AVX2 set and its AVX-VNNI twin,
+// which CPUs with AVX2 but no AVX-512 VNNI run.
+var avx2PanelSets = map[ggml.Type][2]*panelSet{
+	ggml.Q4_0:   {&q40PanelsAVX2, &q40PanelsAVXVNNI},
+	ggml.IQ4_NL: {&iq4NLPanelsAVX2, &iq4NLPanelsAVXVNNI},
+	ggml.Q5_0:   {&q50PanelsAVX2, &q50PanelsAVXVNNI},
+	ggml.Q5_1:   {&q51PanelsAVX2, &q51PanelsAVXVNNI},
+	ggml.Q8_0:   {&q80PanelsAVX2, &q80PanelsAVXVNNI},
+	ggml.IQ4_XS: {&iq4XSPanelsAVX2, &iq4XSPanelsAVXVNNI},
+	ggml.Q2_K:   {&q2KPanelsAVX2, &q2KPanelsAVXVNNI},
+	ggml.Q3_K:   {&q3KPanelsAVX2, &q3KPanelsAVXVNNI},
+	ggml.Q4_K:   {&q4KPanelsAVX2, &q4KPanelsAVXVNNI},
+	ggml.Q5_K:   {&q5KPanelsAVX2, &q5KPanelsAVXVNNI},
+	ggml.Q6_K:   {&q6KPanelsAVX2, &q6KPanelsAVXVNNI},
+}
 
 // avxVNNIPanels returns the AVX2 set base named name, with k as its
 // kernels for 2 to maxPanelC activation rows.
