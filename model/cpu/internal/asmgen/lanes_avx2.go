@@ -79,13 +79,12 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 		name, more = avxVNNIName(name)
 	}
 	panelTextAttr(0, name, what, C, more)
-	var accS, msS, ddS Mem
+	var accS, msS Mem
 	if C > 1 {
 		accS = AllocLocal(256 * C) // row c's lane v at 256c + 32v
 		if one {
 			msS = AllocLocal(32 * C)
 		}
-		ddS = AllocLocal(32 * lanePanelGroup)
 	}
 	halfLoop("half", func(hr reg.GPVirtual) {
 		if C > 1 && one {
@@ -97,11 +96,7 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 		}
 		for c0 := 0; c0 < C; c0 += lanePanelGroup {
 			cc := min(lanePanelGroup, C-c0)
-			V := 8 // weight vectors a pass: cc*V accumulators in registers
-			for cc*V > 8 {
-				V /= 2
-			}
-			ddInRegs := cc*V+cc+6 <= 16
+			V := 8 / cc // weight vectors a pass: eight accumulators in registers
 			msInRegs := one && cc == 1
 			for v0 := 0; v0 < 8; v0 += V {
 				nb, wp, xp, xm := panelGroup(c0, cc)
@@ -133,14 +128,9 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 				}
 				var dd [lanePanelGroup]reg.VecVirtual
 				for c := range cc {
-					t := YMM()
-					VBROADCASTSS(xm(c, 0), t)
-					VMULPS(wd, t, t)
-					if ddInRegs {
-						dd[c] = t
-					} else {
-						VMOVUPS(t, ddS.Offset(32*c))
-					}
+					dd[c] = YMM()
+					VBROADCASTSS(xm(c, 0), dd[c])
+					VMULPS(wd, dd[c], dd[c])
 					if one && v0 == 0 {
 						s := YMM()
 						VBROADCASTSS(xm(c, 4), s)
@@ -215,11 +205,7 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 							VPADDD(cr, xb, xb)
 						}
 						VCVTDQ2PS(xb, xb)
-						if ddInRegs {
-							VFMADD231PS(dd[c], xb, acc[c][v-v0])
-						} else {
-							VFMADD231PS(ddS.Offset(32*c), xb, acc[c][v-v0])
-						}
+						VFMADD231PS(dd[c], xb, acc[c][v-v0])
 					}
 				}
 				ADDQ(U32(uint32(size)), wp)
@@ -271,7 +257,9 @@ func lanePanelAVX2(C int, typ string, vnni bool) {
 	ret()
 }
 
-// lanePanelGroup is how many activation rows lanePanelAVX2 takes at a time.
+// lanePanelGroup is how many activation rows lanePanelAVX2 takes at a time:
+// with two, a pass's eight accumulators, the pair's d products and the
+// weight and activation vectors fit AVX2's sixteen registers.
 const lanePanelGroup = 2
 
 // constTable emits a read-only table of YMM constants named name, vector v
