@@ -3,6 +3,8 @@
 package cpu
 
 import (
+	"strings"
+
 	"golang.org/x/sys/cpu"
 
 	"github.com/strata-llm/strata/model/ggml"
@@ -254,61 +256,48 @@ var iq4XSPanelsAVX2 = panelSet{name: "iq4XSAVX2", ahead: iq4XSPanelAVX2_1Ahead, 
 	iq4XSPanelAVX2_1, iq4XSPanelAVX2_2, iq4XSPanelAVX2_3, iq4XSPanelAVX2_4, iq4XSPanelAVX2_5, iq4XSPanelAVX2_6, iq4XSPanelAVX2_7, iq4XSPanelAVX2_8,
 }}
 
-// The AVX-VNNI panels: the AVX2 sets with their prompt kernels (C >= 2)
-// in VPDPBUSD (asmgen's q4PanelAVX2, lanePanelAVX2, iq4XSPanelAVX2,
-// q23KPanelAVX2, q4KPanelAVX2, q6KPanelAVX2): the same layouts and bits;
-// one activation row runs the AVX2 kernel. Every panel type has them.
-var (
-	q40PanelsAVXVNNI = avxVNNIPanels(&q40PanelsAVX2, "q40AVXVNNI",
-		q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8)
-	iq4NLPanelsAVXVNNI = avxVNNIPanels(&iq4NLPanelsAVX2, "iq4NLAVXVNNI",
-		iq4NLPanelAVXVNNI_2, iq4NLPanelAVXVNNI_3, iq4NLPanelAVXVNNI_4, iq4NLPanelAVXVNNI_5, iq4NLPanelAVXVNNI_6, iq4NLPanelAVXVNNI_7, iq4NLPanelAVXVNNI_8)
-	q50PanelsAVXVNNI = avxVNNIPanels(&q50PanelsAVX2, "q50PanelsAVXVNNI",
-		q50PanelAVXVNNI_2, q50PanelAVXVNNI_3, q50PanelAVXVNNI_4, q50PanelAVXVNNI_5, q50PanelAVXVNNI_6, q50PanelAVXVNNI_7, q50PanelAVXVNNI_8)
-	q51PanelsAVXVNNI = avxVNNIPanels(&q51PanelsAVX2, "q51PanelsAVXVNNI",
-		q51PanelAVXVNNI_2, q51PanelAVXVNNI_3, q51PanelAVXVNNI_4, q51PanelAVXVNNI_5, q51PanelAVXVNNI_6, q51PanelAVXVNNI_7, q51PanelAVXVNNI_8)
-	q80PanelsAVXVNNI = avxVNNIPanels(&q80PanelsAVX2, "q80PanelsAVXVNNI",
-		q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8)
-	iq4XSPanelsAVXVNNI = avxVNNIPanels(&iq4XSPanelsAVX2, "iq4XSAVXVNNI",
-		iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8)
-	q2KPanelsAVXVNNI = avxVNNIPanels(&q2KPanelsAVX2, "q2KAVXVNNI",
-		q2KPanelAVXVNNI_2, q2KPanelAVXVNNI_3, q2KPanelAVXVNNI_4, q2KPanelAVXVNNI_5, q2KPanelAVXVNNI_6, q2KPanelAVXVNNI_7, q2KPanelAVXVNNI_8)
-	q3KPanelsAVXVNNI = avxVNNIPanels(&q3KPanelsAVX2, "q3KAVXVNNI",
-		q3KPanelAVXVNNI_2, q3KPanelAVXVNNI_3, q3KPanelAVXVNNI_4, q3KPanelAVXVNNI_5, q3KPanelAVXVNNI_6, q3KPanelAVXVNNI_7, q3KPanelAVXVNNI_8)
-	q4KPanelsAVXVNNI = avxVNNIPanels(&q4KPanelsAVX2, "q4KAVXVNNI",
-		q4KPanelAVXVNNI_2, q4KPanelAVXVNNI_3, q4KPanelAVXVNNI_4, q4KPanelAVXVNNI_5, q4KPanelAVXVNNI_6, q4KPanelAVXVNNI_7, q4KPanelAVXVNNI_8)
-	q5KPanelsAVXVNNI = avxVNNIPanels(&q5KPanelsAVX2, "q5KAVXVNNI",
-		q5KPanelAVXVNNI_2, q5KPanelAVXVNNI_3, q5KPanelAVXVNNI_4, q5KPanelAVXVNNI_5, q5KPanelAVXVNNI_6, q5KPanelAVXVNNI_7, q5KPanelAVXVNNI_8)
-	q6KPanelsAVXVNNI = avxVNNIPanels(&q6KPanelsAVX2, "q6KAVXVNNI",
-		q6KPanelAVXVNNI_2, q6KPanelAVXVNNI_3, q6KPanelAVXVNNI_4, q6KPanelAVXVNNI_5, q6KPanelAVXVNNI_6, q6KPanelAVXVNNI_7, q6KPanelAVXVNNI_8)
-)
-
 // avx2PanelSets is every panel type's AVX2 set and its AVX-VNNI twin,
-// which CPUs with AVX2 but no AVX-512 VNNI run.
+// which CPUs with AVX2 but no AVX-512 VNNI run: the AVX2 set with its
+// prompt kernels (C >= 2) in VPDPBUSD (asmgen's q4PanelAVX2,
+// lanePanelAVX2, iq4XSPanelAVX2, q23KPanelAVX2, q4KPanelAVX2,
+// q6KPanelAVX2), the same layouts and bits; one activation row runs the
+// AVX2 kernel.
 var avx2PanelSets = map[ggml.Type][2]*panelSet{
-	ggml.Q4_0:   {&q40PanelsAVX2, &q40PanelsAVXVNNI},
-	ggml.IQ4_NL: {&iq4NLPanelsAVX2, &iq4NLPanelsAVXVNNI},
-	ggml.Q5_0:   {&q50PanelsAVX2, &q50PanelsAVXVNNI},
-	ggml.Q5_1:   {&q51PanelsAVX2, &q51PanelsAVXVNNI},
-	ggml.Q8_0:   {&q80PanelsAVX2, &q80PanelsAVXVNNI},
-	ggml.IQ4_XS: {&iq4XSPanelsAVX2, &iq4XSPanelsAVXVNNI},
-	ggml.Q2_K:   {&q2KPanelsAVX2, &q2KPanelsAVXVNNI},
-	ggml.Q3_K:   {&q3KPanelsAVX2, &q3KPanelsAVXVNNI},
-	ggml.Q4_K:   {&q4KPanelsAVX2, &q4KPanelsAVXVNNI},
-	ggml.Q5_K:   {&q5KPanelsAVX2, &q5KPanelsAVXVNNI},
-	ggml.Q6_K:   {&q6KPanelsAVX2, &q6KPanelsAVXVNNI},
+	ggml.Q4_0: withAVXVNNI(&q40PanelsAVX2,
+		q40PanelAVXVNNI_2, q40PanelAVXVNNI_3, q40PanelAVXVNNI_4, q40PanelAVXVNNI_5, q40PanelAVXVNNI_6, q40PanelAVXVNNI_7, q40PanelAVXVNNI_8),
+	ggml.IQ4_NL: withAVXVNNI(&iq4NLPanelsAVX2,
+		iq4NLPanelAVXVNNI_2, iq4NLPanelAVXVNNI_3, iq4NLPanelAVXVNNI_4, iq4NLPanelAVXVNNI_5, iq4NLPanelAVXVNNI_6, iq4NLPanelAVXVNNI_7, iq4NLPanelAVXVNNI_8),
+	ggml.Q5_0: withAVXVNNI(&q50PanelsAVX2,
+		q50PanelAVXVNNI_2, q50PanelAVXVNNI_3, q50PanelAVXVNNI_4, q50PanelAVXVNNI_5, q50PanelAVXVNNI_6, q50PanelAVXVNNI_7, q50PanelAVXVNNI_8),
+	ggml.Q5_1: withAVXVNNI(&q51PanelsAVX2,
+		q51PanelAVXVNNI_2, q51PanelAVXVNNI_3, q51PanelAVXVNNI_4, q51PanelAVXVNNI_5, q51PanelAVXVNNI_6, q51PanelAVXVNNI_7, q51PanelAVXVNNI_8),
+	ggml.Q8_0: withAVXVNNI(&q80PanelsAVX2,
+		q80PanelAVXVNNI_2, q80PanelAVXVNNI_3, q80PanelAVXVNNI_4, q80PanelAVXVNNI_5, q80PanelAVXVNNI_6, q80PanelAVXVNNI_7, q80PanelAVXVNNI_8),
+	ggml.IQ4_XS: withAVXVNNI(&iq4XSPanelsAVX2,
+		iq4XSPanelAVXVNNI_2, iq4XSPanelAVXVNNI_3, iq4XSPanelAVXVNNI_4, iq4XSPanelAVXVNNI_5, iq4XSPanelAVXVNNI_6, iq4XSPanelAVXVNNI_7, iq4XSPanelAVXVNNI_8),
+	ggml.Q2_K: withAVXVNNI(&q2KPanelsAVX2,
+		q2KPanelAVXVNNI_2, q2KPanelAVXVNNI_3, q2KPanelAVXVNNI_4, q2KPanelAVXVNNI_5, q2KPanelAVXVNNI_6, q2KPanelAVXVNNI_7, q2KPanelAVXVNNI_8),
+	ggml.Q3_K: withAVXVNNI(&q3KPanelsAVX2,
+		q3KPanelAVXVNNI_2, q3KPanelAVXVNNI_3, q3KPanelAVXVNNI_4, q3KPanelAVXVNNI_5, q3KPanelAVXVNNI_6, q3KPanelAVXVNNI_7, q3KPanelAVXVNNI_8),
+	ggml.Q4_K: withAVXVNNI(&q4KPanelsAVX2,
+		q4KPanelAVXVNNI_2, q4KPanelAVXVNNI_3, q4KPanelAVXVNNI_4, q4KPanelAVXVNNI_5, q4KPanelAVXVNNI_6, q4KPanelAVXVNNI_7, q4KPanelAVXVNNI_8),
+	ggml.Q5_K: withAVXVNNI(&q5KPanelsAVX2,
+		q5KPanelAVXVNNI_2, q5KPanelAVXVNNI_3, q5KPanelAVXVNNI_4, q5KPanelAVXVNNI_5, q5KPanelAVXVNNI_6, q5KPanelAVXVNNI_7, q5KPanelAVXVNNI_8),
+	ggml.Q6_K: withAVXVNNI(&q6KPanelsAVX2,
+		q6KPanelAVXVNNI_2, q6KPanelAVXVNNI_3, q6KPanelAVXVNNI_4, q6KPanelAVXVNNI_5, q6KPanelAVXVNNI_6, q6KPanelAVXVNNI_7, q6KPanelAVXVNNI_8),
 }
 
-// avxVNNIPanels returns the AVX2 set base named name, with k as its
-// kernels for 2 to maxPanelC activation rows.
-func avxVNNIPanels(base *panelSet, name string, k ...panelFunc) panelSet {
+// withAVXVNNI returns base and its AVX-VNNI twin: base with k as its
+// kernels for 2 to maxPanelC activation rows, its name's "AVX2" made
+// "AVXVNNI".
+func withAVXVNNI(base *panelSet, k ...panelFunc) [2]*panelSet {
 	if len(k) != maxPanelC-1 {
-		panic("cpu: " + name + ": want a kernel for each of 2 to maxPanelC activation rows")
+		panic("cpu: " + base.name + ": want an AVX-VNNI kernel for each of 2 to maxPanelC activation rows")
 	}
 	ps := *base
-	ps.name = name
+	ps.name = strings.Replace(base.name, "AVX2", "AVXVNNI", 1)
 	copy(ps.k[1:], k)
-	return ps
+	return [2]*panelSet{base, &ps}
 }
 
 // avx2Only makes archTiles skip the AVX-512 kernels, so that tests run the
